@@ -1,0 +1,325 @@
+//! The catalog: every tool function with its JSON Schema, as a worker built it
+//! (see `python_shim/toolpool_shim/catalog.py`), and the views front ends
+//! print: JSON, OpenAI tool specs, a table, and the `module:All` option list.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+/// One tool function.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct FunctionSpec {
+    pub name: String,
+    pub module: String,
+    pub description: String,
+    pub parameters: Value,
+    /// Path relative to the functions directory.
+    pub file: String,
+    pub line: u32,
+}
+
+/// A module that failed to import, or a name defined twice.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct LoadError {
+    pub module: String,
+    pub file: String,
+    pub error: String,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Catalog {
+    pub functions_dir: PathBuf,
+    /// Sorted by module, then name.
+    pub functions: Vec<FunctionSpec>,
+    pub errors: Vec<LoadError>,
+}
+
+/// One entry of the `list` dropdown.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ListOption {
+    pub label: String,
+    pub value: String,
+    pub description: String,
+}
+
+#[derive(Deserialize)]
+struct WorkerCatalog {
+    functions: Vec<FunctionSpec>,
+    errors: Vec<LoadError>,
+}
+
+impl Catalog {
+    /// Builds the catalog from a worker's `catalog` reply.
+    pub fn from_worker(functions_dir: PathBuf, reply: Value) -> Result<Catalog, String> {
+        let WorkerCatalog {
+            mut functions,
+            errors,
+        } = serde_json::from_value(reply).map_err(|e| format!("malformed catalog reply: {e}"))?;
+        // Sorted here too, so the order never depends on the worker.
+        functions.sort_by(|a, b| (&a.module, &a.name).cmp(&(&b.module, &b.name)));
+        Ok(Catalog {
+            functions_dir,
+            functions,
+            errors,
+        })
+    }
+
+    pub fn get(&self, name: &str) -> Option<&FunctionSpec> {
+        self.functions.iter().find(|f| f.name == name)
+    }
+
+    /// Functions grouped by module, modules sorted.
+    pub fn modules(&self) -> BTreeMap<&str, Vec<&FunctionSpec>> {
+        let mut modules: BTreeMap<&str, Vec<&FunctionSpec>> = BTreeMap::new();
+        for f in &self.functions {
+            modules.entry(f.module.as_str()).or_default().push(f);
+        }
+        modules
+    }
+
+    /// The import error of a module, if it failed to load.
+    pub fn import_errors(&self) -> impl Iterator<Item = &LoadError> {
+        self.errors.iter()
+    }
+
+    /// Function names close to `name`, best first (at most three).
+    pub fn close_matches(&self, name: &str) -> Vec<&str> {
+        close_matches(name, self.functions.iter().map(|f| f.name.as_str()))
+    }
+
+    /// `catalog --format json`.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "functions_dir": self.functions_dir,
+            "functions": self.functions,
+            "errors": self.errors,
+        })
+    }
+
+    /// `catalog --format openai`.
+    pub fn to_openai(&self) -> Value {
+        Value::Array(self.functions.iter().map(openai_tool).collect())
+    }
+
+    /// `list`: every `module:All` first, then every `module:function`.
+    pub fn list_options(&self) -> Vec<ListOption> {
+        let modules = self.modules();
+        let mut options = Vec::with_capacity(modules.len() + self.functions.len());
+        for (module, functions) in &modules {
+            let names: Vec<&str> = functions.iter().map(|f| f.name.as_str()).collect();
+            let file = functions.first().map(|f| f.file.as_str()).unwrap_or("");
+            let noun = if names.len() == 1 {
+                "function"
+            } else {
+                "functions"
+            };
+            options.push(ListOption {
+                label: format!("{module}:All"),
+                value: format!("{module}:All"),
+                description: format!(
+                    "Load all {} {noun} from {file} ({})",
+                    names.len(),
+                    names.join(", ")
+                ),
+            });
+        }
+        for (module, functions) in &modules {
+            for f in functions {
+                options.push(ListOption {
+                    label: format!("{module}:{}", f.name),
+                    value: f.name.clone(),
+                    description: f.description.clone(),
+                });
+            }
+        }
+        options
+    }
+
+    /// `catalog --format table`: one row a function, then the load errors.
+    pub fn to_table(&self) -> String {
+        let rows: Vec<[String; 4]> = self
+            .functions
+            .iter()
+            .map(|f| {
+                [
+                    f.module.clone(),
+                    f.name.clone(),
+                    parameter_summary(&f.parameters),
+                    truncate_chars(&f.description, 70),
+                ]
+            })
+            .collect();
+        let header = ["MODULE", "FUNCTION", "PARAMETERS", "DESCRIPTION"];
+        let mut widths = header.map(|h| h.chars().count());
+        for row in &rows {
+            for (w, cell) in widths.iter_mut().zip(row) {
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+        let mut out = String::new();
+        let mut push_row = |cells: [&str; 4]| {
+            let line: Vec<String> = cells
+                .iter()
+                .zip(widths)
+                .map(|(c, w)| format!("{c:<w$}"))
+                .collect();
+            out.push_str(line.join("  ").trim_end());
+            out.push('\n');
+        };
+        push_row(header);
+        for row in &rows {
+            push_row([&row[0], &row[1], &row[2], &row[3]]);
+        }
+        if !self.errors.is_empty() {
+            out.push_str("\nload errors:\n");
+            for e in &self.errors {
+                out.push_str(&format!("  {} ({}): {}\n", e.module, e.file, e.error));
+            }
+        }
+        out
+    }
+}
+
+/// An OpenAI `tools` entry for a name, description and schema.
+pub fn openai_tool(f: &FunctionSpec) -> Value {
+    json!({"type": "function", "function": {
+        "name": f.name, "description": f.description, "parameters": f.parameters}})
+}
+
+/// `a, b?, c?`: parameter names, optional ones marked.
+fn parameter_summary(parameters: &Value) -> String {
+    let required: Vec<&str> = parameters["required"]
+        .as_array()
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    parameters["properties"]
+        .as_object()
+        .map(|props| {
+            props
+                .keys()
+                .map(|k| {
+                    if required.contains(&k.as_str()) {
+                        k.clone()
+                    } else {
+                        format!("{k}?")
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+        .unwrap_or_default()
+}
+
+fn truncate_chars(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        text.to_string()
+    } else {
+        let cut: String = text.chars().take(max - 1).collect();
+        format!("{}…", cut.trim_end())
+    }
+}
+
+/// Candidates whose similarity to `name` is at least 0.6, best first, at most
+/// three — the same cut-off as Python's `difflib.get_close_matches`.
+pub fn close_matches<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
+    let mut scored: Vec<(f64, &str)> = candidates
+        .map(|c| (similarity(name, c), c))
+        .filter(|(score, _)| *score >= 0.6)
+        .collect();
+    scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(b.1)));
+    scored.into_iter().take(3).map(|(_, c)| c).collect()
+}
+
+/// 1 − edit distance / longer length.
+fn similarity(a: &str, b: &str) -> f64 {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    let longest = a.len().max(b.len());
+    if longest == 0 {
+        return 1.0;
+    }
+    let mut previous: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.iter().enumerate() {
+        let mut current = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let substitution = previous[j] + usize::from(ca != cb);
+            current[j + 1] = substitution.min(previous[j + 1] + 1).min(current[j] + 1);
+        }
+        previous = current;
+    }
+    1.0 - previous[b.len()] as f64 / longest as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(module: &str, name: &str) -> FunctionSpec {
+        FunctionSpec {
+            name: name.into(),
+            module: module.into(),
+            description: format!("{name} does things"),
+            parameters: json!({"type": "object", "properties": {"a": {}, "b": {}}, "required": ["a"]}),
+            file: format!("{module}.py"),
+            line: 1,
+        }
+    }
+
+    fn catalog() -> Catalog {
+        Catalog::from_worker(
+            "/f".into(),
+            json!({"functions": [spec("z", "b"), spec("a", "y"), spec("a", "x"), spec("sub/m", "q")],
+                   "errors": []}),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn functions_are_sorted_by_module_then_name() {
+        let names: Vec<_> = catalog().functions.iter().map(|f| f.name.clone()).collect();
+        assert_eq!(names, ["x", "y", "q", "b"]);
+    }
+
+    #[test]
+    fn list_puts_every_all_option_first() {
+        let labels: Vec<_> = catalog()
+            .list_options()
+            .into_iter()
+            .map(|o| o.label)
+            .collect();
+        assert_eq!(
+            labels,
+            [
+                "a:All",
+                "sub/m:All",
+                "z:All",
+                "a:x",
+                "a:y",
+                "sub/m:q",
+                "z:b"
+            ]
+        );
+        let options = catalog().list_options();
+        assert_eq!(
+            options[0].description,
+            "Load all 2 functions from a.py (x, y)"
+        );
+        assert_eq!(options[3].value, "x");
+    }
+
+    #[test]
+    fn close_matches_find_typos() {
+        let names = ["save_file", "read_file_segment", "wait"];
+        assert_eq!(close_matches("save_fiel", names.into_iter()), ["save_file"]);
+        assert!(close_matches("zzzzzz", names.into_iter()).is_empty());
+    }
+
+    #[test]
+    fn table_marks_optional_parameters() {
+        let table = catalog().to_table();
+        assert!(table.starts_with("MODULE"), "{table}");
+        assert!(table.contains("a, b?"), "{table}");
+    }
+}

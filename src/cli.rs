@@ -1,0 +1,292 @@
+//! The command line (DESIGN.md §2): argument definitions and the commands.
+//!
+//! stdout carries only results; logs go to stderr. Exit codes: 0 success,
+//! 1 the call failed, 124 the call timed out, 2 bad command line or setup.
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use serde_json::{json, Value};
+
+use crate::error::PoolError;
+use crate::pool::{InvokeOptions, Pool, PoolBuilder};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "toolpool",
+    version,
+    about = "Runs Python function tools in a pool of isolated python3 workers, with enforced timeouts"
+)]
+pub struct Cli {
+    /// Directory of tool modules [default: functions/function_calling, else the bundled tools]
+    #[arg(long, env = "MAC_FUNCTIONS_DIR", global = true)]
+    pub functions_dir: Option<PathBuf>,
+    /// Python interpreter (resolved once to the real executable)
+    #[arg(
+        long,
+        env = "TOOLPOOL_PYTHON",
+        global = true,
+        default_value = "python3"
+    )]
+    pub python: String,
+    /// Number of workers [default: number of CPUs; 1 for catalog, list and call]
+    #[arg(long, env = "TOOLPOOL_WORKERS", global = true, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub workers: Option<u32>,
+    /// Default per-call timeout in seconds
+    #[arg(long, env = "TOOLPOOL_TIMEOUT", global = true, default_value = "60", value_parser = parse_seconds)]
+    pub timeout: Duration,
+    /// Session directory [default: .toolpool/sessions/<session-id>]
+    #[arg(long, env = "TOOLPOOL_SESSION_DIR", global = true)]
+    pub session_dir: Option<PathBuf>,
+    /// Session id, passed to tools in _context
+    #[arg(long, global = true, default_value = "default")]
+    pub session_id: String,
+    /// Recycle a worker after this many calls [default: unlimited]
+    #[arg(long, global = true, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_calls_per_worker: Option<u64>,
+    /// Per-worker address-space limit in MB [default: none]
+    #[arg(long, global = true, value_parser = clap::value_parser!(u64).range(16..))]
+    pub memory_limit: Option<u64>,
+    /// Pass this environment variable to workers (repeatable)
+    #[arg(long = "pass-env", global = true, value_name = "NAME")]
+    pub pass_env: Vec<String>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum CatalogFormat {
+    Json,
+    Openai,
+    Table,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// All tools, with their schemas and the modules that failed to load
+    Catalog {
+        #[arg(long, value_enum, default_value = "json")]
+        format: CatalogFormat,
+    },
+    /// Dropdown options: every module:All first, then module:function
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Call one tool and print its result as the agent sees it
+    Call {
+        /// Function name
+        name: String,
+        /// Arguments as a JSON object
+        #[arg(long, conflicts_with = "args_file")]
+        args: Option<String>,
+        /// Read the arguments (a JSON object) from a file, or - for stdin
+        #[arg(long, value_name = "FILE")]
+        args_file: Option<PathBuf>,
+        /// Timeout for this call in seconds [default: the pool's]
+        #[arg(long = "timeout", id = "call_timeout", value_parser = parse_seconds)]
+        call_timeout: Option<Duration>,
+        /// Print a JSON envelope {ok, result|error, text, elapsed_ms, worker_pid}
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn parse_seconds(text: &str) -> Result<Duration, String> {
+    let secs: f64 = text
+        .parse()
+        .map_err(|_| format!("'{text}' is not a number of seconds"))?;
+    if !secs.is_finite() || secs <= 0.0 || secs > 1e9 {
+        return Err(format!("'{text}' must be a positive number of seconds"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// Exit code for a bad command line or setup.
+const EXIT_USAGE: u8 = 2;
+
+/// Runs a parsed command line; returns the process exit code.
+pub async fn run(cli: Cli) -> ExitCode {
+    match run_command(cli).await {
+        Ok(code) => code,
+        Err(CliError::Usage(message)) => {
+            eprintln!("toolpool: {message}");
+            ExitCode::from(EXIT_USAGE)
+        }
+        Err(CliError::Pool(error)) => {
+            eprintln!("toolpool: {error}");
+            let code = match error {
+                PoolError::FunctionsDir(_)
+                | PoolError::Interpreter { .. }
+                | PoolError::SessionDir { .. } => EXIT_USAGE,
+                _ => 1,
+            };
+            ExitCode::from(code)
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+enum CliError {
+    #[error("{0}")]
+    Usage(String),
+    #[error(transparent)]
+    Pool(#[from] PoolError),
+}
+
+fn builder(cli: &Cli, default_workers: Option<usize>) -> PoolBuilder {
+    let mut builder = Pool::builder()
+        .python(cli.python.clone())
+        .timeout(cli.timeout)
+        .session_id(cli.session_id.clone())
+        .max_calls_per_worker(cli.max_calls_per_worker)
+        .memory_limit_mb(cli.memory_limit)
+        .pass_env(cli.pass_env.iter().cloned());
+    if let Some(dir) = &cli.functions_dir {
+        builder = builder.functions_dir(dir);
+    }
+    if let Some(dir) = &cli.session_dir {
+        builder = builder.session_dir(dir);
+    }
+    match cli.workers.map(|n| n as usize).or(default_workers) {
+        Some(n) => builder.workers(n),
+        None => builder,
+    }
+}
+
+async fn run_command(cli: Cli) -> Result<ExitCode, CliError> {
+    match &cli.command {
+        Command::Catalog { format } => {
+            let pool = builder(&cli, Some(1)).build().await?;
+            let catalog = pool.catalog();
+            let text = match format {
+                CatalogFormat::Json => pretty(&catalog.to_json()),
+                CatalogFormat::Openai => pretty(&catalog.to_openai()),
+                CatalogFormat::Table => catalog.to_table(),
+            };
+            print_out(&text);
+            pool.shutdown().await;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::List { json } => {
+            let pool = builder(&cli, Some(1)).build().await?;
+            let options = pool.catalog().list_options();
+            let text = if *json {
+                pretty(&serde_json::to_value(&options).unwrap_or(Value::Null))
+            } else {
+                options
+                    .iter()
+                    .map(|o| o.label.as_str())
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            };
+            print_out(&text);
+            pool.shutdown().await;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Call {
+            name,
+            args,
+            args_file,
+            call_timeout,
+            json,
+        } => {
+            let args = read_args(args.as_deref(), args_file.as_ref())?;
+            let pool = builder(&cli, Some(1)).build().await?;
+            let options = InvokeOptions {
+                timeout: *call_timeout,
+                ..Default::default()
+            };
+            let report = pool.invoke_report(name, args, options).await;
+            let code = match &report.result {
+                Ok(_) => ExitCode::SUCCESS,
+                Err(e) if e.is_timeout() => ExitCode::from(124),
+                Err(_) => ExitCode::from(1),
+            };
+            let text = match &report.result {
+                Ok(value) => result_text(value),
+                Err(error) => error.to_string(),
+            };
+            if *json {
+                let mut envelope = json!({"ok": report.result.is_ok()});
+                match &report.result {
+                    Ok(value) => envelope["result"] = value.clone(),
+                    Err(error) => envelope["error"] = error.to_json(),
+                }
+                envelope["text"] = Value::String(text);
+                envelope["elapsed_ms"] = json!((report.elapsed.as_secs_f64() * 1e4).round() / 10.0);
+                envelope["worker_pid"] = json!(report.worker_pid);
+                print_out(&pretty(&envelope));
+            } else {
+                print_out(&text);
+            }
+            pool.shutdown_with_grace(Duration::from_secs(1)).await;
+            Ok(code)
+        }
+    }
+}
+
+/// A result as the agent sees it: a string as is, anything else as JSON
+/// (indent 2, non-ASCII kept).
+pub fn result_text(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        other => pretty(other),
+    }
+}
+
+fn pretty(value: &Value) -> String {
+    serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
+}
+
+/// Prints to stdout with one trailing newline; a closed stdout is not an error.
+fn print_out(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes());
+    if !text.ends_with('\n') {
+        let _ = out.write_all(b"\n");
+    }
+    let _ = out.flush();
+}
+
+fn read_args(inline: Option<&str>, file: Option<&PathBuf>) -> Result<Value, CliError> {
+    let (source, text) = match (inline, file) {
+        (Some(text), _) => ("--args".to_string(), text.to_string()),
+        (None, Some(path)) if path.as_os_str() == "-" => {
+            let mut text = String::new();
+            std::io::stdin()
+                .read_to_string(&mut text)
+                .map_err(|e| CliError::Usage(format!("--args-file -: cannot read stdin: {e}")))?;
+            ("--args-file -".to_string(), text)
+        }
+        (None, Some(path)) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| CliError::Usage(format!("--args-file {}: {e}", path.display())))?;
+            (format!("--args-file {}", path.display()), text)
+        }
+        (None, None) => return Ok(json!({})),
+    };
+    let value: Value = serde_json::from_str(&text)
+        .map_err(|e| CliError::Usage(format!("{source}: not valid JSON: {e}")))?;
+    if !value.is_object() {
+        return Err(CliError::Usage(format!(
+            "{source}: expected a JSON object of arguments, got {}",
+            json_kind(&value)
+        )));
+    }
+    Ok(value)
+}
+
+fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}

@@ -1,0 +1,130 @@
+//! Errors at the library boundary.
+//!
+//! [`ToolError`] is what a failed call gives back: its `Display` is the
+//! agent-facing text `Tool <name> error: <Type>: <message>`, the same through
+//! every front end. [`PoolError`] is what can stop a pool from starting.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+/// Why a call failed; decides the `<Type>` of the agent-facing text and the
+/// CLI's exit code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// Ran past its timeout; the worker was killed.
+    Timeout,
+    /// The tool raised; carries the exception's own type name.
+    Raised(String),
+    /// The worker process died (or broke the protocol) during the call.
+    WorkerDied,
+    /// No such function (or its module failed to import).
+    NotFound,
+    /// Arguments did not fit the function.
+    InvalidArguments,
+    /// No worker became free within the queue-wait limit.
+    PoolBusy,
+    /// The pool is shutting down or shut down.
+    PoolClosed,
+}
+
+impl ErrorKind {
+    /// The `<Type>` in the agent-facing text.
+    pub fn type_name(&self) -> &str {
+        match self {
+            ErrorKind::Timeout => "TimeoutError",
+            ErrorKind::Raised(name) => name,
+            ErrorKind::WorkerDied => "WorkerDied",
+            ErrorKind::NotFound => "NotFound",
+            ErrorKind::InvalidArguments => "InvalidArguments",
+            ErrorKind::PoolBusy => "PoolBusy",
+            ErrorKind::PoolClosed => "PoolClosed",
+        }
+    }
+
+    /// Maps an error type reported by the shim to a kind.
+    pub fn from_remote(type_name: &str) -> ErrorKind {
+        match type_name {
+            "NotFound" => ErrorKind::NotFound,
+            "InvalidArguments" => ErrorKind::InvalidArguments,
+            other => ErrorKind::Raised(other.to_string()),
+        }
+    }
+}
+
+/// A failed call, as the agent sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolError {
+    pub tool: String,
+    pub kind: ErrorKind,
+    pub message: String,
+    /// The Python traceback, when the tool raised.
+    pub traceback: Option<String>,
+}
+
+impl ToolError {
+    pub fn new(tool: &str, kind: ErrorKind, message: impl Into<String>) -> ToolError {
+        ToolError {
+            tool: tool.to_string(),
+            kind,
+            message: message.into(),
+            traceback: None,
+        }
+    }
+
+    pub fn is_timeout(&self) -> bool {
+        self.kind == ErrorKind::Timeout
+    }
+
+    /// The `error` object of the CLI's `--json` envelope.
+    pub fn to_json(&self) -> serde_json::Value {
+        #[derive(Serialize)]
+        struct Json<'a> {
+            #[serde(rename = "type")]
+            kind: &'a str,
+            message: &'a str,
+            traceback: Option<&'a str>,
+        }
+        serde_json::to_value(Json {
+            kind: self.kind.type_name(),
+            message: &self.message,
+            traceback: self.traceback.as_deref(),
+        })
+        .unwrap_or(serde_json::Value::Null)
+    }
+}
+
+impl fmt::Display for ToolError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "Tool {} error: {}: {}",
+            self.tool,
+            self.kind.type_name(),
+            self.message
+        )
+    }
+}
+
+impl std::error::Error for ToolError {}
+
+/// What stops a pool from being built.
+#[derive(Debug, thiserror::Error)]
+pub enum PoolError {
+    #[error("python interpreter '{python}' cannot be run: {reason}")]
+    Interpreter { python: String, reason: String },
+    #[error("functions directory {0} does not exist or is not a directory")]
+    FunctionsDir(PathBuf),
+    #[error("cannot create session directory {path}: {source}")]
+    SessionDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Install(#[from] crate::embedded::InstallError),
+    #[error("worker could not start: {0}")]
+    WorkerStart(#[from] crate::worker::StartError),
+    #[error("the catalog could not be built: {0}")]
+    Catalog(String),
+}

@@ -1,0 +1,18 @@
+//! toolpool: runs Python function tools for LLM agents in a pool of isolated
+//! `python3` workers, with timeouts that are enforced by killing the worker.
+//!
+//! Modules, dependencies pointing one way: [`protocol`] ← [`worker`] ←
+//! [`pool`] ← [`cli`]; [`catalog`] and [`context`] beside them.
+
+pub mod catalog;
+pub mod cli;
+pub mod context;
+pub mod embedded;
+pub mod error;
+pub mod pool;
+pub mod protocol;
+pub mod worker;
+
+pub use catalog::{Catalog, FunctionSpec, ListOption, LoadError};
+pub use error::{ErrorKind, PoolError, ToolError};
+pub use pool::{CallReport, InvokeContext, InvokeOptions, Pool, PoolBuilder, PoolStats};

@@ -1,0 +1,810 @@
+//! The pool: a set of workers, a queue in front of them, timeouts, replacement
+//! of dead workers, recycling, stats and shutdown.
+//!
+//! Idle workers wait in a channel; a call takes one out (waiting in FIFO
+//! order behind a fair mutex), owns it for the call, and gives it back. A
+//! worker that timed out or died is already reaped when the call returns; a
+//! replacement is started in the background with exponential back-off, so a
+//! worker that cannot start never turns into a spawn loop.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use crate::catalog::Catalog;
+use crate::context::SessionPaths;
+use crate::error::{ErrorKind, PoolError, ToolError};
+use crate::protocol::{CallContext, DEFAULT_MAX_FRAME};
+use crate::worker::{CallOutcome, Spawner, StartError, Worker, WorkerSpec};
+
+/// Environment variables every worker gets (when set here), besides `LC_*`
+/// and the ones passed with `--pass-env`.
+const BASE_ENV: &[&str] = &["PATH", "HOME", "LANG", "TZ"];
+/// Longest back-off between attempts to start a worker that keeps failing.
+const MAX_RESTART_BACKOFF: Duration = Duration::from_secs(10);
+
+/// Per-call options.
+#[derive(Debug, Clone, Default)]
+pub struct InvokeOptions {
+    /// Overrides the pool's default timeout.
+    pub timeout: Option<Duration>,
+    pub context: InvokeContext,
+}
+
+/// What a caller tells the tool about itself (`_context` keys).
+#[derive(Debug, Clone, Default)]
+pub struct InvokeContext {
+    pub node_id: Option<String>,
+    pub vars: serde_json::Map<String, Value>,
+}
+
+/// A successful call, with what the CLI's `--json` envelope reports.
+#[derive(Debug, Clone)]
+pub struct CallReport {
+    pub result: Result<Value, ToolError>,
+    pub elapsed: Duration,
+    pub worker_pid: Option<i32>,
+}
+
+/// Builds a [`Pool`]; every setting has the default of DESIGN.md §2.
+#[derive(Debug, Clone)]
+pub struct PoolBuilder {
+    functions_dir: Option<PathBuf>,
+    python: String,
+    workers: usize,
+    timeout: Duration,
+    session_id: String,
+    session_dir: Option<PathBuf>,
+    max_calls_per_worker: Option<u64>,
+    memory_limit_mb: Option<u64>,
+    pass_env: Vec<String>,
+    queue_wait: Option<Duration>,
+    max_frame: usize,
+    start_timeout: Duration,
+}
+
+impl Default for PoolBuilder {
+    fn default() -> Self {
+        PoolBuilder {
+            functions_dir: None,
+            python: "python3".into(),
+            workers: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(2),
+            timeout: Duration::from_secs(60),
+            session_id: "default".into(),
+            session_dir: None,
+            max_calls_per_worker: None,
+            memory_limit_mb: None,
+            pass_env: Vec::new(),
+            queue_wait: None,
+            max_frame: DEFAULT_MAX_FRAME,
+            start_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+impl PoolBuilder {
+    /// The tools' directory; by default `functions/function_calling` when it
+    /// exists here, else the bundled tools embedded in the binary.
+    pub fn functions_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.functions_dir = Some(dir.into());
+        self
+    }
+    pub fn python(mut self, python: impl Into<String>) -> Self {
+        self.python = python.into();
+        self
+    }
+    pub fn workers(mut self, n: usize) -> Self {
+        self.workers = n.max(1);
+        self
+    }
+    /// Default per-call timeout.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+    pub fn session_id(mut self, id: impl Into<String>) -> Self {
+        self.session_id = id.into();
+        self
+    }
+    pub fn session_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.session_dir = Some(dir.into());
+        self
+    }
+    /// Recycle a worker after this many calls.
+    pub fn max_calls_per_worker(mut self, n: Option<u64>) -> Self {
+        self.max_calls_per_worker = n.filter(|n| *n > 0);
+        self
+    }
+    /// Per-worker address-space limit (`RLIMIT_AS`), in MB.
+    pub fn memory_limit_mb(mut self, mb: Option<u64>) -> Self {
+        self.memory_limit_mb = mb;
+        self
+    }
+    /// Environment variables passed to workers besides the minimal set.
+    pub fn pass_env(mut self, names: impl IntoIterator<Item = String>) -> Self {
+        self.pass_env.extend(names);
+        self
+    }
+    /// How long a call may wait for a free worker before `PoolBusy`.
+    pub fn queue_wait(mut self, wait: Option<Duration>) -> Self {
+        self.queue_wait = wait;
+        self
+    }
+    /// Largest frame either side sends or accepts (results included).
+    pub fn max_frame(mut self, bytes: usize) -> Self {
+        self.max_frame = bytes;
+        self
+    }
+    /// How long a worker may take to import the tools and say hello.
+    pub fn start_timeout(mut self, timeout: Duration) -> Self {
+        self.start_timeout = timeout;
+        self
+    }
+
+    /// Starts the workers (in parallel) and builds the catalog.
+    pub async fn build(self) -> Result<Pool, PoolError> {
+        let functions_dir = match &self.functions_dir {
+            Some(dir) => dir.clone(),
+            None => {
+                let here = PathBuf::from("functions/function_calling");
+                if here.is_dir() {
+                    here
+                } else {
+                    tracing::info!("no functions/function_calling here: using the bundled tools");
+                    crate::embedded::install_bundled_functions()?
+                }
+            }
+        };
+        let functions_dir = functions_dir
+            .canonicalize()
+            .ok()
+            .filter(|d| d.is_dir())
+            .ok_or_else(|| PoolError::FunctionsDir(functions_dir.clone()))?;
+        let session = SessionPaths::prepare(&self.session_id, self.session_dir.as_deref())?;
+        let python = resolve_interpreter(&self.python).await?;
+        let shim_dir = crate::embedded::install_shim()?;
+        let config = json!({
+            "protocol": crate::protocol::PROTOCOL_VERSION,
+            "functions_dir": functions_dir,
+            "session_dir": session.dir,
+            "workspace": session.workspace,
+            "session_id": session.id,
+            "dump_fd": 3,
+            "max_frame": self.max_frame,
+            "extra_sys_path": [],
+        });
+        let spec = Arc::new(WorkerSpec {
+            python,
+            boot_script: shim_dir.join("toolpool_boot.py"),
+            config_json: config.to_string(),
+            workspace: session.workspace.clone(),
+            env: worker_env(&self.pass_env),
+            memory_limit_bytes: self.memory_limit_mb.map(|mb| mb * 1024 * 1024),
+            max_frame: self.max_frame,
+            start_timeout: self.start_timeout,
+            functions_dir: functions_dir.clone(),
+        });
+        let spawner = Spawner::new().map_err(|e| PoolError::Interpreter {
+            python: self.python.clone(),
+            reason: format!("cannot start the spawner thread: {e}"),
+        })?;
+
+        let mut starting = JoinSet::new();
+        let spawner = Arc::new(spawner);
+        for _ in 0..self.workers {
+            let (spawner, spec) = (spawner.clone(), spec.clone());
+            starting.spawn(async move { Worker::start(&spawner, spec).await });
+        }
+        let mut workers = Vec::new();
+        let mut first_error = None;
+        while let Some(started) = starting.join_next().await {
+            match started {
+                Ok(Ok(worker)) => workers.push(worker),
+                Ok(Err(e)) => {
+                    tracing::warn!("a worker failed to start: {e}");
+                    first_error.get_or_insert(e);
+                }
+                Err(join) => {
+                    first_error.get_or_insert(StartError::Handshake(join.to_string()));
+                }
+            }
+        }
+        let Some(first) = workers.first_mut() else {
+            return Err(PoolError::WorkerStart(
+                first_error.unwrap_or(StartError::SpawnerGone),
+            ));
+        };
+        let catalog = match first.catalog().await {
+            CallOutcome::Reply(Ok(value)) => {
+                Catalog::from_worker(functions_dir, value).map_err(PoolError::Catalog)?
+            }
+            CallOutcome::Reply(Err(e)) => {
+                return Err(PoolError::Catalog(format!("{}: {}", e.kind, e.message)))
+            }
+            CallOutcome::TimedOut { .. } => {
+                return Err(PoolError::Catalog(
+                    "the worker did not answer in time".into(),
+                ))
+            }
+            CallOutcome::Died { reason } => {
+                return Err(PoolError::Catalog(format!("the worker {reason}")))
+            }
+        };
+        for error in &catalog.errors {
+            tracing::warn!(module = %error.module, "tool module not loaded: {}", error.error);
+        }
+
+        let (idle_tx, idle_rx) = mpsc::unbounded_channel();
+        let (closed_tx, _) = watch::channel(false);
+        let shared = Arc::new(Shared {
+            spec,
+            spawner,
+            session,
+            idle_tx,
+            idle_rx: tokio::sync::Mutex::new(idle_rx),
+            closed: closed_tx,
+            is_closed: AtomicBool::new(false),
+            default_timeout: self.timeout,
+            queue_wait: self.queue_wait,
+            max_calls_per_worker: self.max_calls_per_worker,
+            size: self.workers,
+            catalog,
+            counters: Counters::default(),
+            live: Mutex::new(HashMap::new()),
+            start_failure: Mutex::new(None),
+            restart_failures: AtomicU64::new(0),
+        });
+        let missing = self.workers - workers.len();
+        for worker in workers {
+            shared.register(&worker);
+            shared.make_idle(worker);
+        }
+        for _ in 0..missing {
+            shared.replace();
+        }
+        Ok(Pool { shared })
+    }
+}
+
+/// Runs the interpreter once to learn its real path: launcher scripts such
+/// as pyenv shims cost tens of milliseconds on every spawn.
+async fn resolve_interpreter(python: &str) -> Result<PathBuf, PoolError> {
+    let error = |reason: String| PoolError::Interpreter {
+        python: python.to_string(),
+        reason,
+    };
+    let output = tokio::process::Command::new(python)
+        .args(["-I", "-c", "import sys; sys.stdout.write(sys.executable)"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .map_err(|e| error(e.to_string()))?;
+    if !output.status.success() {
+        return Err(error(format!(
+            "it exited with {}: {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        )));
+    }
+    let path = PathBuf::from(String::from_utf8_lossy(&output.stdout).trim());
+    if path.as_os_str().is_empty() {
+        return Err(error("it does not report sys.executable".into()));
+    }
+    Ok(path)
+}
+
+/// The minimal environment of DESIGN.md §2.
+fn worker_env(pass_env: &[String]) -> Vec<(OsString, OsString)> {
+    std::env::vars_os()
+        .filter(|(name, _)| {
+            let name = name.to_string_lossy();
+            let passed = BASE_ENV.contains(&name.as_ref())
+                || name.starts_with("LC_")
+                || pass_env.iter().any(|p| *p == name);
+            passed && (!name.starts_with("PYTHON") || pass_env.iter().any(|p| *p == name))
+        })
+        .collect()
+}
+
+#[derive(Default)]
+struct Counters {
+    calls: AtomicU64,
+    succeeded: AtomicU64,
+    timeouts: AtomicU64,
+    worker_deaths: AtomicU64,
+    respawns: AtomicU64,
+    recycled: AtomicU64,
+    cancelled: AtomicU64,
+    queued: AtomicUsize,
+    busy: AtomicUsize,
+    errors_by_type: Mutex<BTreeMap<String, u64>>,
+}
+
+/// A snapshot of the pool for operators.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct PoolStats {
+    pub size: usize,
+    pub live_workers: usize,
+    pub busy: usize,
+    pub idle: usize,
+    pub queued: usize,
+    pub calls: u64,
+    pub succeeded: u64,
+    pub timeouts: u64,
+    pub worker_deaths: u64,
+    pub respawns: u64,
+    pub recycled: u64,
+    pub cancelled: u64,
+    pub errors_by_type: BTreeMap<String, u64>,
+}
+
+struct Shared {
+    spec: Arc<WorkerSpec>,
+    spawner: Arc<Spawner>,
+    session: SessionPaths,
+    idle_tx: mpsc::UnboundedSender<Worker>,
+    idle_rx: tokio::sync::Mutex<mpsc::UnboundedReceiver<Worker>>,
+    closed: watch::Sender<bool>,
+    is_closed: AtomicBool,
+    default_timeout: Duration,
+    queue_wait: Option<Duration>,
+    max_calls_per_worker: Option<u64>,
+    size: usize,
+    catalog: Catalog,
+    counters: Counters,
+    /// Live workers: worker pid → guardian-independent handle for shutdown kills.
+    live: Mutex<HashMap<i32, ()>>,
+    /// Why the last attempt to start a worker failed, while none is running.
+    start_failure: Mutex<Option<String>>,
+    restart_failures: AtomicU64,
+}
+
+impl Shared {
+    fn register(&self, worker: &Worker) {
+        if let Ok(mut live) = self.live.lock() {
+            live.insert(worker.pid(), ());
+        }
+    }
+
+    fn unregister(&self, pid: i32) {
+        if let Ok(mut live) = self.live.lock() {
+            live.remove(&pid);
+        }
+    }
+
+    fn live_workers(&self) -> usize {
+        self.live.lock().map(|l| l.len()).unwrap_or(0)
+    }
+
+    fn make_idle(&self, worker: Worker) {
+        if self.is_closed.load(Ordering::Acquire) {
+            self.unregister(worker.pid());
+            tokio::spawn(worker.retire());
+            return;
+        }
+        // The receiver lives as long as `self`, so this cannot fail.
+        let _ = self.idle_tx.send(worker);
+    }
+
+    /// Starts one replacement worker in the background, backing off while
+    /// starts keep failing.
+    fn replace(self: &Arc<Self>) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let shared = self.clone();
+        runtime.spawn(async move {
+            loop {
+                if shared.is_closed.load(Ordering::Acquire) {
+                    return;
+                }
+                let failures = shared.restart_failures.load(Ordering::Relaxed);
+                if failures > 0 {
+                    let backoff = Duration::from_millis(100)
+                        .saturating_mul(1 << failures.min(10))
+                        .min(MAX_RESTART_BACKOFF);
+                    tokio::time::sleep(backoff).await;
+                }
+                match Worker::start(&shared.spawner, shared.spec.clone()).await {
+                    Ok(worker) => {
+                        shared.restart_failures.store(0, Ordering::Relaxed);
+                        if let Ok(mut failure) = shared.start_failure.lock() {
+                            *failure = None;
+                        }
+                        shared.counters.respawns.fetch_add(1, Ordering::Relaxed);
+                        shared.register(&worker);
+                        shared.make_idle(worker);
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::error!("replacement worker failed to start: {e}");
+                        shared.restart_failures.fetch_add(1, Ordering::Relaxed);
+                        if let Ok(mut failure) = shared.start_failure.lock() {
+                            *failure = Some(e.to_string());
+                        }
+                    }
+                }
+            }
+        });
+    }
+
+    fn count_error(&self, error: &ToolError) {
+        match error.kind {
+            ErrorKind::Timeout => self.counters.timeouts.fetch_add(1, Ordering::Relaxed),
+            ErrorKind::WorkerDied => self.counters.worker_deaths.fetch_add(1, Ordering::Relaxed),
+            _ => 0,
+        };
+        if let Ok(mut by_type) = self.counters.errors_by_type.lock() {
+            *by_type
+                .entry(error.kind.type_name().to_string())
+                .or_default() += 1;
+        }
+    }
+
+    /// Waits for an idle worker, within the queue-wait limit.
+    async fn checkout(self: &Arc<Self>, tool: &str) -> Result<Lease, ToolError> {
+        let closed_error =
+            || ToolError::new(tool, ErrorKind::PoolClosed, "the pool is shutting down");
+        if self.is_closed.load(Ordering::Acquire) {
+            return Err(closed_error());
+        }
+        let fail_fast = || {
+            let reason = self.start_failure.lock().ok()?.clone()?;
+            (self.live_workers() == 0).then(|| {
+                ToolError::new(
+                    tool,
+                    ErrorKind::WorkerDied,
+                    format!("no worker is running and none can start: {reason}"),
+                )
+            })
+        };
+        if let Some(error) = fail_fast() {
+            return Err(error);
+        }
+        let mut closed = self.closed.subscribe();
+        let started = Instant::now();
+        self.counters.queued.fetch_add(1, Ordering::Relaxed);
+        let take = async {
+            let mut idle = self.idle_rx.lock().await;
+            idle.recv().await
+        };
+        let waited = async {
+            match self.queue_wait {
+                Some(limit) => tokio::time::timeout(limit, take).await.ok(),
+                None => Some(take.await),
+            }
+        };
+        let outcome = tokio::select! {
+            waited = waited => waited,
+            _ = closed.wait_for(|closed| *closed) => Some(None),
+        };
+        self.counters.queued.fetch_sub(1, Ordering::Relaxed);
+        match outcome {
+            Some(Some(worker)) => Ok(Lease {
+                worker: Some(worker),
+                shared: self.clone(),
+            }),
+            Some(None) => Err(closed_error()),
+            None => Err(ToolError::new(
+                tool,
+                ErrorKind::PoolBusy,
+                format!(
+                    "no worker became free within {} s ({} workers, all busy)",
+                    format_secs(started.elapsed()),
+                    self.size
+                ),
+            )),
+        }
+    }
+}
+
+/// A worker checked out for one call. Dropped mid-call (the caller gave up),
+/// it kills the worker — a call in flight leaves it in an unknown state — and
+/// starts a replacement.
+struct Lease {
+    worker: Option<Worker>,
+    shared: Arc<Shared>,
+}
+
+impl Lease {
+    fn worker(&mut self) -> &mut Worker {
+        self.worker
+            .as_mut()
+            .expect("a lease holds its worker until finished")
+    }
+
+    /// Hands the worker back after a call that ended with `outcome`.
+    fn finish(mut self, outcome_kept_worker: bool) {
+        let Some(worker) = self.worker.take() else {
+            return;
+        };
+        let shared = &self.shared;
+        if !outcome_kept_worker {
+            shared.unregister(worker.pid());
+            drop(worker);
+            shared.replace();
+            return;
+        }
+        let worn_out = shared
+            .max_calls_per_worker
+            .is_some_and(|max| worker.calls_served() >= max);
+        if worn_out {
+            // Its replacement was started when this last call began.
+            shared.counters.recycled.fetch_add(1, Ordering::Relaxed);
+            shared.unregister(worker.pid());
+            tokio::spawn(worker.retire());
+        } else {
+            shared.make_idle(worker);
+        }
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if let Some(worker) = self.worker.take() {
+            tracing::warn!(
+                worker = worker.pid(),
+                "call abandoned mid-flight: killing its worker"
+            );
+            self.shared
+                .counters
+                .cancelled
+                .fetch_add(1, Ordering::Relaxed);
+            self.shared.unregister(worker.pid());
+            drop(worker);
+            self.shared.replace();
+        }
+    }
+}
+
+/// A pool of Python workers running the tools of one functions directory.
+#[derive(Clone)]
+pub struct Pool {
+    shared: Arc<Shared>,
+}
+
+impl Pool {
+    pub fn builder() -> PoolBuilder {
+        PoolBuilder::default()
+    }
+
+    pub fn catalog(&self) -> &Catalog {
+        &self.shared.catalog
+    }
+
+    pub fn session(&self) -> &SessionPaths {
+        &self.shared.session
+    }
+
+    pub fn default_timeout(&self) -> Duration {
+        self.shared.default_timeout
+    }
+
+    /// Calls a tool; the error's `Display` is the agent-facing text.
+    pub async fn invoke(
+        &self,
+        name: &str,
+        args: Value,
+        options: InvokeOptions,
+    ) -> Result<Value, ToolError> {
+        self.invoke_report(name, args, options).await.result
+    }
+
+    /// Like [`Pool::invoke`], with the elapsed time and the worker's pid.
+    pub async fn invoke_report(
+        &self,
+        name: &str,
+        args: Value,
+        options: InvokeOptions,
+    ) -> CallReport {
+        let shared = &self.shared;
+        shared.counters.calls.fetch_add(1, Ordering::Relaxed);
+        let started = Instant::now();
+        let (result, worker_pid) = self.run_call(name, &args, options).await;
+        match &result {
+            Ok(_) => {
+                shared.counters.succeeded.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(error) => {
+                shared.count_error(error);
+                if let Some(traceback) = &error.traceback {
+                    tracing::warn!(tool = name, "{error}\n{traceback}");
+                } else {
+                    tracing::warn!(tool = name, "{error}");
+                }
+            }
+        }
+        CallReport {
+            result,
+            elapsed: started.elapsed(),
+            worker_pid,
+        }
+    }
+
+    async fn run_call(
+        &self,
+        name: &str,
+        args: &Value,
+        options: InvokeOptions,
+    ) -> (Result<Value, ToolError>, Option<i32>) {
+        let shared = &self.shared;
+        let mut lease = match shared.checkout(name).await {
+            Ok(lease) => lease,
+            Err(e) => return (Err(e), None),
+        };
+        let timeout = options.timeout.unwrap_or(shared.default_timeout);
+        let context = CallContext {
+            session_id: shared.session.id.clone(),
+            node_id: options.context.node_id,
+            vars: options.context.vars,
+        };
+        let worker = lease.worker();
+        let pid = worker.pid();
+        if shared
+            .max_calls_per_worker
+            .is_some_and(|max| worker.calls_served() + 1 == max)
+        {
+            // Start the successor now so capacity does not dip when this one retires.
+            shared.replace();
+        }
+        shared.counters.busy.fetch_add(1, Ordering::Relaxed);
+        let deadline = Instant::now() + timeout;
+        let outcome = worker.invoke(name, args, &context, deadline).await;
+        shared.counters.busy.fetch_sub(1, Ordering::Relaxed);
+        let closing = shared.is_closed.load(Ordering::Acquire);
+        let (result, kept) = match outcome {
+            CallOutcome::Reply(Ok(value)) => (Ok(value), true),
+            CallOutcome::Reply(Err(remote)) => {
+                let mut error =
+                    ToolError::new(name, ErrorKind::from_remote(&remote.kind), remote.message);
+                error.traceback = remote.traceback;
+                (Err(error), true)
+            }
+            CallOutcome::TimedOut { stuck_at } => {
+                let place = match stuck_at {
+                    Some(at) => format!("; it was at {at}"),
+                    None => "; no stack dump was received".to_string(),
+                };
+                let message = format!(
+                    "function '{name}' timed out after {} s; its worker (pid {pid}) was killed{place}",
+                    format_secs(timeout)
+                );
+                (
+                    Err(ToolError::new(name, ErrorKind::Timeout, message)),
+                    false,
+                )
+            }
+            CallOutcome::Died { .. } if closing => (
+                Err(ToolError::new(
+                    name,
+                    ErrorKind::PoolClosed,
+                    "the pool shut down before the call finished; its worker was killed",
+                )),
+                false,
+            ),
+            CallOutcome::Died { reason } => {
+                let message = format!("the worker (pid {pid}) running '{name}' {reason}");
+                (
+                    Err(ToolError::new(name, ErrorKind::WorkerDied, message)),
+                    false,
+                )
+            }
+        };
+        lease.finish(kept);
+        (result, Some(pid))
+    }
+
+    pub fn stats(&self) -> PoolStats {
+        let c = &self.shared.counters;
+        let live = self.shared.live_workers();
+        let busy = c.busy.load(Ordering::Relaxed);
+        PoolStats {
+            size: self.shared.size,
+            live_workers: live,
+            busy,
+            idle: live.saturating_sub(busy),
+            queued: c.queued.load(Ordering::Relaxed),
+            calls: c.calls.load(Ordering::Relaxed),
+            succeeded: c.succeeded.load(Ordering::Relaxed),
+            timeouts: c.timeouts.load(Ordering::Relaxed),
+            worker_deaths: c.worker_deaths.load(Ordering::Relaxed),
+            respawns: c.respawns.load(Ordering::Relaxed),
+            recycled: c.recycled.load(Ordering::Relaxed),
+            cancelled: c.cancelled.load(Ordering::Relaxed),
+            errors_by_type: c
+                .errors_by_type
+                .lock()
+                .map(|m| m.clone())
+                .unwrap_or_default(),
+        }
+    }
+
+    /// Stops taking calls, lets calls in flight finish within `grace`, then
+    /// kills what is left and reaps every worker.
+    pub async fn shutdown_with_grace(&self, grace: Duration) {
+        let shared = &self.shared;
+        shared.is_closed.store(true, Ordering::Release);
+        shared.closed.send_replace(true);
+        let deadline = Instant::now() + grace;
+        let mut retiring = JoinSet::new();
+        loop {
+            // Idle workers (and those coming back from calls) retire at once.
+            {
+                let mut idle = shared.idle_rx.lock().await;
+                while let Ok(worker) = idle.try_recv() {
+                    shared.unregister(worker.pid());
+                    retiring.spawn(worker.retire());
+                }
+            }
+            if shared.live_workers() == 0 || Instant::now() >= deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // Whatever is still busy after the grace period is killed; its call
+        // returns PoolClosed.
+        let remaining: Vec<i32> = shared
+            .live
+            .lock()
+            .map(|live| live.keys().copied().collect())
+            .unwrap_or_default();
+        for pid in remaining {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        while retiring.join_next().await.is_some() {}
+    }
+
+    /// [`Pool::shutdown_with_grace`] with a 10 s grace period.
+    pub async fn shutdown(&self) {
+        self.shutdown_with_grace(Duration::from_secs(10)).await
+    }
+}
+
+/// Seconds without trailing zeros: `1`, `0.2`, `2.5`.
+pub fn format_secs(duration: Duration) -> String {
+    let text = format!("{:.3}", duration.as_secs_f64());
+    text.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seconds_are_printed_without_trailing_zeros() {
+        assert_eq!(format_secs(Duration::from_secs(1)), "1");
+        assert_eq!(format_secs(Duration::from_millis(200)), "0.2");
+        assert_eq!(format_secs(Duration::from_millis(2500)), "2.5");
+    }
+
+    #[test]
+    fn worker_environment_is_minimal() {
+        std::env::set_var("TOOLPOOL_TEST_SECRET", "x");
+        std::env::set_var("LC_TOOLPOOL_TEST", "y");
+        let env = worker_env(&[]);
+        let names: Vec<String> = env
+            .iter()
+            .map(|(k, _)| k.to_string_lossy().into_owned())
+            .collect();
+        assert!(!names.contains(&"TOOLPOOL_TEST_SECRET".to_string()));
+        assert!(names.contains(&"LC_TOOLPOOL_TEST".to_string()));
+        let env = worker_env(&["TOOLPOOL_TEST_SECRET".into()]);
+        assert!(env
+            .iter()
+            .any(|(k, v)| k == "TOOLPOOL_TEST_SECRET" && v == "x"));
+    }
+}

@@ -1,0 +1,759 @@
+//! One worker: a guardian `python3` process and the worker it forks (see
+//! `docs/protocol.md`). Spawn, handshake, exchange frames, dump the stack,
+//! kill and reap.
+//!
+//! Every worker is spawned from one long-lived thread (the [`Spawner`]):
+//! `PR_SET_PDEATHSIG` fires when the *thread* that forked a child exits, so
+//! forking from tokio's short-lived blocking threads would kill idle workers.
+
+use std::collections::VecDeque;
+use std::ffi::OsString;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use nix::sys::signal::{kill, killpg, Signal};
+use nix::unistd::Pid;
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use tokio::net::unix::pipe;
+use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout};
+use tokio::sync::oneshot;
+use tokio::time::{timeout, timeout_at, Instant};
+
+use crate::protocol::{
+    encode_frame, read_message, write_frame, CallContext, Message, ProtocolError, RemoteError,
+    Request, PROTOCOL_VERSION,
+};
+
+/// The fd on which the worker's `faulthandler` writes stack dumps.
+const DUMP_FD: i32 = 3;
+/// How long to wait for the first bytes of a stack dump before killing anyway.
+const DUMP_FIRST_BYTE_WAIT: Duration = Duration::from_millis(50);
+/// A dump is complete when nothing more arrived for this long.
+const DUMP_IDLE: Duration = Duration::from_millis(3);
+/// How much of a worker's stderr is kept to explain a failed start.
+const STDERR_TAIL_BYTES: usize = 8 * 1024;
+/// Longest stderr line logged as one event; longer ones are split.
+const STDERR_LINE_MAX: usize = 16 * 1024;
+
+/// Everything needed to launch a worker; shared by all workers of a pool.
+#[derive(Debug)]
+pub struct WorkerSpec {
+    pub python: PathBuf,
+    pub boot_script: PathBuf,
+    /// The JSON config passed as the boot script's argument.
+    pub config_json: String,
+    pub workspace: PathBuf,
+    pub env: Vec<(OsString, OsString)>,
+    pub memory_limit_bytes: Option<u64>,
+    pub max_frame: usize,
+    pub start_timeout: Duration,
+    /// Canonical functions directory, to report stack frames relative to it.
+    pub functions_dir: PathBuf,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot spawn {python}: {source}")]
+    Spawn {
+        python: String,
+        source: std::io::Error,
+    },
+    #[error("the worker {status} during startup{stderr}")]
+    Died { status: String, stderr: StderrText },
+    #[error("the worker did not finish starting within {secs} s{stderr}")]
+    Timeout { secs: f64, stderr: StderrText },
+    #[error("the worker speaks protocol {got}, this supervisor speaks {PROTOCOL_VERSION}")]
+    Protocol { got: u32 },
+    #[error("the worker broke the handshake: {0}")]
+    Handshake(String),
+    #[error("the spawner thread is gone (the pool is shutting down)")]
+    SpawnerGone,
+}
+
+/// A worker's last stderr output, shown after an error message.
+#[derive(Debug, Default)]
+pub struct StderrText(pub String);
+
+impl std::fmt::Display for StderrText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let text = self.0.trim_end();
+        if text.is_empty() {
+            write!(f, " (it wrote nothing to stderr)")
+        } else {
+            write!(f, "; its stderr:\n{text}")
+        }
+    }
+}
+
+/// The one thread every worker is forked from; lives as long as its pool.
+pub struct Spawner {
+    jobs: std::sync::mpsc::Sender<SpawnJob>,
+}
+
+struct SpawnJob {
+    spec: Arc<WorkerSpec>,
+    reply: oneshot::Sender<std::io::Result<Spawned>>,
+}
+
+struct Spawned {
+    child: Child,
+    dump: OwnedFd,
+}
+
+impl Spawner {
+    /// Starts the spawner thread; must be called inside a tokio runtime.
+    pub fn new() -> std::io::Result<Spawner> {
+        let handle = tokio::runtime::Handle::current();
+        let (jobs, queue) = std::sync::mpsc::channel::<SpawnJob>();
+        std::thread::Builder::new()
+            .name("toolpool-spawner".into())
+            .spawn(move || {
+                // tokio::process needs a runtime context to register the child.
+                let _runtime = handle.enter();
+                for job in queue {
+                    let _ = job.reply.send(spawn_process(&job.spec));
+                }
+            })?;
+        Ok(Spawner { jobs })
+    }
+
+    async fn spawn(&self, spec: Arc<WorkerSpec>) -> Result<std::io::Result<Spawned>, StartError> {
+        let (reply, answer) = oneshot::channel();
+        self.jobs
+            .send(SpawnJob { spec, reply })
+            .map_err(|_| StartError::SpawnerGone)?;
+        answer.await.map_err(|_| StartError::SpawnerGone)
+    }
+}
+
+fn spawn_process(spec: &WorkerSpec) -> std::io::Result<Spawned> {
+    let (dump_read, dump_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    let mut command = tokio::process::Command::new(&spec.python);
+    command
+        .arg("-I")
+        .arg(&spec.boot_script)
+        .arg(&spec.config_json)
+        .current_dir(&spec.workspace)
+        .env_clear()
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    let supervisor_pid = nix::unistd::getpid().as_raw();
+    let dump_fd = dump_write.as_raw_fd();
+    let memory_limit = spec.memory_limit_bytes;
+    // SAFETY: the closure runs between fork and exec and only makes
+    // async-signal-safe system calls (prctl, getppid, fcntl, dup2, setrlimit, _exit).
+    unsafe {
+        command.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The supervisor may have died before prctl took effect.
+            if libc::getppid() != supervisor_pid {
+                libc::_exit(1);
+            }
+            if dump_fd == DUMP_FD {
+                if libc::fcntl(DUMP_FD, libc::F_SETFD, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            } else if libc::dup2(dump_fd, DUMP_FD) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if let Some(bytes) = memory_limit {
+                let limit = libc::rlimit {
+                    rlim_cur: bytes as libc::rlim_t,
+                    rlim_max: bytes as libc::rlim_t,
+                };
+                if libc::setrlimit(libc::RLIMIT_AS, &limit) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    let child = command.spawn()?;
+    drop(dump_write);
+    Ok(Spawned {
+        child,
+        dump: dump_read,
+    })
+}
+
+/// The last bytes a worker wrote to stderr.
+#[derive(Default)]
+struct StderrTail(VecDeque<u8>);
+
+impl StderrTail {
+    fn push_line(&mut self, line: &[u8]) {
+        self.0.extend(line);
+        self.0.push_back(b'\n');
+        let excess = self.0.len().saturating_sub(STDERR_TAIL_BYTES);
+        self.0.drain(..excess);
+    }
+
+    fn text(&self) -> StderrText {
+        let (a, b) = self.0.as_slices();
+        StderrText(String::from_utf8_lossy(&[a, b].concat()).into_owned())
+    }
+}
+
+/// What the stderr pump tags tool output with: the call running now.
+type CallTag = Arc<Mutex<Option<String>>>;
+
+/// Logs a worker's stderr line by line (tagged with the call) and keeps its tail.
+async fn pump_stderr(
+    stderr: ChildStderr,
+    guardian_pid: u32,
+    tail: Arc<Mutex<StderrTail>>,
+    tag: CallTag,
+) {
+    let mut reader = BufReader::new(stderr);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        // Bounded: a tool writing gigabytes without a newline is logged in pieces.
+        let read = (&mut reader)
+            .take(STDERR_LINE_MAX as u64)
+            .read_until(b'\n', &mut line)
+            .await;
+        match read {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        let text = line.strip_suffix(b"\n").unwrap_or(&line);
+        if let Ok(mut tail) = tail.lock() {
+            tail.push_line(text);
+        }
+        let call = tag.lock().ok().and_then(|t| t.clone());
+        let text = String::from_utf8_lossy(text);
+        match call {
+            Some(call) => {
+                tracing::info!(target: "toolpool::tool_output", worker = guardian_pid, call = %call, "{text}")
+            }
+            None => {
+                tracing::info!(target: "toolpool::tool_output", worker = guardian_pid, "{text}")
+            }
+        }
+    }
+}
+
+/// How a call on a worker ended, seen from the worker's side.
+#[derive(Debug)]
+pub enum CallOutcome {
+    /// The worker answered; it is still usable.
+    Reply(Result<Value, RemoteError>),
+    /// The deadline passed; the worker was killed and reaped.
+    TimedOut {
+        /// Where the code was, from the stack dump (`file:line in function`).
+        stuck_at: Option<String>,
+    },
+    /// The worker died or broke the protocol; it is gone.
+    Died { reason: String },
+}
+
+/// A running worker, exclusively owned by whoever is using it.
+pub struct Worker {
+    child: Child,
+    /// The worker's pid, which is also its process group.
+    pid: i32,
+    guardian_pid: i32,
+    /// `None` once the worker is being retired (closing stdin tells it to exit).
+    stdin: Option<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+    dump: pipe::Receiver,
+    stderr_tail: Arc<Mutex<StderrTail>>,
+    call_tag: CallTag,
+    spec: Arc<WorkerSpec>,
+    next_id: u64,
+    calls_served: u64,
+    python_version: String,
+    reaped: bool,
+}
+
+impl Worker {
+    /// Spawns a worker and waits for its hello (sent once it imported the tools).
+    pub async fn start(spawner: &Spawner, spec: Arc<WorkerSpec>) -> Result<Worker, StartError> {
+        let Spawned { mut child, dump } =
+            spawner
+                .spawn(spec.clone())
+                .await?
+                .map_err(|source| StartError::Spawn {
+                    python: spec.python.display().to_string(),
+                    source,
+                })?;
+        let guardian_pid = child.id().unwrap_or(0);
+        let (Some(stdin), Some(stdout), Some(stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            return Err(StartError::Handshake("stdio pipes missing".into()));
+        };
+        let dump = pipe::Receiver::from_owned_fd(dump)
+            .map_err(|e| StartError::Handshake(format!("dump pipe: {e}")))?;
+        let stderr_tail = Arc::new(Mutex::new(StderrTail::default()));
+        let call_tag: CallTag = Arc::new(Mutex::new(None));
+        let pump = tokio::spawn(pump_stderr(
+            stderr,
+            guardian_pid,
+            stderr_tail.clone(),
+            call_tag.clone(),
+        ));
+        let mut stdout = BufReader::new(stdout);
+        let hello = timeout(
+            spec.start_timeout,
+            read_message(&mut stdout, spec.max_frame),
+        )
+        .await;
+        let mut worker = Worker {
+            child,
+            pid: 0,
+            guardian_pid: guardian_pid as i32,
+            stdin: Some(stdin),
+            stdout,
+            dump,
+            stderr_tail,
+            call_tag,
+            spec: spec.clone(),
+            next_id: 1,
+            calls_served: 0,
+            python_version: String::new(),
+            reaped: false,
+        };
+        let failure = match hello {
+            Ok(Ok(Message::Hello {
+                protocol,
+                pid,
+                python,
+                ..
+            })) => {
+                worker.pid = pid;
+                if protocol == PROTOCOL_VERSION {
+                    worker.python_version = python;
+                    return Ok(worker);
+                }
+                StartError::Protocol { got: protocol }
+            }
+            Ok(Ok(other)) => StartError::Handshake(format!("expected hello, got {other:?}")),
+            Ok(Err(ProtocolError::Closed)) => {
+                let status = worker.reap().await;
+                // Let the pump collect what the worker said on its way out.
+                let _ = timeout(Duration::from_millis(500), pump).await;
+                return Err(StartError::Died {
+                    status: describe_exit(status, false),
+                    stderr: worker.stderr_text(),
+                });
+            }
+            Ok(Err(e)) => StartError::Handshake(e.to_string()),
+            Err(_) => {
+                worker.kill().await;
+                let _ = timeout(Duration::from_millis(200), pump).await;
+                return Err(StartError::Timeout {
+                    secs: spec.start_timeout.as_secs_f64(),
+                    stderr: worker.stderr_text(),
+                });
+            }
+        };
+        worker.kill().await;
+        Err(failure)
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    pub fn calls_served(&self) -> u64 {
+        self.calls_served
+    }
+
+    pub fn python_version(&self) -> &str {
+        &self.python_version
+    }
+
+    fn stderr_text(&self) -> StderrText {
+        self.stderr_tail
+            .lock()
+            .map(|t| t.text())
+            .unwrap_or_default()
+    }
+
+    fn take_id(&mut self) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    /// Asks the worker for the catalog it built when importing the tools.
+    pub async fn catalog(&mut self) -> CallOutcome {
+        let id = self.take_id();
+        let deadline = Instant::now() + self.spec.start_timeout;
+        self.run(id, &Request::Catalog { id }, "catalog", deadline)
+            .await
+    }
+
+    /// Runs one tool call; on `TimedOut` or `Died` the worker is gone.
+    pub async fn invoke(
+        &mut self,
+        name: &str,
+        args: &Value,
+        context: &CallContext,
+        deadline: Instant,
+    ) -> CallOutcome {
+        let id = self.take_id();
+        self.calls_served += 1;
+        let request = Request::Invoke {
+            id,
+            name,
+            args,
+            context,
+        };
+        self.run(id, &request, name, deadline).await
+    }
+
+    async fn run(
+        &mut self,
+        id: u64,
+        request: &Request<'_>,
+        label: &str,
+        deadline: Instant,
+    ) -> CallOutcome {
+        let frame = match encode_frame(request, self.spec.max_frame) {
+            Ok(frame) => frame,
+            Err(e) => {
+                // Nothing was sent: the worker is still usable.
+                return CallOutcome::Reply(Err(RemoteError {
+                    kind: "InvalidArguments".into(),
+                    message: format!("arguments cannot be sent to the worker: {e}"),
+                    traceback: None,
+                }));
+            }
+        };
+        if let Ok(mut tag) = self.call_tag.lock() {
+            *tag = Some(format!("{label}#{id}"));
+        }
+        let outcome = self.exchange(id, &frame, deadline).await;
+        if let Ok(mut tag) = self.call_tag.lock() {
+            *tag = None;
+        }
+        match outcome {
+            Exchange::Reply(reply) => CallOutcome::Reply(reply),
+            Exchange::Timeout => {
+                let stuck_at = self.stack_dump().await;
+                self.kill().await;
+                CallOutcome::TimedOut { stuck_at }
+            }
+            Exchange::Broken(ProtocolError::Closed) | Exchange::Broken(ProtocolError::Io(_)) => {
+                let status = self.reap().await;
+                CallOutcome::Died {
+                    reason: describe_exit(status, false),
+                }
+            }
+            Exchange::Broken(e) => {
+                self.kill().await;
+                CallOutcome::Died {
+                    reason: format!("broke the protocol ({e}) and was killed"),
+                }
+            }
+        }
+    }
+
+    async fn exchange(&mut self, id: u64, frame: &[u8], deadline: Instant) -> Exchange {
+        let Some(stdin) = self.stdin.as_mut() else {
+            return Exchange::Broken(ProtocolError::Closed);
+        };
+        match timeout_at(deadline, write_frame(stdin, frame)).await {
+            Err(_) => return Exchange::Timeout,
+            Ok(Err(e)) => return Exchange::Broken(e),
+            Ok(Ok(())) => {}
+        }
+        loop {
+            let message = match timeout_at(
+                deadline,
+                read_message(&mut self.stdout, self.spec.max_frame),
+            )
+            .await
+            {
+                Err(_) => return Exchange::Timeout,
+                Ok(Err(e)) => return Exchange::Broken(e),
+                Ok(Ok(message)) => message,
+            };
+            match message {
+                Message::Reply {
+                    id: got,
+                    ok,
+                    value,
+                    error,
+                } if got == id => {
+                    return Exchange::Reply(if ok {
+                        Ok(value)
+                    } else {
+                        Err(error.unwrap_or_else(|| RemoteError {
+                            kind: "WorkerDied".into(),
+                            message: "the worker reported a failure without an error".into(),
+                            traceback: None,
+                        }))
+                    });
+                }
+                Message::Reply { id: got, .. } => {
+                    tracing::warn!(
+                        worker = self.pid,
+                        id = got,
+                        "dropping a reply whose request is not in flight"
+                    );
+                }
+                Message::Call {
+                    id: call_id,
+                    method,
+                    ..
+                } => {
+                    tracing::warn!(worker = self.pid, call_id, %method, "context callbacks are not served yet");
+                    let reply = crate::protocol::CallbackReply::error(
+                        call_id,
+                        "NotImplementedError",
+                        &format!("the supervisor does not serve '{method}'"),
+                    );
+                    let written = match encode_frame(&reply, self.spec.max_frame) {
+                        Ok(frame) => timeout_at(deadline, write_frame(stdin, &frame)).await,
+                        Err(e) => Ok(Err(e)),
+                    };
+                    match written {
+                        Err(_) => return Exchange::Timeout,
+                        Ok(Err(e)) => return Exchange::Broken(e),
+                        Ok(Ok(())) => {}
+                    }
+                }
+                Message::Hello { .. } => {
+                    return Exchange::Broken(ProtocolError::Unexpected("a second hello"));
+                }
+            }
+        }
+    }
+
+    /// Asks the worker for a stack dump and returns where the tool's code was.
+    async fn stack_dump(&mut self) -> Option<String> {
+        let mut chunk = [0u8; 8192];
+        // Discard anything stale from an earlier dump.
+        while matches!(self.dump.try_read(&mut chunk), Ok(n) if n > 0) {}
+        kill(Pid::from_raw(self.pid), Signal::SIGUSR1).ok()?;
+        let mut dump = Vec::new();
+        let mut until = Instant::now() + DUMP_FIRST_BYTE_WAIT;
+        while dump.len() < 256 * 1024 {
+            match timeout_at(until, self.dump.readable()).await {
+                Ok(Ok(())) => match self.dump.try_read(&mut chunk) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        dump.extend_from_slice(&chunk[..n]);
+                        until = Instant::now() + DUMP_IDLE;
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                    Err(_) => break,
+                },
+                _ => break,
+            }
+        }
+        let text = String::from_utf8_lossy(&dump);
+        tracing::debug!(worker = self.pid, "stack dump before kill:\n{text}");
+        locate_in_dump(&text, &self.spec.functions_dir)
+    }
+
+    /// Kills the worker's group and the guardian's, then reaps the guardian.
+    pub async fn kill(&mut self) -> Option<ExitStatus> {
+        self.signal_groups(Signal::SIGKILL);
+        self.reap().await
+    }
+
+    fn signal_groups(&self, signal: Signal) {
+        if self.reaped {
+            return;
+        }
+        if self.pid > 0 {
+            let _ = killpg(Pid::from_raw(self.pid), signal);
+        }
+        if self.guardian_pid > 0 {
+            let _ = killpg(Pid::from_raw(self.guardian_pid), signal);
+        }
+    }
+
+    /// Waits for the guardian, which mirrors the worker's own exit status.
+    async fn reap(&mut self) -> Option<ExitStatus> {
+        match timeout(Duration::from_secs(5), self.child.wait()).await {
+            Ok(Ok(status)) => {
+                self.reaped = true;
+                // The guardian kills the worker's group before it exits; this
+                // covers a guardian that was itself killed.
+                if self.pid > 0 {
+                    let _ = killpg(Pid::from_raw(self.pid), Signal::SIGKILL);
+                }
+                Some(status)
+            }
+            _ => {
+                self.signal_groups(Signal::SIGKILL);
+                self.child.wait().await.ok().inspect(|_| self.reaped = true)
+            }
+        }
+    }
+
+    /// Retires a healthy worker: closes its stdin (it exits at once), reaps it.
+    pub async fn retire(mut self) {
+        // Dropping our end of stdin is the worker's signal to exit.
+        drop(self.stdin.take());
+        if timeout(Duration::from_secs(2), self.child.wait())
+            .await
+            .is_ok()
+        {
+            self.reaped = true;
+        }
+        self.signal_groups(Signal::SIGKILL);
+        let _ = self.reap().await;
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        // A worker dropped mid-call (a cancelled call, a dropped pool) must not
+        // outlive its owner; tokio reaps the guardian in the background.
+        self.signal_groups(Signal::SIGKILL);
+    }
+}
+
+enum Exchange {
+    Reply(Result<Value, RemoteError>),
+    Timeout,
+    Broken(ProtocolError),
+}
+
+/// Describes how a worker ended, for `WorkerDied` messages.
+pub fn describe_exit(status: Option<ExitStatus>, killed_by_us: bool) -> String {
+    let Some(status) = status else {
+        return "ended (its exit status could not be read)".into();
+    };
+    if let Some(code) = status.code() {
+        return format!("exited with code {code}");
+    }
+    match status.signal() {
+        Some(sig) => {
+            let name = Signal::try_from(sig)
+                .map(|s| s.as_str().to_string())
+                .unwrap_or_else(|_| format!("signal {sig}"));
+            if sig == libc::SIGKILL && !killed_by_us {
+                format!("was killed by {name} (possibly out of memory)")
+            } else {
+                format!("was killed by {name}")
+            }
+        }
+        None => format!("ended ({status})"),
+    }
+}
+
+/// Finds where the tool's code was in a `faulthandler` dump: the innermost
+/// frame of the thread running a tool, with the innermost frame of the
+/// functions directory when they differ. Paths under the functions directory
+/// are shown relative to it.
+pub fn locate_in_dump(dump: &str, functions_dir: &Path) -> Option<String> {
+    struct Frame {
+        file: String,
+        line: String,
+        function: String,
+    }
+    let mut threads: Vec<Vec<Frame>> = Vec::new();
+    for raw in dump.lines() {
+        if raw.starts_with("Thread ") || raw.starts_with("Current thread ") {
+            threads.push(Vec::new());
+            continue;
+        }
+        let Some(rest) = raw.trim_start().strip_prefix("File \"") else {
+            continue;
+        };
+        let Some((file, rest)) = rest.split_once("\", line ") else {
+            continue;
+        };
+        let (line, function) = rest.split_once(" in ").unwrap_or((rest, "?"));
+        if threads.is_empty() {
+            threads.push(Vec::new());
+        }
+        if let Some(frames) = threads.last_mut() {
+            frames.push(Frame {
+                file: file.to_string(),
+                line: line.trim().to_string(),
+                function: function.trim().to_string(),
+            });
+        }
+    }
+    let in_tools = |f: &Frame| Path::new(&f.file).starts_with(functions_dir);
+    let thread = threads
+        .iter()
+        .find(|frames| frames.iter().any(in_tools))
+        .or_else(|| threads.iter().find(|frames| !frames.is_empty()))?;
+    let show = |f: &Frame| {
+        let file = Path::new(&f.file)
+            .strip_prefix(functions_dir)
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|_| f.file.clone());
+        format!("{file}:{} in {}", f.line, f.function)
+    };
+    let innermost = thread.first()?;
+    match thread.iter().find(|f| in_tools(f)) {
+        Some(tool) if std::ptr::eq(tool, innermost) => Some(show(tool)),
+        Some(tool) => Some(format!("{}, called from {}", show(innermost), show(tool))),
+        None => Some(show(innermost)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DUMP: &str = r#"Thread 0x00007f0000000001 (most recent call first):
+  File "/usr/lib/python3.11/threading.py", line 320 in wait
+  File "/shim/toolpool_shim/worker.py", line 40 in _read_loop
+
+Current thread 0x00007f0000000002 (most recent call first):
+  File "/usr/lib/python3.11/subprocess.py", line 1959 in _wait
+  File "/proj/functions/function_calling/slow.py", line 12 in spawn_and_wait
+  File "/shim/toolpool_shim/invoke.py", line 88 in run
+"#;
+
+    #[test]
+    fn dump_locates_the_tool_frame_and_what_it_called() {
+        let at = locate_in_dump(DUMP, Path::new("/proj/functions/function_calling")).unwrap();
+        assert_eq!(
+            at,
+            "/usr/lib/python3.11/subprocess.py:1959 in _wait, called from slow.py:12 in spawn_and_wait"
+        );
+    }
+
+    #[test]
+    fn dump_with_the_tool_frame_innermost_names_only_it() {
+        let dump = "Current thread 0x1 (most recent call first):\n  File \"/f/busy.py\", line 3 in loop\n  File \"/shim/invoke.py\", line 9 in run\n";
+        assert_eq!(
+            locate_in_dump(dump, Path::new("/f")).unwrap(),
+            "busy.py:3 in loop"
+        );
+    }
+
+    #[test]
+    fn empty_dump_locates_nothing() {
+        assert_eq!(locate_in_dump("", Path::new("/f")), None);
+    }
+
+    #[test]
+    fn exit_descriptions_name_code_and_signal() {
+        assert_eq!(
+            describe_exit(Some(ExitStatus::from_raw(3 << 8)), false),
+            "exited with code 3"
+        );
+        assert_eq!(
+            describe_exit(Some(ExitStatus::from_raw(libc::SIGSEGV)), false),
+            "was killed by SIGSEGV"
+        );
+        assert_eq!(
+            describe_exit(Some(ExitStatus::from_raw(libc::SIGKILL)), false),
+            "was killed by SIGKILL (possibly out of memory)"
+        );
+    }
+}
