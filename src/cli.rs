@@ -1,7 +1,8 @@
 //! The command line (DESIGN.md §2): argument definitions and the commands.
 //!
 //! stdout carries only results; logs go to stderr. Exit codes: 0 success,
-//! 1 the call failed, 124 the call timed out, 2 bad command line or setup.
+//! 1 the call failed, 124 the call timed out, 2 bad command line, setup or
+//! workflow file.
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -11,6 +12,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::{json, Value};
 
+use crate::config::{nodes_json, ToolFormat, Workflow, WorkflowError};
 use crate::error::PoolError;
 use crate::pool::{InvokeOptions, Pool, PoolBuilder};
 
@@ -64,6 +66,14 @@ pub enum CatalogFormat {
     Table,
 }
 
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ResolveFormat {
+    /// {name, description, parameters, function, timeout}
+    Json,
+    /// {type: "function", function: {name, description, parameters}}
+    Openai,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// All tools, with their schemas and the modules that failed to load
@@ -86,12 +96,24 @@ pub enum Command {
         /// Read the arguments (a JSON object) from a file, or - for stdin
         #[arg(long, value_name = "FILE")]
         args_file: Option<PathBuf>,
-        /// Timeout for this call in seconds [default: the pool's]
-        #[arg(long = "timeout", id = "call_timeout", value_parser = parse_seconds)]
-        call_timeout: Option<Duration>,
         /// Print a JSON envelope {ok, result|error, text, elapsed_ms, worker_pid}
         #[arg(long)]
         json: bool,
+    },
+    /// The tools of each agent node of a workflow file, with schemas and timeouts
+    Resolve {
+        /// Workflow YAML file
+        workflow: PathBuf,
+        /// Only this node
+        #[arg(long, value_name = "ID")]
+        node: Option<String>,
+        #[arg(long, value_enum, default_value = "json")]
+        format: ResolveFormat,
+    },
+    /// Validate a workflow file: exit 0, or print every error and exit 2
+    Check {
+        /// Workflow YAML file
+        workflow: PathBuf,
     },
 }
 
@@ -116,6 +138,10 @@ pub async fn run(cli: Cli) -> ExitCode {
             eprintln!("toolpool: {message}");
             ExitCode::from(EXIT_USAGE)
         }
+        Err(CliError::Workflow(error)) => {
+            eprintln!("toolpool: {error}");
+            ExitCode::from(EXIT_USAGE)
+        }
         Err(CliError::Pool(error)) => {
             eprintln!("toolpool: {error}");
             let code = match error {
@@ -135,6 +161,9 @@ enum CliError {
     Usage(String),
     #[error(transparent)]
     Pool(#[from] PoolError),
+    /// A workflow file that cannot be used; exit code 2.
+    #[error(transparent)]
+    Workflow(#[from] WorkflowError),
 }
 
 fn builder(cli: &Cli, default_workers: Option<usize>) -> PoolBuilder {
@@ -191,15 +220,13 @@ async fn run_command(cli: Cli) -> Result<ExitCode, CliError> {
             name,
             args,
             args_file,
-            call_timeout,
             json,
         } => {
             let args = read_args(args.as_deref(), args_file.as_ref())?;
             let pool = builder(&cli, Some(1)).build().await?;
-            let options = InvokeOptions {
-                timeout: *call_timeout,
-                ..Default::default()
-            };
+            // `call NAME --timeout S` is the global --timeout: for one call
+            // the pool's default and the call's timeout are the same thing.
+            let options = InvokeOptions::default();
             let report = pool.invoke_report(name, args, options).await;
             let code = match &report.result {
                 Ok(_) => ExitCode::SUCCESS,
@@ -225,6 +252,50 @@ async fn run_command(cli: Cli) -> Result<ExitCode, CliError> {
             }
             pool.shutdown_with_grace(Duration::from_secs(1)).await;
             Ok(code)
+        }
+        Command::Resolve {
+            workflow,
+            node,
+            format,
+        } => {
+            // The file is read before any worker starts: a missing file or
+            // broken YAML needs no Python to be reported.
+            let workflow = Workflow::load(workflow)?;
+            let pool = builder(&cli, Some(1)).build().await?;
+            let resolved = workflow.resolve(pool.catalog());
+            let default_timeout = pool.default_timeout();
+            pool.shutdown().await;
+            let resolved = resolved?;
+            let format = match format {
+                ResolveFormat::Json => ToolFormat::Json,
+                ResolveFormat::Openai => ToolFormat::OpenAi,
+            };
+            let value = match node {
+                Some(id) => nodes_json(
+                    std::iter::once(resolved.node_tools(id)?),
+                    default_timeout,
+                    format,
+                ),
+                None => resolved.to_json(default_timeout, format),
+            };
+            print_out(&pretty(&value));
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Check { workflow } => {
+            let workflow = Workflow::load(workflow)?;
+            let pool = builder(&cli, Some(1)).build().await?;
+            let resolved = workflow.resolve(pool.catalog());
+            pool.shutdown().await;
+            let resolved = resolved?;
+            let tools: usize = resolved.nodes.iter().map(|n| n.tools.len()).sum();
+            let nodes = resolved.nodes.len();
+            print_out(&format!(
+                "{}: ok ({nodes} agent {} with function tooling, {tools} {})",
+                resolved.source,
+                if nodes == 1 { "node" } else { "nodes" },
+                if tools == 1 { "tool" } else { "tools" },
+            ));
+            Ok(ExitCode::SUCCESS)
         }
     }
 }

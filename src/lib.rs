@@ -2,10 +2,12 @@
 //! `python3` workers, with timeouts that are enforced by killing the worker.
 //!
 //! Modules, dependencies pointing one way: [`protocol`] ← [`worker`] ←
-//! [`pool`] ← [`cli`]; [`catalog`] and [`context`] beside them.
+//! [`pool`] ← [`cli`]; [`catalog`], [`config`] (workflow files) and
+//! [`context`] beside them.
 
 pub mod catalog;
 pub mod cli;
+pub mod config;
 pub mod context;
 pub mod embedded;
 pub mod error;
@@ -14,5 +16,9 @@ pub mod protocol;
 pub mod worker;
 
 pub use catalog::{Catalog, FunctionSpec, ListOption, LoadError};
+pub use config::{
+    validate, ConfigError, NodeTools, ResolvedWorkflow, ToolFormat, ToolSpec, Workflow,
+    WorkflowError,
+};
 pub use error::{ErrorKind, PoolError, ToolError};
 pub use pool::{CallReport, InvokeContext, InvokeOptions, Pool, PoolBuilder, PoolStats};

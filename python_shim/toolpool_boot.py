@@ -1,0 +1,121 @@
+"""The guardian: what the supervisor starts, as `python3 -I toolpool_boot.py '<config json>'`.
+
+It forks the worker (which imports and runs the tools) into a process group
+of its own, waits for it, kills that whole group so nothing the tools started
+outlives the worker, then ends the same way the worker did: same exit code,
+or same signal. The supervisor's waitpid on the guardian therefore tells how
+the worker ended. The guardian runs no tool code. See docs/protocol.md.
+"""
+
+import json
+import os
+import resource
+import signal
+import sys
+
+SHIM_DIR = os.path.dirname(os.path.abspath(__file__))
+PR_SET_PDEATHSIG = 1
+# SIGTERM and SIGHUP: the supervisor died (its parent-death signal) or is
+# stopping us. SIGINT is treated alike so that a stray Ctrl-C cannot leave the
+# worker's group behind.
+STOP_SIGNALS = {signal.SIGTERM, signal.SIGHUP, signal.SIGINT}
+
+
+def main() -> None:
+    if len(sys.argv) != 2:
+        sys.exit("usage: python3 -I toolpool_boot.py '<config json>'")
+    config = json.loads(sys.argv[1])
+    # No core files from crashing tools, and none when the guardian re-raises
+    # the worker's fatal signal on itself.
+    _, hard = resource.getrlimit(resource.RLIMIT_CORE)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, hard))
+
+    guardian = os.getpid()
+    # Blocked across the fork: a stop signal that arrives before the handler
+    # knows the worker's pid waits until it does.
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    worker = os.fork()
+    if worker == 0:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+        _run_worker(config, guardian)
+
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, lambda _signum, _frame: _kill_group(worker))
+    try:
+        os.setpgid(worker, worker)  # the worker does it too; whoever runs first wins the race
+    except OSError:
+        pass
+    # Only the worker may hold the channel: the supervisor must see EOF on the
+    # worker's stdout exactly when the worker is gone.
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.dup2(devnull, 1)
+    os.close(devnull)
+    if config.get("dump_fd") is not None:
+        try:
+            os.close(config["dump_fd"])
+        except OSError:
+            pass
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+    _, status = os.waitpid(worker, 0)  # retried after a signal handler has run (PEP 475)
+    _kill_group(worker)
+    _mirror(status)
+
+
+def _run_worker(config: dict, guardian: int) -> None:
+    """The forked child: become the worker. Never returns."""
+    try:
+        os.setpgid(0, 0)
+        _die_with_parent()
+        if os.getppid() != guardian:
+            os._exit(1)  # the guardian died before the parent-death signal was armed
+        sys.path.insert(0, SHIM_DIR)  # -I leaves the script's own folder off sys.path
+        from toolpool_shim import worker
+
+        worker.main(config)
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        sys.stderr.flush()
+    finally:
+        os._exit(1)  # worker.main only ends through os._exit: getting here is a failure
+
+
+def _die_with_parent() -> None:
+    """prctl(PR_SET_PDEATHSIG, SIGKILL): the kernel kills the worker when the guardian dies."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    prctl = getattr(libc, "prctl", None)
+    if prctl is None:
+        return  # not Linux: stdin EOF still ends the worker when the supervisor goes
+    if prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"prctl(PR_SET_PDEATHSIG): {os.strerror(errno)}")
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass  # the group is already empty
+
+
+def _mirror(status: int) -> None:
+    """End this process as the worker ended: same exit code, or same signal."""
+    if os.WIFSIGNALED(status):
+        signum = os.WTERMSIG(status)
+        try:
+            signal.signal(signum, signal.SIG_DFL)
+        except (OSError, ValueError):
+            pass  # SIGKILL and SIGSTOP have no handler to reset
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signum})
+        os.kill(os.getpid(), signum)
+        os._exit(128 + signum)  # a signal whose default action does not end a process
+    os._exit(os.WEXITSTATUS(status))
+
+
+if __name__ == "__main__":
+    main()

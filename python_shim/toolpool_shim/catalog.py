@@ -1,0 +1,31 @@
+"""The catalog reply: every tool with its JSON Schema, and every module that could not be used."""
+
+import sys
+
+from . import docstrings, schema
+
+
+def build_catalog(toolset) -> dict:
+    functions = []
+    errors = [error.as_dict() for error in toolset.errors]
+    for tool in toolset.tools.values():
+        doc = tool.func.__doc__
+        try:
+            parameters = schema.parameters_schema(tool.signature, docstrings.param_docs(doc))
+        except Exception as exc:
+            # A schema this code cannot build must cost one function, not the catalog.
+            error = f"cannot describe function '{tool.name}': {type(exc).__name__}: {exc}"
+            print(f"toolpool: {tool.module}: {error}", file=sys.stderr)
+            errors.append({"module": tool.module, "file": tool.file, "error": error})
+            continue
+        functions.append({
+            "name": tool.name,
+            "module": tool.module,
+            "description": docstrings.summary(doc),
+            "parameters": parameters,
+            "file": tool.file,
+            "line": tool.line,
+        })
+    functions.sort(key=lambda entry: (entry["module"], entry["name"]))
+    errors.sort(key=lambda entry: entry["module"])
+    return {"functions": functions, "errors": errors}

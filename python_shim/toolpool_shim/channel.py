@@ -1,0 +1,138 @@
+"""The worker's end of the frame channel to the supervisor.
+
+Incoming frames are read by whichever thread is waiting for one: the main
+thread while it waits for the next request, or a thread waiting for the
+answer to its call. One thread reads at a time and hands what it reads for
+the others to them. No thread sits between the pipe and the main thread, so
+a request costs no thread switch (one switch costs about half a bare echo
+round trip).
+
+A watcher thread that never reads ends the process the moment the supervisor
+closes its end of stdin, even while a tool hangs and nobody reads.
+"""
+
+import collections
+import itertools
+import os
+import select
+import sys
+import threading
+
+from . import codec, frames
+
+
+class CallbackError(Exception):
+    """The supervisor answered a worker-originated call with an error."""
+
+    def __init__(self, error: dict):
+        self.type = error.get("type", "Error")
+        self.message = error.get("message", "")
+        super().__init__(f"{self.type}: {self.message}")
+
+
+class Channel:
+    def __init__(self, in_fd: int, out_fd: int, max_frame: int):
+        self._in_fd = in_fd
+        self._in = open(in_fd, "rb")
+        self._out_fd = out_fd
+        self.max_frame = max_frame
+        self._write_lock = threading.Lock()
+        # Guards everything below; notified whenever a frame has been routed.
+        self._state = threading.Condition()
+        self._reading = False  # a thread is reading a frame right now
+        self._requests = collections.deque()
+        self._open_calls = set()  # ids of calls waiting for their reply
+        self._replies = {}  # call id -> reply, until its caller takes it
+        self._call_ids = itertools.count(1)
+
+    def watch_for_hangup(self) -> None:
+        """Exit (code 0) as soon as the supervisor closes stdin, whatever the threads are doing."""
+        threading.Thread(target=self._exit_at_hangup, name="toolpool-hangup", daemon=True).start()
+
+    def next_request(self) -> dict:
+        """Block until the supervisor sends the next request (catalog, invoke, ...)."""
+        return self._receive(lambda: self._requests.popleft() if self._requests else None)
+
+    def send(self, message: dict) -> None:
+        """Encode and send one message.
+
+        Raises frames.FrameTooLarge (nothing is sent) when the encoded message is
+        over the frame limit, and the codec's error when it cannot be encoded.
+        """
+        body = codec.pack(message)
+        with self._write_lock:
+            try:
+                frames.write_frame(self._out_fd, body, self.max_frame)
+            except OSError:
+                # The supervisor closed its end: there is nobody left to answer.
+                os._exit(0)
+
+    def call(self, method: str, params: dict):
+        """Ask the supervisor to run `method` (a context service) and wait for its answer."""
+        call_id = next(self._call_ids)
+        with self._state:
+            self._open_calls.add(call_id)
+        try:
+            self.send({"t": "call", "id": call_id, "method": method, "params": params})
+            reply = self._receive(lambda: self._replies.pop(call_id, None))
+        finally:
+            with self._state:
+                self._open_calls.discard(call_id)
+        if reply.get("ok"):
+            return reply.get("value")
+        raise CallbackError(reply.get("error") or {})
+
+    def _receive(self, take):
+        """Return take()'s first non-None answer, reading frames meanwhile unless another thread is."""
+        with self._state:
+            while True:
+                found = take()
+                if found is not None:
+                    return found
+                if self._reading:
+                    self._state.wait()
+                    continue
+                self._reading = True
+                self._state.release()  # read without holding the state: others may queue calls
+                try:
+                    message = self._read_message()
+                finally:
+                    self._state.acquire()
+                    self._reading = False
+                self._route(message)
+                self._state.notify_all()
+
+    def _read_message(self) -> dict:
+        try:
+            body = frames.read_frame(self._in, self.max_frame)
+            if body is None:
+                os._exit(0)  # stdin closed: the supervisor is done with us
+            message = codec.unpack(body)
+            if not isinstance(message, dict):
+                raise frames.FrameError(f"message is a {type(message).__name__}, not a map")
+        except Exception as exc:
+            _fatal(f"bad frame from the supervisor: {type(exc).__name__}: {exc}")
+        return message
+
+    def _route(self, message: dict) -> None:
+        if message.get("t") != "reply":
+            self._requests.append(message)
+            return
+        call_id = message.get("id")
+        if isinstance(call_id, int) and call_id in self._open_calls:
+            self._replies[call_id] = message
+        # else: no call of ours is waiting for that id; drop the reply.
+
+    def _exit_at_hangup(self) -> None:
+        poller = select.poll()
+        poller.register(self._in_fd, 0)  # no events asked for: poll returns only on hang-up or error
+        poller.poll()
+        os._exit(0)
+
+
+def _fatal(reason: str) -> None:
+    try:
+        sys.stderr.write(f"toolpool worker: {reason}\n")
+        sys.stderr.flush()
+    finally:
+        os._exit(2)

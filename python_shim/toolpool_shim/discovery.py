@@ -1,0 +1,166 @@
+"""Finding the tool modules under the functions directory, importing them, collecting their tools.
+
+A module is imported under its dotted name relative to the project root
+(`functions.function_calling.sub.tools`), with the project root on sys.path,
+so that the tools' own absolute imports from the project work. The project
+root is the directory above `functions/function_calling` for folders that
+follow that convention, else the functions directory's parent.
+"""
+
+import dataclasses
+import functools
+import importlib
+import importlib.util
+import inspect
+import keyword
+import os
+import sys
+
+from . import slots
+
+CONVENTION_TAIL = ("functions", "function_calling")
+SYNTHETIC_PACKAGE = "toolpool_functions"
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadError:
+    module: str
+    file: str
+    error: str
+    failed_import: bool  # False: the module loaded, but something in it is refused
+
+    def as_dict(self) -> dict:
+        return {"module": self.module, "file": self.file, "error": self.error}
+
+
+@dataclasses.dataclass
+class Tool:
+    name: str
+    module: str   # catalog module name: path without .py, "/" between folders
+    file: str     # path relative to the functions directory
+    line: int
+    func: object
+
+    @functools.cached_property
+    def signature(self) -> slots.Signature:
+        return slots.describe(self.func)
+
+
+@dataclasses.dataclass
+class ToolSet:
+    tools: dict   # name -> Tool, in (module, name) order
+    errors: list  # LoadErrors, in module order
+
+
+def _find_modules(functions_dir: str) -> list:
+    """[(module name, relative file)] for every *.py below, sorted by module name.
+
+    Names starting with "_" (helpers, __pycache__) or "." (editor and
+    notebook leftovers such as .ipynb_checkpoints) are skipped.
+    """
+    found = []
+    for dirpath, dirnames, filenames in os.walk(functions_dir):
+        dirnames[:] = [name for name in dirnames if not _skipped(name)]
+        for filename in filenames:
+            if filename.endswith(".py") and not _skipped(filename):
+                relative = os.path.relpath(os.path.join(dirpath, filename), functions_dir)
+                found.append((relative[:-3].replace(os.sep, "/"), relative))
+    return sorted(found)
+
+
+def _skipped(name: str) -> bool:
+    return name.startswith(("_", "."))
+
+
+def _project_root(functions_dir: str) -> str:
+    parts = functions_dir.rstrip(os.sep).split(os.sep)
+    levels = 2 if tuple(parts[-2:]) == CONVENTION_TAIL else 1
+    return os.sep.join(parts[:-levels]) or os.sep
+
+
+def load_tools(functions_dir: str) -> ToolSet:
+    """Import every tool module (in sorted order) and collect its public functions."""
+    functions_dir = os.path.abspath(functions_dir)
+    if not os.path.isdir(functions_dir):
+        # A worker with no tools at all would look healthy: fail its start instead.
+        raise FileNotFoundError(f"the functions directory {functions_dir} does not exist")
+    root = _project_root(functions_dir)
+    if root not in sys.path:
+        sys.path.insert(1, root)  # ahead of site-packages, behind the shim's own folder
+    package = os.path.relpath(functions_dir, root).split(os.sep)
+    by_name = _package_importable(package[0], root)
+    tools, errors = {}, []
+    for module_name, relative in _find_modules(functions_dir):
+        try:
+            module = _import(package + module_name.split("/"), os.path.join(functions_dir, relative), by_name)
+        except BaseException as exc:  # SyntaxError, SystemExit, KeyboardInterrupt: all reported
+            errors.append(LoadError(module_name, relative, f"{type(exc).__name__}: {exc}", failed_import=True))
+            continue
+        for name, func in _public_functions(module):
+            first = tools.get(name)
+            if first is not None:
+                errors.append(LoadError(module_name, relative, (
+                    f"DuplicateFunction: '{name}' is defined in {first.file}:{first.line} "
+                    f"and in {relative}:{_first_line(func)}; the one in {first.file} is used"
+                ), failed_import=False))
+                continue
+            tools[name] = Tool(name, module_name, relative, _first_line(func), func)
+    return ToolSet(tools, errors)
+
+
+def _package_importable(top: str, root: str) -> bool:
+    """Whether `import top...` finds root/top, not some other package of that name."""
+    if not _is_identifier(top):
+        return False
+    try:
+        module = sys.modules.get(top)
+        if module is not None:
+            locations = getattr(module, "__path__", None)
+        else:
+            spec = importlib.util.find_spec(top)
+            locations = spec.submodule_search_locations if spec else None
+    except Exception:
+        return False
+    expected = os.path.realpath(os.path.join(root, top))
+    return any(os.path.realpath(location) == expected for location in locations or ())
+
+
+def _import(parts: list, path: str, by_name: bool):
+    if by_name and all(_is_identifier(part) for part in parts):
+        return importlib.import_module(".".join(parts))
+    # A file or folder name that is not an identifier ("my-tools"): load the
+    # file directly under a made-up name. Relative imports do not work there.
+    name = ".".join([SYNTHETIC_PACKAGE, *parts])
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
+def _is_identifier(name: str) -> bool:
+    return name.isidentifier() and not keyword.iskeyword(name)
+
+
+def _public_functions(module) -> list:
+    """(name, function) for each def/async def of this module (not imported) not starting with "_"."""
+    return sorted(
+        (name, value)
+        for name, value in vars(module).items()
+        if not name.startswith("_")
+        and inspect.isfunction(value)
+        and value.__module__ == module.__name__
+        and value.__name__ == name  # a def under its own name, not an alias or a lambda
+    )
+
+
+def _first_line(func) -> int:
+    try:
+        func = inspect.unwrap(func)
+    except ValueError:  # a __wrapped__ cycle
+        pass
+    return func.__code__.co_firstlineno

@@ -1,0 +1,134 @@
+"""Running one tool call (DESIGN §5): find, check and coerce arguments, call, convert the result."""
+
+import difflib
+import inspect
+import pathlib
+import traceback
+
+from . import results
+from .coerce import Mismatch, coerce
+
+
+class ToolFailure(Exception):
+    """A call that ends in an error reply: {"type", "message", "traceback"}."""
+
+    def __init__(self, type_name: str, message: str, traceback_text: str | None = None):
+        super().__init__(f"{type_name}: {message}")
+        self.error = {"type": type_name, "message": message, "traceback": traceback_text}
+
+    @classmethod
+    def from_exception(cls, exc: BaseException, tb=None) -> "ToolFailure":
+        """The error reply for an exception; `tb`: where its traceback starts (default: all of it)."""
+        text = "".join(traceback.format_exception(type(exc), exc, tb or exc.__traceback__))
+        return cls(type(exc).__name__, _safe_str(exc), text)
+
+
+def _safe_str(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:
+        return f"<str() of the {type(exc).__name__} failed>"
+
+
+class Invoker:
+    def __init__(self, toolset, config: dict):
+        self._toolset = toolset
+        self._config = config
+        self._loop = None  # the worker's event loop for async tools, made on first use
+
+    def invoke(self, name: str, args, context: dict):
+        """The tool's result as JSON-able data; raises ToolFailure."""
+        tool = self._find(name)
+        try:
+            signature = tool.signature
+        except Exception as exc:
+            raise ToolFailure.from_exception(exc) from None
+        positional, keywords = _bind(signature, args)
+        if signature.takes_context:
+            keywords["_context"] = self._context(context)
+        try:
+            result = tool.func(*positional, **keywords)
+            if inspect.isawaitable(result):
+                result = self._run_to_completion(result)
+            return results.to_jsonable(result)
+        except BaseException as exc:
+            # SystemExit and KeyboardInterrupt too: a tool never ends the worker.
+            # The traceback starts below this frame, at the tool.
+            raise ToolFailure.from_exception(exc, exc.__traceback__.tb_next) from None
+
+    def _find(self, name: str):
+        tool = self._toolset.tools.get(name)
+        if tool is not None:
+            return tool
+        message = f"function '{name}' not found under function directory"
+        matches = difflib.get_close_matches(name, list(self._toolset.tools), n=3)
+        if matches:
+            message += " (did you mean " + ", ".join(f"'{match}'" for match in matches) + "?)"
+        failed = [error for error in self._toolset.errors if error.failed_import]
+        if failed:
+            message += "; modules that failed to import: " + ", ".join(
+                f"{error.module} ({error.error})" for error in failed
+            )
+        raise ToolFailure("NotFound", message)
+
+    def _context(self, context: dict) -> dict:
+        """The `_context` a tool receives. Paths are pathlib.Path, as in the original convention."""
+        return {
+            "python_workspace_root": pathlib.Path(self._config["workspace"]),
+            "graph_directory": pathlib.Path(self._config["session_dir"]),
+            "session_id": context.get("session_id") or self._config.get("session_id"),
+            "node_id": context.get("node_id"),
+            "vars": context.get("vars") or {},
+        }
+
+    def _run_to_completion(self, awaitable):
+        # One loop for the worker's lifetime: state an async tool keeps between
+        # calls (a client session, a cached connection) stays bound to a live loop.
+        import asyncio  # only workers that run async tools pay for the import
+
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(self._loop)
+        return self._loop.run_until_complete(awaitable)
+
+
+def _bind(signature, args) -> tuple:
+    """(positional, keyword) arguments for the call; every problem at once as InvalidArguments."""
+    if not isinstance(args, dict):
+        raise ToolFailure(
+            "InvalidArguments", f"arguments must be an object (a map of names to values), got {type(args).__name__}"
+        )
+    visible = {slot.name: slot for slot in signature.visible}
+    missing, unexpected, wrong, hidden = [], [], [], []
+    for key in args:
+        if isinstance(key, str) and key.startswith("_"):
+            hidden.append(f"argument '{key}': names starting with '_' cannot be set by the caller")
+        elif not isinstance(key, str) or (key not in visible and not signature.takes_kwargs):
+            unexpected.append(f"unexpected argument '{key}'")
+    positional, keywords = [], {}
+    for slot in signature.visible:
+        if slot.name in args:
+            try:
+                value = coerce(args[slot.name], slot.annotation)
+            except Mismatch as mismatch:
+                wrong.append(f"argument '{slot.name}{mismatch.path}': {mismatch.problem}")
+                continue
+        elif slot.required:
+            missing.append(f"missing required argument '{slot.name}'")
+            continue
+        elif not slot.may_omit:
+            value = None  # optional without a default
+        elif slot.positional_only:
+            value = slot.default  # cannot be skipped when a later one is passed
+        else:
+            continue  # the function's own default applies
+        if slot.positional_only:
+            positional.append(value)
+        else:
+            keywords[slot.name] = value
+    problems = missing + unexpected + wrong + hidden
+    if problems:
+        raise ToolFailure("InvalidArguments", "; ".join(problems))
+    if signature.takes_kwargs:
+        keywords.update((key, value) for key, value in args.items() if key not in visible)
+    return positional, keywords

@@ -1,0 +1,203 @@
+"""A pure-Python MessagePack codec, used when the `msgpack` extension is missing.
+
+`pack` produces exactly the bytes of `msgpack.packb(obj, use_bin_type=True)`:
+the smallest integer encoding, float64 for every float, str8/16/32 for text,
+bin8/16/32 for bytes, fix/16/32 arrays and maps, map keys in insertion order.
+`unpack` reads what `msgpack.unpackb(data, raw=False, strict_map_key=False)`
+reads, except extension types, which the protocol never sends.
+"""
+
+import struct
+
+_UINT8 = struct.Struct(">B").pack
+_UINT16 = struct.Struct(">H").pack
+_UINT32 = struct.Struct(">I").pack
+_UINT64 = struct.Struct(">Q").pack
+_INT8 = struct.Struct(">b").pack
+_INT16 = struct.Struct(">h").pack
+_INT32 = struct.Struct(">i").pack
+_INT64 = struct.Struct(">q").pack
+_FLOAT64 = struct.Struct(">d").pack
+
+
+def pack(obj) -> bytes:
+    """Encode `obj` (None, bool, int, float, str, bytes-like, list, tuple, dict)."""
+    chunks: list[bytes] = []
+    _pack_into(obj, chunks.append)
+    return b"".join(chunks)
+
+
+def _pack_into(obj, out) -> None:
+    # Same order of checks as msgpack's packer, so subclasses (an IntEnum is
+    # an int) land where msgpack would put them.
+    if obj is None:
+        out(b"\xc0")
+    elif obj is True:
+        out(b"\xc3")
+    elif obj is False:
+        out(b"\xc2")
+    elif isinstance(obj, int):
+        out(_int_bytes(obj))
+    elif isinstance(obj, float):
+        out(b"\xcb" + _FLOAT64(obj))
+    elif isinstance(obj, (bytes, bytearray, memoryview)):
+        data = bytes(obj)
+        out(_sized_header(len(data), None, b"\xc4", b"\xc5", b"\xc6"))
+        out(data)
+    elif isinstance(obj, str):
+        data = obj.encode("utf-8")
+        out(_sized_header(len(data), 0xA0, b"\xd9", b"\xda", b"\xdb", fix_limit=32))
+        out(data)
+    elif isinstance(obj, dict):
+        out(_sized_header(len(obj), 0x80, None, b"\xde", b"\xdf"))
+        for key, value in obj.items():
+            _pack_into(key, out)
+            _pack_into(value, out)
+    elif isinstance(obj, (list, tuple)):
+        out(_sized_header(len(obj), 0x90, None, b"\xdc", b"\xdd"))
+        for item in obj:
+            _pack_into(item, out)
+    else:
+        raise TypeError(f"can not serialize {type(obj).__name__!r} object")
+
+
+def _int_bytes(value: int) -> bytes:
+    if value >= 0:
+        if value < 0x80:
+            return _UINT8(value)
+        if value <= 0xFF:
+            return b"\xcc" + _UINT8(value)
+        if value <= 0xFFFF:
+            return b"\xcd" + _UINT16(value)
+        if value <= 0xFFFFFFFF:
+            return b"\xce" + _UINT32(value)
+        if value <= 0xFFFFFFFFFFFFFFFF:
+            return b"\xcf" + _UINT64(value)
+    else:
+        if value >= -32:
+            return _INT8(value)
+        if value >= -0x80:
+            return b"\xd0" + _INT8(value)
+        if value >= -0x8000:
+            return b"\xd1" + _INT16(value)
+        if value >= -0x80000000:
+            return b"\xd2" + _INT32(value)
+        if value >= -0x8000000000000000:
+            return b"\xd3" + _INT64(value)
+    raise OverflowError("Integer value out of range")
+
+
+def _sized_header(size, fix_base, marker8, marker16, marker32, fix_limit=16) -> bytes:
+    """The header of a str/bin/array/map of `size` elements (None: no such form)."""
+    if fix_base is not None and size < fix_limit:
+        return _UINT8(fix_base | size)
+    if marker8 is not None and size <= 0xFF:
+        return marker8 + _UINT8(size)
+    if size <= 0xFFFF:
+        return marker16 + _UINT16(size)
+    if size <= 0xFFFFFFFF:
+        return marker32 + _UINT32(size)
+    raise ValueError(f"object too large for MessagePack ({size} elements or bytes)")
+
+
+def unpack(data: bytes):
+    """Decode exactly one MessagePack value filling all of `data`."""
+    value, end = _decode(data, 0)
+    if end != len(data):
+        raise ValueError(f"extra data after the MessagePack value ({len(data) - end} bytes)")
+    return value
+
+
+# Fixed-size payloads after a one-byte marker: marker -> (format, length).
+_FIXED = {
+    0xCA: (struct.Struct(">f"), 4),
+    0xCB: (struct.Struct(">d"), 8),
+    0xCC: (struct.Struct(">B"), 1),
+    0xCD: (struct.Struct(">H"), 2),
+    0xCE: (struct.Struct(">I"), 4),
+    0xCF: (struct.Struct(">Q"), 8),
+    0xD0: (struct.Struct(">b"), 1),
+    0xD1: (struct.Struct(">h"), 2),
+    0xD2: (struct.Struct(">i"), 4),
+    0xD3: (struct.Struct(">q"), 8),
+}
+# Markers followed by a big-endian length: marker -> (kind, length of the length).
+_SIZED = {
+    0xD9: ("str", 1), 0xDA: ("str", 2), 0xDB: ("str", 4),
+    0xC4: ("bin", 1), 0xC5: ("bin", 2), 0xC6: ("bin", 4),
+    0xDC: ("array", 2), 0xDD: ("array", 4),
+    0xDE: ("map", 2), 0xDF: ("map", 4),
+}
+_CONSTANTS = {0xC0: None, 0xC2: False, 0xC3: True}
+
+
+def _decode(data: bytes, pos: int):
+    """(the value starting at data[pos], the position after it).
+
+    One flat function with the fix* forms first: requests are small maps of
+    short strings, and this runs on every request of every call.
+    """
+    if pos >= len(data):
+        raise ValueError("truncated MessagePack data")
+    marker = data[pos]
+    pos += 1
+    if marker <= 0x7F:
+        return marker, pos
+    if marker >= 0xE0:
+        return marker - 0x100, pos
+    if 0xA0 <= marker <= 0xBF:
+        end = pos + (marker & 0x1F)
+        if end > len(data):
+            raise ValueError("truncated MessagePack data")
+        return data[pos:end].decode("utf-8"), end
+    if 0x80 <= marker <= 0x8F:
+        return _map(data, pos, marker & 0x0F)
+    if 0x90 <= marker <= 0x9F:
+        return _array(data, pos, marker & 0x0F)
+    if marker in _CONSTANTS:
+        return _CONSTANTS[marker], pos
+    if marker in _FIXED:
+        fmt, size = _FIXED[marker]
+        _need(data, pos + size)
+        return fmt.unpack_from(data, pos)[0], pos + size
+    if marker in _SIZED:
+        kind, length_size = _SIZED[marker]
+        _need(data, pos + length_size)
+        size = int.from_bytes(data[pos:pos + length_size], "big")
+        pos += length_size
+        if kind == "str":
+            return _text(data, pos, size)
+        if kind == "bin":
+            _need(data, pos + size)
+            return bytes(data[pos:pos + size]), pos + size
+        return _array(data, pos, size) if kind == "array" else _map(data, pos, size)
+    raise ValueError(f"unsupported MessagePack marker 0x{marker:02x}")
+
+
+def _need(data: bytes, end: int) -> None:
+    if end > len(data):
+        raise ValueError("truncated MessagePack data")
+
+
+def _text(data: bytes, pos: int, size: int):
+    end = pos + size
+    _need(data, end)
+    return data[pos:end].decode("utf-8"), end
+
+
+def _array(data: bytes, pos: int, size: int):
+    items = []
+    for _ in range(size):
+        item, pos = _decode(data, pos)
+        items.append(item)
+    return items, pos
+
+
+def _map(data: bytes, pos: int, size: int):
+    result = {}
+    for _ in range(size):
+        key, pos = _decode(data, pos)
+        if isinstance(key, (list, dict)):
+            raise ValueError("MessagePack map key is an array or map")
+        result[key], pos = _decode(data, pos)
+    return result, pos

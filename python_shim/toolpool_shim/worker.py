@@ -1,0 +1,156 @@
+"""The worker process: imports the tools, then answers catalog and invoke requests, one at a time.
+
+Started by toolpool_boot.py in the forked child; see docs/protocol.md.
+"""
+
+import faulthandler
+import os
+import signal
+import sys
+
+from . import codec, discovery
+from .catalog import build_catalog
+from .channel import Channel
+from .frames import FrameTooLarge
+from .invoke import Invoker, ToolFailure
+
+PROTOCOL_VERSION = 1
+SHIM_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+_channel = None  # the running worker's channel, for callback()
+
+
+def main(config: dict) -> None:
+    global _channel
+    frame_in, frame_out = _protect_channel()
+    _channel = Channel(frame_in, frame_out, int(config["max_frame"]))
+    # Watching starts before the tools are imported: a supervisor that goes
+    # away during a slow or hanging import still ends this process.
+    _channel.watch_for_hangup()
+    _enable_stack_dumps(config.get("dump_fd"))
+    for entry in config.get("extra_sys_path") or ():
+        sys.path.append(entry)
+    # Last, so that a project's own `utils` package wins over the compat one.
+    sys.path.append(os.path.join(SHIM_DIR, "compat"))
+    toolset = discovery.load_tools(config["functions_dir"])
+    _channel.send({
+        "t": "hello",
+        "protocol": PROTOCOL_VERSION,
+        "pid": os.getpid(),
+        "python": sys.version.split()[0],
+        "codec": codec.NAME,
+        "executable": sys.executable,
+    })
+    _serve(_channel, toolset, Invoker(toolset, config))
+
+
+def callback(method: str, params: dict):
+    """Call a supervisor-side context service (attachment store, human prompt) and wait for the answer."""
+    if _channel is None:
+        raise RuntimeError("toolpool context services are only available inside a toolpool worker")
+    return _channel.call(method, params)
+
+
+def _protect_channel() -> tuple:
+    """Keep private copies of stdin/stdout for frames; point fd 0 at /dev/null and fd 1 at stderr.
+
+    Whatever a tool writes to stdout (print, os.write(1, ...), C code) then
+    lands on stderr, which the supervisor logs, and never inside a frame.
+    """
+    frame_in, frame_out = os.dup(0), os.dup(1)  # os.dup: not inherited by the tools' children
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.dup2(2, 1)
+    if sys.stdout is not None:
+        # Line by line, so that output is logged next to the call that made it
+        # and is not lost in a buffer when the worker is killed on a timeout.
+        sys.stdout.reconfigure(line_buffering=True)
+    return frame_in, frame_out
+
+
+def _enable_stack_dumps(dump_fd) -> None:
+    # Crashes (SIGSEGV, ...) print the Python stack to stderr before the worker dies.
+    faulthandler.enable(file=sys.stderr, all_threads=True)
+    if dump_fd is not None:
+        # The supervisor sends SIGUSR1 just before a timeout kill and reads
+        # where the tool was from this descriptor.
+        os.set_inheritable(dump_fd, False)
+        faulthandler.register(signal.SIGUSR1, file=dump_fd, all_threads=True)
+
+
+def _serve(channel: Channel, toolset, invoker: Invoker) -> None:
+    catalog = None
+    while True:
+        request = channel.next_request()
+        request_id = request.get("id")
+        kind = request.get("t")
+        try:
+            if kind == "catalog":
+                if catalog is None:
+                    catalog = build_catalog(toolset)
+                value = catalog
+            elif kind == "invoke" and isinstance(request.get("name"), str):
+                value = invoker.invoke(request["name"], request.get("args"), request.get("context") or {})
+            else:
+                raise ToolFailure("ProtocolError", f"not a request this worker understands: {kind!r} (protocol {PROTOCOL_VERSION})")
+        except ToolFailure as failure:
+            _reply_error(channel, request_id, failure.error)
+        except Exception as exc:
+            _reply_error(channel, request_id, ToolFailure.from_exception(exc).error)
+        else:
+            _reply_value(channel, request_id, value)
+        finally:
+            _flush_tool_output()
+
+
+def _reply_value(channel: Channel, request_id, value) -> None:
+    try:
+        channel.send({"t": "reply", "id": request_id, "ok": True, "value": value})
+    except FrameTooLarge as too_large:
+        _reply_error(channel, request_id, {
+            "type": "ResultTooLarge",
+            "message": (
+                f"result is {too_large.size / 2**20:.1f} MB encoded, "
+                f"over the {too_large.max_frame / 2**20:.1f} MB frame limit"
+            ),
+            "traceback": None,
+        })
+    except Exception as exc:  # a value MessagePack cannot carry, e.g. a str with a lone surrogate
+        _reply_error(channel, request_id, {
+            "type": type(exc).__name__,
+            "message": f"the result cannot be encoded: {exc}",
+            "traceback": None,
+        })
+
+
+def _reply_error(channel: Channel, request_id, error: dict) -> None:
+    error = {key: _encodable(text) for key, text in error.items()}
+    try:
+        channel.send({"t": "reply", "id": request_id, "ok": False, "error": error})
+    except FrameTooLarge:
+        # An enormous exception message or traceback: keep the start of each,
+        # small enough to fit whatever the characters' UTF-8 length.
+        limit = channel.max_frame // 16
+        clipped = {key: _clip(text, limit) for key, text in error.items()}
+        channel.send({"t": "reply", "id": request_id, "ok": False, "error": clipped})
+
+
+def _encodable(text):
+    """Text that UTF-8 can encode: lone surrogates (from undecodable file names) escaped."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8") if isinstance(text, str) else text
+
+
+def _clip(text, limit: int):
+    if not isinstance(text, str) or len(text) <= limit:
+        return text
+    return text[:limit] + f"… ({len(text) - limit} more characters cut)"
+
+
+def _flush_tool_output() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except Exception:  # a tool replaced or closed the stream: nothing to flush then
+            pass

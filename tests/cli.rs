@@ -1,0 +1,286 @@
+//! The command line as a user runs it: output shapes, exit codes, and stdout
+//! carrying nothing but results.
+
+mod common;
+
+use std::process::Command;
+
+use common::{run, toolpool_command, Run};
+
+use serde_json::{json, Value};
+
+fn toolpool(session: &tempfile::TempDir, args: &[&str]) -> Run {
+    run(toolpool_command(session.path())
+        .args(args)
+        .env("RUST_LOG", "info"))
+}
+
+fn json_out(run: &Run) -> Value {
+    serde_json::from_str(&run.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}):\n{}\nstderr:\n{}",
+            run.stdout, run.stderr
+        )
+    })
+}
+
+#[test]
+fn catalog_json_lists_functions_sorted_and_load_errors() {
+    let session = tempfile::tempdir().unwrap();
+    let run = toolpool(&session, &["catalog"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let catalog = json_out(&run);
+    let functions = catalog["functions"].as_array().unwrap();
+    let keys: Vec<(String, String)> = functions
+        .iter()
+        .map(|f| {
+            (
+                f["module"].as_str().unwrap().to_string(),
+                f["name"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let mut sorted = keys.clone();
+    sorted.sort();
+    assert_eq!(keys, sorted);
+    assert!(keys.contains(&("sub/nested".to_string(), "nested_tool".to_string())));
+    let add = functions.iter().find(|f| f["name"] == "add").unwrap();
+    assert_eq!(add["parameters"]["properties"]["a"]["type"], "integer");
+    assert_eq!(add["file"], "behave.py");
+    let errors = catalog["errors"].as_array().unwrap();
+    let broken = errors
+        .iter()
+        .find(|e| e["module"] == "broken")
+        .expect("broken module reported");
+    assert_eq!(
+        broken["error"],
+        "ModuleNotFoundError: No module named 'nope'"
+    );
+    assert!(
+        errors
+            .iter()
+            .any(|e| e["error"].as_str().unwrap().contains("duplicated_name")),
+        "{errors:?}"
+    );
+    assert!(catalog["functions_dir"]
+        .as_str()
+        .unwrap()
+        .ends_with("tests/fixtures/functions"));
+}
+
+#[test]
+fn catalog_openai_format_wraps_each_function() {
+    let session = tempfile::tempdir().unwrap();
+    let run = toolpool(&session, &["catalog", "--format", "openai"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let tools = json_out(&run);
+    let first = &tools[0];
+    assert_eq!(first["type"], "function");
+    assert!(first["function"]["name"].is_string());
+    assert!(first["function"]["parameters"]["type"] == "object");
+}
+
+#[test]
+fn list_puts_all_options_first_then_functions() {
+    let session = tempfile::tempdir().unwrap();
+    let run = toolpool(&session, &["list"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    let first_function = lines.iter().position(|l| !l.ends_with(":All")).unwrap();
+    assert!(lines[..first_function].iter().all(|l| l.ends_with(":All")));
+    assert!(
+        lines[first_function..].iter().all(|l| !l.ends_with(":All")),
+        "{lines:?}"
+    );
+    assert!(lines.contains(&"behave:All"));
+    assert!(lines.contains(&"behave:add"));
+    let json_run = toolpool(&session, &["list", "--json"]);
+    let options = json_out(&json_run);
+    let add = options
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["label"] == "behave:add")
+        .unwrap();
+    assert_eq!(add["value"], "add");
+    let all = options
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["label"] == "behave:All")
+        .unwrap();
+    assert!(
+        all["description"]
+            .as_str()
+            .unwrap()
+            .starts_with("Load all "),
+        "{all}"
+    );
+}
+
+#[test]
+fn call_prints_the_result_and_exits_0() {
+    let session = tempfile::tempdir().unwrap();
+    let run = toolpool(&session, &["call", "add", "--args", r#"{"a": 1, "b": 2}"#]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.stdout, "3\n");
+    let run = toolpool(
+        &session,
+        &["call", "echo", "--args", r#"{"value": "plain text"}"#],
+    );
+    assert_eq!(run.stdout, "plain text\n", "a str is printed as is");
+    let run = toolpool(
+        &session,
+        &["call", "echo", "--args", r#"{"value": {"k": ["ü"]}}"#],
+    );
+    assert_eq!(run.stdout, "{\n  \"k\": [\n    \"ü\"\n  ]\n}\n");
+}
+
+#[test]
+fn call_that_raises_prints_the_agent_text_and_exits_1() {
+    let session = tempfile::tempdir().unwrap();
+    let run = toolpool(
+        &session,
+        &[
+            "call",
+            "raise_value_error",
+            "--args",
+            r#"{"message": "nope"}"#,
+        ],
+    );
+    assert_eq!(run.code, 1);
+    assert_eq!(
+        run.stdout,
+        "Tool raise_value_error error: ValueError: nope\n"
+    );
+    assert!(
+        run.stderr.contains("Traceback"),
+        "traceback goes to the log: {}",
+        run.stderr
+    );
+}
+
+#[test]
+fn call_that_times_out_exits_124_with_where_it_was() {
+    let session = tempfile::tempdir().unwrap();
+    let run = toolpool(&session, &["call", "sleep_forever", "--timeout", "0.5"]);
+    assert_eq!(run.code, 124, "{}", run.stderr);
+    assert!(run.stdout.starts_with("Tool sleep_forever error: TimeoutError: function 'sleep_forever' timed out after 0.5 s"), "{}", run.stdout);
+    assert!(run.stdout.contains("misbehave.py:"), "{}", run.stdout);
+    assert_eq!(
+        run.stdout.lines().count(),
+        1,
+        "stdout carries only the result: {}",
+        run.stdout
+    );
+}
+
+#[test]
+fn call_json_envelope_has_every_field() {
+    let session = tempfile::tempdir().unwrap();
+    let ok = json_out(&toolpool(
+        &session,
+        &["call", "add", "--args", r#"{"a": 40, "b": 2}"#, "--json"],
+    ));
+    assert_eq!(ok["ok"], json!(true));
+    assert_eq!(ok["result"], json!(42));
+    assert_eq!(ok["text"], json!("42"));
+    assert!(ok["elapsed_ms"].as_f64().unwrap() > 0.0);
+    assert!(ok["worker_pid"].as_i64().unwrap() > 1);
+    let run = toolpool(
+        &session,
+        &["call", "sleep_forever", "--timeout", "0.3", "--json"],
+    );
+    assert_eq!(run.code, 124);
+    let failed = json_out(&run);
+    assert_eq!(failed["ok"], json!(false));
+    assert_eq!(failed["error"]["type"], json!("TimeoutError"));
+    assert!(failed["text"]
+        .as_str()
+        .unwrap()
+        .starts_with("Tool sleep_forever error: TimeoutError: "));
+    assert_eq!(failed["error"]["traceback"], Value::Null);
+}
+
+#[test]
+fn bad_command_lines_exit_2_naming_the_problem() {
+    let session = tempfile::tempdir().unwrap();
+    let run = toolpool(&session, &["call", "add", "--args", "[1, 2]"]);
+    assert_eq!(run.code, 2);
+    assert!(
+        run.stderr.contains("--args: expected a JSON object"),
+        "{}",
+        run.stderr
+    );
+    let run = toolpool(&session, &["call", "add", "--args", "{oops"]);
+    assert_eq!(run.code, 2);
+    assert!(
+        run.stderr.contains("--args: not valid JSON"),
+        "{}",
+        run.stderr
+    );
+    let run = toolpool(&session, &["call", "add", "--timeout", "0"]);
+    assert_eq!(run.code, 2);
+    assert!(
+        run.stderr.contains("positive number of seconds"),
+        "{}",
+        run.stderr
+    );
+    let run = common::run(
+        Command::new(env!("CARGO_BIN_EXE_toolpool"))
+            .args(["--functions-dir", "/nonexistent/tools", "--session-dir"])
+            .arg(session.path())
+            .arg("catalog"),
+    );
+    assert_eq!(run.code, 2);
+    assert!(run.stderr.contains("/nonexistent/tools"), "{}", run.stderr);
+}
+
+#[test]
+fn unknown_function_exits_1_with_not_found() {
+    let session = tempfile::tempdir().unwrap();
+    let run = toolpool(&session, &["call", "no_such_tool"]);
+    assert_eq!(run.code, 1);
+    assert!(run.stdout.starts_with("Tool no_such_tool error: NotFound: function 'no_such_tool' not found under function directory"), "{}", run.stdout);
+}
+
+#[test]
+fn bundled_tools_are_the_default_from_any_directory() {
+    let session = tempfile::tempdir().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_toolpool"))
+        .args(["--session-dir"])
+        .arg(session.path())
+        .args(["list"])
+        .current_dir(elsewhere.path())
+        .env_remove("MAC_FUNCTIONS_DIR")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for option in ["file:All", "utils:All", "file:save_file", "utils:wait"] {
+        assert!(
+            stdout.lines().any(|l| l == option),
+            "{option} missing:\n{stdout}"
+        );
+    }
+}
+
+#[test]
+fn environment_variables_set_the_options() {
+    let session = tempfile::tempdir().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_toolpool"))
+        .args(["call", "sleep_forever"])
+        .env("MAC_FUNCTIONS_DIR", common::fixtures())
+        .env("TOOLPOOL_SESSION_DIR", session.path())
+        .env("TOOLPOOL_TIMEOUT", "0.3")
+        .env("TOOLPOOL_WORKERS", "1")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(124));
+    assert!(String::from_utf8_lossy(&output.stdout).contains("timed out after 0.3 s"));
+}

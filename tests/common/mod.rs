@@ -1,0 +1,110 @@
+//! Helpers shared by the integration tests: a pool on the fixture tools, and
+//! process checks that treat zombies as dead.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::Value;
+use toolpool::{InvokeOptions, Pool, PoolBuilder, ToolError};
+
+pub fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/functions")
+}
+
+/// A builder on the fixture tools with its own session directory.
+pub fn builder(session: &tempfile::TempDir, workers: usize) -> PoolBuilder {
+    Pool::builder()
+        .functions_dir(fixtures())
+        .workers(workers)
+        .session_dir(session.path())
+        .timeout(Duration::from_secs(30))
+}
+
+pub async fn pool(workers: usize) -> (Pool, tempfile::TempDir) {
+    let session = tempfile::tempdir().expect("temp dir");
+    let pool = builder(&session, workers)
+        .build()
+        .await
+        .expect("pool starts");
+    (pool, session)
+}
+
+pub async fn call(pool: &Pool, name: &str, args: Value) -> Result<Value, ToolError> {
+    pool.invoke(name, args, InvokeOptions::default()).await
+}
+
+pub async fn call_with_timeout(
+    pool: &Pool,
+    name: &str,
+    args: Value,
+    secs: f64,
+) -> Result<Value, ToolError> {
+    let options = InvokeOptions {
+        timeout: Some(Duration::from_secs_f64(secs)),
+        ..Default::default()
+    };
+    pool.invoke(name, args, options).await
+}
+
+/// True while `pid` exists and is not a zombie.
+pub fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            // The state follows the parenthesised command name.
+            let state = stat
+                .rsplit_once(')')
+                .map(|(_, rest)| rest.trim_start().chars().next());
+            !matches!(state, Some(Some('Z')) | Some(Some('X')))
+        }
+        Err(_) => false,
+    }
+}
+
+/// Waits up to `limit` for `pid` to be gone.
+pub async fn gone_within(pid: i32, limit: Duration) -> bool {
+    let deadline = std::time::Instant::now() + limit;
+    while std::time::Instant::now() < deadline {
+        if !alive(pid) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    !alive(pid)
+}
+
+/// The pool still answers a plain call correctly.
+pub async fn assert_serves(pool: &Pool) {
+    let sum = call(pool, "add", serde_json::json!({"a": 2, "b": 3})).await;
+    assert_eq!(sum.expect("the pool keeps serving"), Value::from(5));
+}
+
+/// What a run of the binary printed and returned.
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+    pub elapsed: Duration,
+}
+
+/// The binary, on the fixture tools, with `session` as its session directory.
+pub fn toolpool_command(session: &std::path::Path) -> std::process::Command {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_toolpool"));
+    command
+        .arg("--functions-dir")
+        .arg(fixtures())
+        .arg("--session-dir")
+        .arg(session);
+    command
+}
+
+pub fn run(command: &mut std::process::Command) -> Run {
+    let started = std::time::Instant::now();
+    let output = command.output().expect("toolpool runs");
+    Run {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        elapsed: started.elapsed(),
+    }
+}

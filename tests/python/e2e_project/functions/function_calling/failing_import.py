@@ -1,0 +1,3 @@
+"""Fails at import time: the catalog lists it under errors."""
+
+raise RuntimeError("this module refuses to load")

@@ -1,0 +1,114 @@
+"""Result conversion: what a tool returns, as the JSON-able data the reply carries."""
+
+import dataclasses
+import datetime
+import decimal
+import enum
+import math
+import pathlib
+import unittest
+import uuid
+
+import support  # noqa: F401  (puts the shim on sys.path)
+from toolpool_shim.results import to_jsonable
+
+
+class Shade(enum.Enum):
+    DARK = "dark"
+
+
+class Rank(enum.IntEnum):
+    ONE = 1
+
+
+@dataclasses.dataclass
+class Inner:
+    when: datetime.date
+    shade: Shade
+
+
+@dataclasses.dataclass
+class Outer:
+    name: str
+    inner: Inner
+    tags: tuple
+
+
+class Opaque:
+    def __str__(self):
+        return "opaque!"
+
+
+class ResultConversion(unittest.TestCase):
+    def test_json_values_pass_as_they_are(self):
+        value = {"a": [1, 2.5, "x", None, True, {"b": []}]}
+        self.assertEqual(to_jsonable(value), value)
+
+    def test_scalars_that_json_lacks(self):
+        moment = datetime.datetime(2024, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
+        self.assertEqual(to_jsonable(b"hi\x00"), "aGkA")
+        self.assertEqual(to_jsonable(bytearray(b"hi")), "aGk=")
+        self.assertEqual(to_jsonable(moment), "2024-01-02T03:04:05+00:00")
+        self.assertEqual(to_jsonable(datetime.date(2024, 1, 2)), "2024-01-02")
+        self.assertEqual(to_jsonable(datetime.time(10, 20)), "10:20:00")
+        self.assertEqual(to_jsonable(uuid.UUID(int=1)), "00000000-0000-0000-0000-000000000001")
+        self.assertEqual(to_jsonable(decimal.Decimal("1.10")), "1.10")
+        self.assertEqual(to_jsonable(pathlib.Path("/tmp/x")), "/tmp/x")
+        self.assertEqual(to_jsonable(Shade.DARK), "dark")
+        self.assertEqual(to_jsonable(Rank.ONE), 1)
+
+    def test_collections_become_lists(self):
+        self.assertEqual(to_jsonable((1, (2, 3))), [1, [2, 3]])
+        self.assertEqual(to_jsonable({3}), [3])
+        self.assertEqual(to_jsonable(frozenset({"a"})), ["a"])
+
+    def test_dataclasses_become_dicts_recursively(self):
+        value = Outer("o", Inner(datetime.date(2024, 1, 2), Shade.DARK), (1, b"\x01"))
+        self.assertEqual(to_jsonable(value), {
+            "name": "o", "inner": {"when": "2024-01-02", "shade": "dark"}, "tags": [1, "AQ=="],
+        })
+
+    def test_dict_keys_become_strings_as_json_spells_them(self):
+        self.assertEqual(
+            to_jsonable({7: "a", 2.5: "b", True: "c", None: "d", Shade.DARK: "e", ("t", 1): "f"}),
+            {"7": "a", "2.5": "b", "true": "c", "null": "d", "dark": "e", "('t', 1)": "f"},
+        )
+
+    def test_integers_beyond_64_bits_become_strings(self):
+        self.assertEqual(to_jsonable(2**64 - 1), 2**64 - 1)
+        self.assertEqual(to_jsonable(-(2**63)), -(2**63))
+        self.assertEqual(to_jsonable(2**64), str(2**64))
+        self.assertEqual(to_jsonable(-(2**63) - 1), str(-(2**63) - 1))
+
+    def test_floats_stay_floats_even_when_json_has_no_spelling_for_them(self):
+        self.assertTrue(math.isnan(to_jsonable(float("nan"))))
+        self.assertEqual(to_jsonable(float("inf")), float("inf"))
+
+    def test_anything_else_is_its_str(self):
+        self.assertEqual(to_jsonable(Opaque()), "opaque!")
+        self.assertEqual(to_jsonable([Opaque()]), ["opaque!"])
+        self.assertTrue(to_jsonable(x for x in ()).startswith("<generator object"))
+
+    def test_a_result_that_contains_itself_is_an_error(self):
+        loop = [1]
+        loop.append(loop)
+        with self.assertRaisesRegex(ValueError, "contains itself"):
+            to_jsonable(loop)
+        shared = [1]
+        self.assertEqual(to_jsonable([shared, shared]), [[1], [1]], "a value seen twice is not a cycle")
+
+    def test_pydantic_models_dump_in_json_mode(self):
+        try:
+            import pydantic
+        except ImportError:
+            self.skipTest("pydantic is not installed for this Python")
+
+        class Model(pydantic.BaseModel):
+            when: datetime.date
+            items: set[int]
+
+        self.assertEqual(to_jsonable(Model(when="2024-01-02", items={1})), {"when": "2024-01-02", "items": [1]})
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,85 @@
+//! Results cross the boundary as JSON-able values; what is not JSON is
+//! converted, and a result too large for a frame is a clear error.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{json, Value};
+
+#[tokio::test]
+async fn json_values_pass_through_unchanged() {
+    let (pool, _session) = pool(1).await;
+    let value = json!({"a": [1, 2.5, "x", null, true], "nested": {"ü": "ß"}});
+    assert_eq!(
+        call(&pool, "echo", json!({"value": value})).await.unwrap(),
+        value
+    );
+    pool.shutdown().await;
+}
+
+#[tokio::test]
+async fn async_tool_runs_to_completion() {
+    let (pool, _session) = pool(1).await;
+    assert_eq!(
+        call(&pool, "async_add", json!({"a": 20, "b": 22}))
+            .await
+            .unwrap(),
+        json!(42)
+    );
+    pool.shutdown().await;
+}
+
+#[tokio::test]
+async fn huge_result_is_refused_clearly_not_a_hang() {
+    let (pool, _session) = pool(1).await;
+    let started = Instant::now();
+    let error = call(&pool, "huge_result", json!({"megabytes": 100}))
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind.type_name(), "ResultTooLarge", "{error}");
+    assert!(error.message.contains("frame limit"), "{error}");
+    assert!(started.elapsed() < Duration::from_secs(20));
+    assert_serves(&pool).await;
+    pool.shutdown().await;
+}
+
+#[tokio::test]
+async fn result_under_the_limit_is_delivered_whole() {
+    let (pool, _session) = pool(1).await;
+    let result = call(&pool, "huge_result", json!({"megabytes": 10}))
+        .await
+        .unwrap();
+    assert_eq!(result.as_str().map(str::len), Some(10 * 1024 * 1024));
+    pool.shutdown().await;
+}
+
+#[tokio::test]
+async fn non_json_results_are_converted() {
+    let (pool, _session) = pool(1).await;
+    let mut seen = Vec::new();
+    for (tool, check) in [
+        (
+            "return_bytes",
+            &(|v: &Value| v.is_string()) as &dyn Fn(&Value) -> bool,
+        ),
+        ("return_datetime", &|v: &Value| {
+            v.as_str().is_some_and(|s| s.contains('T'))
+        }),
+        ("return_set", &|v: &Value| v.is_array()),
+        ("return_tuple", &|v: &Value| v.is_array()),
+        ("return_dataclass", &|v: &Value| v.is_object()),
+        ("return_object_with_str", &|v: &Value| v.is_string()),
+        ("return_huge_int", &|v: &Value| {
+            v == &json!("1208925819614629174706176")
+        }),
+    ] {
+        let value = call(&pool, tool, json!({}))
+            .await
+            .unwrap_or_else(|e| panic!("{tool}: {e}"));
+        assert!(check(&value), "{tool} gave {value}");
+        seen.push(value);
+    }
+    pool.shutdown().await;
+}
