@@ -134,8 +134,8 @@ _CONSTANTS = {0xC0: None, 0xC2: False, 0xC3: True}
 def _decode(data: bytes, pos: int):
     """(the value starting at data[pos], the position after it).
 
-    One flat function with the fix* forms first: requests are small maps of
-    short strings, and this runs on every request of every call.
+    The fix* forms are tested first: requests are small maps of short
+    strings, and this runs on every request of every call.
     """
     if pos >= len(data):
         raise ValueError("truncated MessagePack data")
@@ -146,10 +146,7 @@ def _decode(data: bytes, pos: int):
     if marker >= 0xE0:
         return marker - 0x100, pos
     if 0xA0 <= marker <= 0xBF:
-        end = pos + (marker & 0x1F)
-        if end > len(data):
-            raise ValueError("truncated MessagePack data")
-        return data[pos:end].decode("utf-8"), end
+        return _text(data, pos, marker & 0x1F)
     if 0x80 <= marker <= 0x8F:
         return _map(data, pos, marker & 0x0F)
     if 0x90 <= marker <= 0x9F:
