@@ -70,6 +70,7 @@ pub struct PoolBuilder {
     queue_wait: Option<Duration>,
     max_frame: usize,
     start_timeout: Duration,
+    spare_workers: usize,
 }
 
 impl Default for PoolBuilder {
@@ -88,6 +89,7 @@ impl Default for PoolBuilder {
             pass_env: Vec::new(),
             queue_wait: None,
             max_frame: DEFAULT_MAX_FRAME,
+            spare_workers: 1,
             start_timeout: Duration::from_secs(60),
         }
     }
@@ -142,6 +144,12 @@ impl PoolBuilder {
         self
     }
     /// Largest frame either side sends or accepts (results included).
+    /// Warm spare workers kept started but idle, so a killed or recycled
+    /// worker is replaced at once instead of after a Python start-up.
+    pub fn spare_workers(mut self, n: usize) -> Self {
+        self.spare_workers = n;
+        self
+    }
     pub fn max_frame(mut self, bytes: usize) -> Self {
         self.max_frame = bytes;
         self
@@ -264,6 +272,7 @@ impl PoolBuilder {
             live: Mutex::new(HashMap::new()),
             start_failure: Mutex::new(None),
             restart_failures: AtomicU64::new(0),
+            spares: Mutex::new(Vec::new()),
         });
         let missing = self.workers - workers.len();
         for worker in workers {
@@ -273,13 +282,17 @@ impl PoolBuilder {
         for _ in 0..missing {
             shared.replace();
         }
+        // Spares start after the pool is ready, so they never delay it.
+        for _ in 0..self.spare_workers {
+            shared.start_worker(Destination::Spare);
+        }
         Ok(Pool { shared })
     }
 }
 
 /// Runs the interpreter once to learn its real path: launcher scripts such
 /// as pyenv shims cost tens of milliseconds on every spawn.
-async fn resolve_interpreter(python: &str) -> Result<PathBuf, PoolError> {
+pub async fn resolve_interpreter(python: &str) -> Result<PathBuf, PoolError> {
     let error = |reason: String| PoolError::Interpreter {
         python: python.to_string(),
         reason,
@@ -345,8 +358,17 @@ pub struct PoolStats {
     pub worker_deaths: u64,
     pub respawns: u64,
     pub recycled: u64,
+    /// Warm spares ready to replace a worker.
+    pub spares: usize,
     pub cancelled: u64,
     pub errors_by_type: BTreeMap<String, u64>,
+}
+
+/// Where a newly started worker goes.
+#[derive(Debug, Clone, Copy)]
+enum Destination {
+    Idle,
+    Spare,
 }
 
 struct Shared {
@@ -368,6 +390,8 @@ struct Shared {
     /// Why the last attempt to start a worker failed, while none is running.
     start_failure: Mutex<Option<String>>,
     restart_failures: AtomicU64,
+    /// Started workers waiting to replace one that is killed or retired.
+    spares: Mutex<Vec<Worker>>,
 }
 
 impl Shared {
@@ -397,9 +421,24 @@ impl Shared {
         let _ = self.idle_tx.send(worker);
     }
 
-    /// Starts one replacement worker in the background, backing off while
-    /// starts keep failing.
+    /// Puts a worker in place of one that died, timed out or retired: a
+    /// warm spare at once when there is one (then the spare is refilled),
+    /// else a newly started worker.
     fn replace(self: &Arc<Self>) {
+        self.counters.respawns.fetch_add(1, Ordering::Relaxed);
+        let spare = self.spares.lock().ok().and_then(|mut spares| spares.pop());
+        match spare {
+            Some(worker) => {
+                self.make_idle(worker);
+                self.start_worker(Destination::Spare);
+            }
+            None => self.start_worker(Destination::Idle),
+        }
+    }
+
+    /// Starts one worker in the background, backing off while starts keep
+    /// failing, and sends it to `destination`.
+    fn start_worker(self: &Arc<Self>, destination: Destination) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
@@ -422,9 +461,11 @@ impl Shared {
                         if let Ok(mut failure) = shared.start_failure.lock() {
                             *failure = None;
                         }
-                        shared.counters.respawns.fetch_add(1, Ordering::Relaxed);
                         shared.register(&worker);
-                        shared.make_idle(worker);
+                        match destination {
+                            Destination::Idle => shared.make_idle(worker),
+                            Destination::Spare => shared.add_spare(worker),
+                        }
                         return;
                     }
                     Err(e) => {
@@ -437,6 +478,17 @@ impl Shared {
                 }
             }
         });
+    }
+
+    fn add_spare(&self, worker: Worker) {
+        let closed = self.is_closed.load(Ordering::Acquire);
+        match self.spares.lock() {
+            Ok(mut spares) if !closed => spares.push(worker),
+            _ => {
+                self.unregister(worker.pid());
+                tokio::spawn(worker.retire());
+            }
+        }
     }
 
     fn count_error(&self, error: &ToolError) {
@@ -721,6 +773,7 @@ impl Pool {
             worker_deaths: c.worker_deaths.load(Ordering::Relaxed),
             respawns: c.respawns.load(Ordering::Relaxed),
             recycled: c.recycled.load(Ordering::Relaxed),
+            spares: self.shared.spares.lock().map(|s| s.len()).unwrap_or(0),
             cancelled: c.cancelled.load(Ordering::Relaxed),
             errors_by_type: c
                 .errors_by_type
@@ -742,7 +795,15 @@ impl Pool {
             // Idle workers (and those coming back from calls) retire at once.
             {
                 let mut idle = shared.idle_rx.lock().await;
+                let mut leaving = shared
+                    .spares
+                    .lock()
+                    .map(|mut spares| std::mem::take(&mut *spares))
+                    .unwrap_or_default();
                 while let Ok(worker) = idle.try_recv() {
+                    leaving.push(worker);
+                }
+                for worker in leaving {
                     shared.unregister(worker.pid());
                     retiring.spawn(worker.retire());
                 }

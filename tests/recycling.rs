@@ -32,3 +32,44 @@ async fn worker_is_replaced_after_its_call_budget() {
     assert_eq!(pool.stats().recycled, 2);
     pool.shutdown().await;
 }
+
+async fn wait_for_spares(pool: &toolpool::Pool, n: usize) {
+    for _ in 0..200 {
+        if pool.stats().spares == n {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!("spares never reached {n}: {:?}", pool.stats());
+}
+
+#[tokio::test]
+async fn warm_spare_takes_a_killed_workers_place_and_is_refilled() {
+    let (pool, _session) = pool(1).await;
+    wait_for_spares(&pool, 1).await;
+    assert_eq!(pool.stats().live_workers, 2, "one worker and one spare");
+    let error = call_with_timeout(&pool, "sleep_forever", json!({}), 0.2)
+        .await
+        .unwrap_err();
+    assert!(error.is_timeout());
+    // The spare was promoted at once, and a new spare is being started.
+    assert_serves(&pool).await;
+    wait_for_spares(&pool, 1).await;
+    assert_eq!(pool.stats().live_workers, 2);
+    pool.shutdown().await;
+    assert_eq!(pool.stats().live_workers, 0, "spares are retired at shutdown");
+}
+
+#[tokio::test]
+async fn pool_without_spares_starts_a_replacement() {
+    let session = tempfile::tempdir().unwrap();
+    let pool = builder(&session, 1).spare_workers(0).build().await.unwrap();
+    let error = call_with_timeout(&pool, "sleep_forever", json!({}), 0.2)
+        .await
+        .unwrap_err();
+    assert!(error.is_timeout());
+    assert_serves(&pool).await;
+    assert_eq!(pool.stats().spares, 0);
+    assert_eq!(pool.stats().live_workers, 1);
+    pool.shutdown().await;
+}

@@ -1,0 +1,238 @@
+//! toolpool's side of the peer benchmark (DESIGN.md §9), driven through the
+//! library API, plus P1's floor: a bare length-prefixed echo between this
+//! process and `python3` over the same pipes with the same codec.
+//!
+//! Prints one JSON object; `benches/peers` runs it next to the Python peers
+//! and prints the comparison. `--quick` takes fewer samples.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tokio::io::BufReader;
+use toolpool::protocol::{encode_frame, read_frame, CallContext, Request, DEFAULT_MAX_FRAME};
+use toolpool::{InvokeOptions, Pool};
+
+fn tools_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/tools")
+}
+
+fn percentile(samples: &mut [f64], p: f64) -> f64 {
+    samples.sort_by(f64::total_cmp);
+    let index = ((samples.len() as f64 - 1.0) * p).round() as usize;
+    samples[index.min(samples.len() - 1)]
+}
+
+async fn pool(workers: usize, session: &Path) -> Pool {
+    Pool::builder()
+        .functions_dir(tools_dir())
+        .workers(workers)
+        .session_dir(session)
+        .build()
+        .await
+        .expect("pool starts")
+}
+
+async fn noop(pool: &Pool) {
+    pool.invoke("noop", json!({}), InvokeOptions::default())
+        .await
+        .expect("noop succeeds");
+}
+
+/// P1: serial no-op round trips, in microseconds.
+async fn serial_round_trip(session: &Path, calls: usize) -> Vec<f64> {
+    let pool = pool(1, session).await;
+    for _ in 0..200 {
+        noop(&pool).await;
+    }
+    let mut samples = Vec::with_capacity(calls);
+    for _ in 0..calls {
+        let started = Instant::now();
+        noop(&pool).await;
+        samples.push(started.elapsed().as_secs_f64() * 1e6);
+    }
+    pool.shutdown().await;
+    samples
+}
+
+/// P1's floor: the same request and reply frames, echoed by a bare Python loop.
+async fn floor_round_trip(calls: usize) -> Vec<f64> {
+    let shim = toolpool::embedded::install_shim().expect("shim installs");
+    let python = toolpool::pool::resolve_interpreter("python3").await.expect("python3 runs");
+    let mut child = tokio::process::Command::new(python)
+        .arg("-I")
+        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/echo_floor.py"))
+        .arg(&shim)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("echo starts");
+    let mut stdin = child.stdin.take().expect("piped");
+    let mut stdout = BufReader::new(child.stdout.take().expect("piped"));
+    let args = json!({});
+    let context = CallContext::default();
+    let mut samples = Vec::with_capacity(calls);
+    for i in 0..(calls + 200) {
+        let started = Instant::now();
+        let request = Request::Invoke {
+            id: i as u64,
+            name: "noop",
+            args: &args,
+            context: &context,
+        };
+        let frame = encode_frame(&request, DEFAULT_MAX_FRAME).expect("encodes");
+        toolpool::protocol::write_frame(&mut stdin, &frame).await.expect("writes");
+        let body = read_frame(&mut stdout, DEFAULT_MAX_FRAME).await.expect("echo answers");
+        let _: Value = rmp_serde::from_slice(&body).expect("decodes");
+        if i >= 200 {
+            samples.push(started.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    drop(stdin);
+    let _ = child.wait().await;
+    samples
+}
+
+/// P2: `calls` no-op calls, `in_flight` at a time, on 2 workers: calls/s.
+async fn throughput(session: &Path, calls: usize, in_flight: usize) -> f64 {
+    let pool = pool(2, session).await;
+    for _ in 0..100 {
+        noop(&pool).await;
+    }
+    let started = Instant::now();
+    let semaphore = std::sync::Arc::new(tokio::sync::Semaphore::new(in_flight));
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..calls {
+        let permit = semaphore.clone().acquire_owned().await.expect("open");
+        let pool = pool.clone();
+        tasks.spawn(async move {
+            noop(&pool).await;
+            drop(permit);
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+    let rate = calls as f64 / started.elapsed().as_secs_f64();
+    pool.shutdown().await;
+    rate
+}
+
+/// P3 and P4 on a 1-worker pool: how late a 200 ms timeout is reported (ms),
+/// and how soon the next call is answered after the kill (ms).
+async fn timeouts(session: &Path, rounds: usize) -> (Vec<f64>, Vec<f64>) {
+    let pool = pool(1, session).await;
+    noop(&pool).await;
+    let mut late = Vec::new();
+    let mut next = Vec::new();
+    for _ in 0..rounds {
+        // Let the replacement (or spare) be ready, as between real calls.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let options = InvokeOptions {
+            timeout: Some(Duration::from_millis(200)),
+            ..Default::default()
+        };
+        let started = Instant::now();
+        let error = pool
+            .invoke("sleep", json!({"seconds": 10}), options)
+            .await
+            .expect_err("times out");
+        assert!(error.is_timeout(), "{error}");
+        late.push((started.elapsed().as_secs_f64() - 0.2) * 1e3);
+        let started = Instant::now();
+        noop(&pool).await;
+        next.push(started.elapsed().as_secs_f64() * 1e3);
+    }
+    pool.shutdown().await;
+    (late, next)
+}
+
+/// P5: time until a pool of `workers` is ready, from cold (ms).
+async fn cold_start(session: &Path, workers: usize) -> f64 {
+    let started = Instant::now();
+    let pool = pool(workers, session).await;
+    let elapsed = started.elapsed().as_secs_f64() * 1e3;
+    pool.shutdown().await;
+    elapsed
+}
+
+fn rss_mb() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map(|kb| kb / 1024.0)
+        .unwrap_or(f64::NAN)
+}
+
+/// P7: a catalog of 1 000 typed, documented functions in 100 modules (s).
+async fn big_catalog(session: &Path) -> f64 {
+    let dir = tempfile::tempdir().expect("temp dir");
+    for m in 0..100 {
+        let mut code = String::from("from typing import Annotated, Literal, Optional\n\n");
+        for f in 0..10 {
+            code.push_str(&format!(
+                "def tool_{m}_{f}(path: str, count: int = 3, mode: Literal['a', 'b'] = 'a', \
+                 limit: Optional[float] = None, tags: list[str] | None = None) -> str:\n    \
+                 \"\"\"Tool {f} of module {m}.\n\n    Args:\n        path: Where.\n        \
+                 count: How many.\n    \"\"\"\n    return path\n\n"
+            ));
+        }
+        std::fs::write(dir.path().join(format!("module_{m:03}.py")), code).expect("write module");
+    }
+    let started = Instant::now();
+    let pool = Pool::builder()
+        .functions_dir(dir.path())
+        .workers(1)
+        .session_dir(session)
+        .build()
+        .await
+        .expect("pool starts");
+    let elapsed = started.elapsed().as_secs_f64();
+    assert_eq!(pool.catalog().functions.len(), 1000);
+    pool.shutdown().await;
+    elapsed
+}
+
+fn median(mut samples: Vec<f64>) -> f64 {
+    percentile(&mut samples, 0.5)
+}
+
+#[tokio::main]
+async fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let scale = if quick { 5 } else { 1 };
+    let session = tempfile::tempdir().expect("temp dir");
+    let session = session.path();
+
+    // P6 first, while this process is still only a supervisor.
+    let idle = pool(4, session).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let p6 = rss_mb();
+    idle.shutdown().await;
+
+    let mut toolpool_p1 = serial_round_trip(session, 5000 / scale).await;
+    let mut floor_p1 = floor_round_trip(5000 / scale).await;
+    let p2 = throughput(session, 20_000 / scale, 64).await;
+    let (mut late, next) = timeouts(session, 30 / scale.min(3)).await;
+    let mut one = Vec::new();
+    let mut four = Vec::new();
+    for _ in 0..5 {
+        one.push(cold_start(session, 1).await);
+        four.push(cold_start(session, 4).await);
+    }
+    let p7 = big_catalog(session).await;
+
+    let (one, four) = (median(one), median(four));
+    let figures = json!({
+        "P1": {"toolpool_p50_us": percentile(&mut toolpool_p1, 0.5),
+               "toolpool_p99_us": percentile(&mut toolpool_p1, 0.99),
+               "floor_p50_us": percentile(&mut floor_p1, 0.5)},
+        "P2": {"toolpool_calls_per_s": p2},
+        "P3": {"toolpool_p99_ms": percentile(&mut late, 0.99)},
+        "P4": {"toolpool_p50_ms": median(next)},
+        "P5": {"toolpool_ms": four, "one_worker_ms": one, "ratio_vs_one_worker": four / one},
+        "P6": {"toolpool_mb": p6},
+        "P7": {"toolpool_s": p7},
+    });
+    println!("{}", serde_json::to_string_pretty(&figures).unwrap_or_default());
+}
