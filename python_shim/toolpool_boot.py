@@ -5,6 +5,10 @@ of its own, waits for it, kills that whole group so nothing the tools started
 outlives the worker, then ends the same way the worker did: same exit code,
 or same signal. The supervisor's waitpid on the guardian therefore tells how
 the worker ended. The guardian runs no tool code. See docs/protocol.md.
+
+It is also the child subreaper of the worker's tree: a process the tools
+started that left the worker's group (setsid, a daemon's double fork) is
+adopted by the guardian when its parent dies, and is killed with the rest.
 """
 
 import json
@@ -15,6 +19,7 @@ import sys
 
 SHIM_DIR = os.path.dirname(os.path.abspath(__file__))
 PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
 # SIGTERM and SIGHUP: the supervisor died (its parent-death signal) or is
 # stopping us. SIGINT is treated alike so that a stray Ctrl-C cannot leave the
 # worker's group behind.
@@ -31,6 +36,7 @@ def main() -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, hard))
 
     guardian = os.getpid()
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
     # Blocked across the fork: a stop signal that arrives before the handler
     # knows the worker's pid waits until it does.
     signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
@@ -58,9 +64,63 @@ def main() -> None:
             pass
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
-    _, status = os.waitpid(worker, 0)  # retried after a signal handler has run (PEP 475)
+    status = _wait_for(worker)
     _kill_group(worker)
+    _kill_adopted()
     _mirror(status)
+
+
+def _wait_for(worker: int) -> int:
+    """Wait for the worker, reaping adopted orphans of its tree that end meanwhile."""
+    while True:
+        pid, status = os.waitpid(-1, 0)  # retried after a signal handler has run (PEP 475)
+        if pid == worker:
+            return status
+
+
+def _kill_adopted() -> None:
+    """Kill and reap every process left in the worker's tree, until there is none.
+
+    They are all children of the guardian by now: the worker is gone, so the
+    kernel handed its orphans (and theirs, as they die) to the subreaper.
+    """
+    while True:
+        for pid in _children():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
+
+
+def _children() -> list:
+    """Pids whose parent is this (single-threaded) process."""
+    me = os.getpid()
+    try:
+        with open(f"/proc/{me}/task/{me}/children") as handle:
+            return [int(pid) for pid in handle.read().split()]
+    except OSError:
+        pass
+    children = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return children  # no /proc: the worker's group was killed, which is all we can do
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if len(fields) > 1 and int(fields[1]) == me:
+            children.append(int(entry))
+    return children
 
 
 def _run_worker(config: dict, guardian: int) -> None:
@@ -85,15 +145,19 @@ def _run_worker(config: dict, guardian: int) -> None:
 
 def _die_with_parent() -> None:
     """prctl(PR_SET_PDEATHSIG, SIGKILL): the kernel kills the worker when the guardian dies."""
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _prctl(option: int, value: int) -> None:
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
     prctl = getattr(libc, "prctl", None)
     if prctl is None:
         return  # not Linux: stdin EOF still ends the worker when the supervisor goes
-    if prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+    if prctl(option, value, 0, 0, 0) != 0:
         errno = ctypes.get_errno()
-        raise OSError(errno, f"prctl(PR_SET_PDEATHSIG): {os.strerror(errno)}")
+        raise OSError(errno, f"prctl({option}): {os.strerror(errno)}")
 
 
 def _kill_group(pgid: int) -> None:

@@ -7,14 +7,17 @@
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::{json, Value};
 
 use crate::config::{nodes_json, ToolFormat, Workflow, WorkflowError};
+use crate::context::{PromptInput, TerminalPrompt};
 use crate::error::PoolError;
-use crate::pool::{InvokeOptions, Pool, PoolBuilder};
+use crate::pool::{CallReport, InvokeOptions, Pool, PoolBuilder};
+use crate::signals::{StopSignal, StopSignals};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -34,9 +37,9 @@ pub struct Cli {
         default_value = "python3"
     )]
     pub python: String,
-    /// Number of workers [default: number of CPUs; 1 for catalog, list and call]
-    #[arg(long, env = "TOOLPOOL_WORKERS", global = true, value_parser = clap::value_parser!(u32).range(1..=1024))]
-    pub workers: Option<u32>,
+    /// Number of workers [default: number of CPUs; 1 for catalog, list and call]; for bench, a list of pool sizes such as 1,2,4,8
+    #[arg(long, env = "TOOLPOOL_WORKERS", global = true, value_name = "N", value_parser = crate::bench::parse_pool_sizes)]
+    pub workers: Option<crate::bench::PoolSizes>,
     /// Default per-call timeout in seconds
     #[arg(long, env = "TOOLPOOL_TIMEOUT", global = true, default_value = "60", value_parser = parse_seconds)]
     pub timeout: Duration,
@@ -55,6 +58,9 @@ pub struct Cli {
     /// Pass this environment variable to workers (repeatable)
     #[arg(long = "pass-env", global = true, value_name = "NAME")]
     pub pass_env: Vec<String>,
+    /// Warm spare workers that replace a killed or recycled one at once [default: 1; 0 for catalog, list and call]
+    #[arg(long, global = true, value_parser = clap::value_parser!(u32).range(0..=64))]
+    pub spare_workers: Option<u32>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -99,6 +105,9 @@ pub enum Command {
         /// Print a JSON envelope {ok, result|error, text, elapsed_ms, worker_pid}
         #[arg(long)]
         json: bool,
+        /// Seconds the call may run on after SIGTERM or SIGINT before it is killed
+        #[arg(long, value_name = "SECS", default_value = "10", value_parser = parse_seconds)]
+        grace: Duration,
     },
     /// The tools of each agent node of a workflow file, with schemas and timeouts
     Resolve {
@@ -114,6 +123,39 @@ pub enum Command {
     Check {
         /// Workflow YAML file
         workflow: PathBuf,
+    },
+    /// Measure throughput, latency and queue wait of one tool over pool sizes (--workers 1,2,4,8)
+    Bench {
+        /// Tool to call [default: a built-in no-op, in a functions directory of its own]
+        #[arg(long)]
+        tool: Option<String>,
+        /// Arguments for each call, as a JSON object
+        #[arg(long)]
+        args: Option<String>,
+        /// Calls per pool size
+        #[arg(long, default_value = "2000", value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+        calls: u64,
+        /// Calls in flight at once
+        #[arg(long, default_value = "32", value_parser = clap::value_parser!(u64).range(1..=100_000))]
+        concurrency: u64,
+        /// Print the figures as JSON
+        #[arg(long)]
+        json: bool,
+    },
+    /// Serve the tools over MCP (stdio by default) until stdin closes or SIGTERM
+    Serve {
+        /// Offer only one node's tools from this workflow file (with --node)
+        #[arg(long, value_name = "WORKFLOW.yaml", requires = "node")]
+        config: Option<PathBuf>,
+        /// The node whose tools to offer (with --config)
+        #[arg(long, value_name = "ID", requires = "config")]
+        node: Option<String>,
+        /// Serve streamable HTTP at ADDR (PORT or HOST:PORT; a bare port is loopback) instead of stdio
+        #[arg(long, value_name = "ADDR", value_parser = crate::mcp::parse_http_addr)]
+        http: Option<std::net::SocketAddr>,
+        /// Seconds calls in flight may run on at shutdown before they are killed
+        #[arg(long, value_name = "SECS", default_value = "10", value_parser = parse_seconds)]
+        grace: Duration,
     },
 }
 
@@ -142,6 +184,10 @@ pub async fn run(cli: Cli) -> ExitCode {
             eprintln!("toolpool: {error}");
             ExitCode::from(EXIT_USAGE)
         }
+        Err(error @ CliError::Stopped(_)) => {
+            eprintln!("toolpool: {error}");
+            ExitCode::from(1)
+        }
         Err(CliError::Pool(error)) => {
             eprintln!("toolpool: {error}");
             let code = match error {
@@ -164,10 +210,20 @@ enum CliError {
     /// A workflow file that cannot be used; exit code 2.
     #[error(transparent)]
     Workflow(#[from] WorkflowError),
+    /// A stop signal arrived before the workers were ready; exit code 1.
+    #[error("stopped by {0} before the workers were ready")]
+    Stopped(StopSignal),
 }
 
-fn builder(cli: &Cli, default_workers: Option<usize>) -> PoolBuilder {
+/// A pool builder from the global options. `one_shot_workers` is the size
+/// for commands that make one call or none: they also skip the warm spare,
+/// which would start a process only to stop it.
+fn builder(cli: &Cli, one_shot_workers: Option<usize>) -> PoolBuilder {
+    let default_spares = if one_shot_workers.is_some() { 0 } else { 1 };
+    let spares = cli.spare_workers.map_or(default_spares, |n| n as usize);
     let mut builder = Pool::builder()
+        .subreaper(true)
+        .spare_workers(spares)
         .python(cli.python.clone())
         .timeout(cli.timeout)
         .session_id(cli.session_id.clone())
@@ -180,16 +236,50 @@ fn builder(cli: &Cli, default_workers: Option<usize>) -> PoolBuilder {
     if let Some(dir) = &cli.session_dir {
         builder = builder.session_dir(dir);
     }
-    match cli.workers.map(|n| n as usize).or(default_workers) {
+    let workers = cli
+        .workers
+        .as_ref()
+        .and_then(|sizes| sizes.0.first().copied());
+    match workers.or(one_shot_workers) {
         Some(n) => builder.workers(n),
         None => builder,
     }
 }
 
 async fn run_command(cli: Cli) -> Result<ExitCode, CliError> {
+    // Listening from the start, so that a stop signal never kills the
+    // process half-way; `serve` handles its own.
+    let mut signals = match &cli.command {
+        Command::Serve { .. } => None,
+        _ => StopSignals::new().ok(),
+    };
+    if !matches!(cli.command, Command::Bench { .. })
+        && cli.workers.as_ref().is_some_and(|w| w.0.len() > 1)
+    {
+        return Err(CliError::Usage(
+            "--workers takes one number (a list of pool sizes is for bench)".into(),
+        ));
+    }
     match &cli.command {
+        Command::Bench {
+            tool,
+            args,
+            calls,
+            concurrency,
+            json,
+        } => {
+            run_bench(
+                &cli,
+                tool.as_deref(),
+                args.as_deref(),
+                *calls,
+                *concurrency,
+                *json,
+            )
+            .await
+        }
         Command::Catalog { format } => {
-            let pool = builder(&cli, Some(1)).build().await?;
+            let pool = build_unless_stopped(builder(&cli, Some(1)), &mut signals).await?;
             let catalog = pool.catalog();
             let text = match format {
                 CatalogFormat::Json => pretty(&catalog.to_json()),
@@ -201,7 +291,7 @@ async fn run_command(cli: Cli) -> Result<ExitCode, CliError> {
             Ok(ExitCode::SUCCESS)
         }
         Command::List { json } => {
-            let pool = builder(&cli, Some(1)).build().await?;
+            let pool = build_unless_stopped(builder(&cli, Some(1)), &mut signals).await?;
             let options = pool.catalog().list_options();
             let text = if *json {
                 pretty(&serde_json::to_value(&options).unwrap_or(Value::Null))
@@ -221,13 +311,27 @@ async fn run_command(cli: Cli) -> Result<ExitCode, CliError> {
             args,
             args_file,
             json,
+            grace,
         } => {
             let args = read_args(args.as_deref(), args_file.as_ref())?;
-            let pool = builder(&cli, Some(1)).build().await?;
+            // Tools that ask a human (call_user) ask here: the answer is a
+            // line of stdin, or of /dev/tty when stdin carried the arguments.
+            let input = match args_file {
+                Some(file) if file.as_os_str() == "-" => PromptInput::Terminal,
+                _ => PromptInput::Stdin,
+            };
+            let builder = builder(&cli, Some(1)).human_prompt(Arc::new(TerminalPrompt::new(input)));
+            let pool = build_unless_stopped(builder, &mut signals).await?;
             // `call NAME --timeout S` is the global --timeout: for one call
             // the pool's default and the call's timeout are the same thing.
             let options = InvokeOptions::default();
-            let report = pool.invoke_report(name, args, options).await;
+            let report = call_draining_on_signal(
+                &pool,
+                pool.invoke_report(name, args, options),
+                &mut signals,
+                *grace,
+            )
+            .await;
             let code = match &report.result {
                 Ok(_) => ExitCode::SUCCESS,
                 Err(e) if e.is_timeout() => ExitCode::from(124),
@@ -250,7 +354,6 @@ async fn run_command(cli: Cli) -> Result<ExitCode, CliError> {
             } else {
                 print_out(&text);
             }
-            pool.shutdown_with_grace(Duration::from_secs(1)).await;
             Ok(code)
         }
         Command::Resolve {
@@ -261,7 +364,7 @@ async fn run_command(cli: Cli) -> Result<ExitCode, CliError> {
             // The file is read before any worker starts: a missing file or
             // broken YAML needs no Python to be reported.
             let workflow = Workflow::load(workflow)?;
-            let pool = builder(&cli, Some(1)).build().await?;
+            let pool = build_unless_stopped(builder(&cli, Some(1)), &mut signals).await?;
             let resolved = workflow.resolve(pool.catalog());
             let default_timeout = pool.default_timeout();
             pool.shutdown().await;
@@ -281,9 +384,43 @@ async fn run_command(cli: Cli) -> Result<ExitCode, CliError> {
             print_out(&pretty(&value));
             Ok(ExitCode::SUCCESS)
         }
+        Command::Serve {
+            config,
+            node,
+            http,
+            grace,
+        } => {
+            // The workflow file is read before any worker starts, as in `resolve`.
+            let workflow = config.as_ref().map(Workflow::load).transpose()?;
+            let pool = builder(&cli, None).build().await?;
+            let tools = match (workflow, node) {
+                (Some(workflow), Some(node)) => {
+                    let resolved = workflow
+                        .resolve(pool.catalog())
+                        .and_then(|resolved| resolved.node_tools(node).cloned());
+                    match resolved {
+                        Ok(node) => crate::mcp::ToolSet::Node(node),
+                        Err(error) => {
+                            pool.shutdown_with_grace(Duration::ZERO).await;
+                            return Err(error.into());
+                        }
+                    }
+                }
+                _ => crate::mcp::ToolSet::Catalog,
+            };
+            let options = crate::mcp::ServeOptions {
+                tools,
+                http: *http,
+                grace: *grace,
+            };
+            crate::mcp::serve(pool, options)
+                .await
+                .map_err(|e| CliError::Usage(e.to_string()))?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Check { workflow } => {
             let workflow = Workflow::load(workflow)?;
-            let pool = builder(&cli, Some(1)).build().await?;
+            let pool = build_unless_stopped(builder(&cli, Some(1)), &mut signals).await?;
             let resolved = workflow.resolve(pool.catalog());
             pool.shutdown().await;
             let resolved = resolved?;
@@ -296,6 +433,58 @@ async fn run_command(cli: Cli) -> Result<ExitCode, CliError> {
                 if tools == 1 { "tool" } else { "tools" },
             ));
             Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// The next SIGTERM or SIGINT; never, when nothing listens for them (the
+/// signals then keep their default action).
+async fn next_stop_signal(signals: &mut Option<StopSignals>) -> StopSignal {
+    match signals {
+        Some(signals) => signals.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Builds the pool, unless a stop signal comes first: then the workers
+/// started so far are killed and the command fails.
+async fn build_unless_stopped(
+    builder: PoolBuilder,
+    signals: &mut Option<StopSignals>,
+) -> Result<Pool, CliError> {
+    tokio::select! {
+        built = builder.build() => Ok(built?),
+        signal = next_stop_signal(signals) => Err(CliError::Stopped(signal)),
+    }
+}
+
+/// Runs one call. A stop signal meanwhile drains the pool: the call may
+/// finish within `grace`, then it is killed (and fails with `PoolClosed`);
+/// a second signal kills it at once.
+async fn call_draining_on_signal(
+    pool: &Pool,
+    call: impl std::future::Future<Output = CallReport>,
+    signals: &mut Option<StopSignals>,
+    grace: Duration,
+) -> CallReport {
+    tokio::pin!(call);
+    let signal = tokio::select! {
+        report = &mut call => {
+            pool.shutdown_with_grace(Duration::from_secs(1)).await;
+            return report;
+        }
+        signal = next_stop_signal(signals) => signal,
+    };
+    tracing::warn!(
+        "{signal}: no new calls; the call in flight may finish within {} s",
+        crate::pool::format_secs(grace)
+    );
+    let drained = async { tokio::join!(&mut call, pool.shutdown_with_grace(grace)).0 };
+    tokio::select! {
+        report = drained => report,
+        signal = next_stop_signal(signals) => {
+            tracing::warn!("{signal} again: killing the call in flight");
+            tokio::join!(&mut call, pool.shutdown_with_grace(Duration::ZERO)).0
         }
     }
 }
@@ -360,4 +549,60 @@ fn json_kind(value: &Value) -> &'static str {
         Value::Array(_) => "an array",
         Value::Object(_) => "an object",
     }
+}
+
+async fn run_bench(
+    cli: &Cli,
+    tool: Option<&str>,
+    args: Option<&str>,
+    calls: u64,
+    concurrency: u64,
+    json: bool,
+) -> Result<ExitCode, CliError> {
+    use crate::bench::{BenchPlan, BUILTIN_NOOP};
+
+    let args = read_args(args, None)?;
+    let builtin =
+        match tool {
+            Some(_) => None,
+            None => Some(crate::bench::builtin_functions_dir().map_err(|e| {
+                CliError::Usage(format!("cannot write the built-in bench tool: {e}"))
+            })?),
+        };
+    let spares = cli.spare_workers.map_or(1, |n| n as usize);
+    let mut base = builder(cli, Some(1)).spare_workers(spares);
+    if let Some(dir) = &builtin {
+        base = base.functions_dir(dir.path());
+    }
+    let plan = BenchPlan {
+        tool: tool.unwrap_or(BUILTIN_NOOP).to_string(),
+        args,
+        calls: calls as usize,
+        concurrency: concurrency as usize,
+        pool_sizes: cli
+            .workers
+            .clone()
+            .map_or_else(|| vec![1, 2, 4, 8], |sizes| sizes.0),
+    };
+    let bar = indicatif::ProgressBar::new(calls * plan.pool_sizes.len() as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{bar:40} {pos}/{len} calls ({per_sec}, {eta} left)",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let ticker = bar.clone();
+    let rows = crate::bench::run(&base, &plan, move |_, n| ticker.inc(n as u64)).await?;
+    bar.finish_and_clear();
+    if json {
+        print_out(&pretty(&serde_json::to_value(&rows).unwrap_or(Value::Null)));
+    } else {
+        print_out(&crate::bench::table(&plan.tool, plan.concurrency, &rows));
+    }
+    let failed: usize = rows.iter().map(|r| r.failed).sum();
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }

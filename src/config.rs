@@ -1646,6 +1646,7 @@ impl NodeTools {
             return CallReport {
                 result: Err(ToolError::new(name, ErrorKind::NotFound, message)),
                 elapsed: started.elapsed(),
+                queue_wait: Duration::ZERO,
                 worker_pid: None,
             };
         };

@@ -1,9 +1,31 @@
-//! Session directories: where a session's files live and what a tool's
-//! `_context` points at.
+//! What a tool's `_context` points at: the session's directories, and the
+//! live services a tool reaches through callbacks to the supervisor while its
+//! call is in flight (DESIGN.md §5):
+//!
+//! - the attachment store ([`attachments`]), owned by the supervisor so that
+//!   concurrent workers never write its manifest at the same time;
+//! - human prompts ([`HumanPrompt`]), forwarded to whatever front end runs
+//!   the pool: the terminal for the CLI ([`TerminalPrompt`]), elicitation
+//!   over MCP, the embedder's own implementation in the library.
+//!
+//! [`CallbackHandler`] serves a worker's callbacks (`{"t": "call", ...}`
+//! frames, see `docs/protocol.md`) for one call.
 
+pub mod attachments;
+mod terminal;
+
+use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
 
 use crate::error::PoolError;
+
+pub use attachments::{AttachmentError, AttachmentRecord, AttachmentRef, AttachmentStore};
+pub use terminal::{PromptInput, TerminalPrompt};
 
 /// A session's directories, created and made absolute.
 #[derive(Debug, Clone)]
@@ -13,6 +35,11 @@ pub struct SessionPaths {
     pub dir: PathBuf,
     /// `python_workspace_root` in `_context`; the workers' cwd.
     pub workspace: PathBuf,
+    /// `<dir>/site-packages`: where `install_python_packages` installs, on
+    /// every worker's `sys.path` (`python_packages_dir` in `_context`).
+    /// Created up front: Python caches a `sys.path` entry that does not
+    /// exist as "nothing here" for the worker's lifetime.
+    pub site_packages: PathBuf,
 }
 
 impl SessionPaths {
@@ -23,15 +50,325 @@ impl SessionPaths {
             None => PathBuf::from(".toolpool").join("sessions").join(id),
         };
         let workspace = dir.join("code_workspace");
-        let error = |source| PoolError::SessionDir {
-            path: workspace.clone(),
-            source,
+        let site_packages = dir.join("site-packages");
+        for path in [&workspace, &site_packages] {
+            std::fs::create_dir_all(path).map_err(|source| PoolError::SessionDir {
+                path: path.clone(),
+                source,
+            })?;
+        }
+        let canonical = |path: &Path| {
+            path.canonicalize().map_err(|source| PoolError::SessionDir {
+                path: path.to_path_buf(),
+                source,
+            })
         };
-        std::fs::create_dir_all(&workspace).map_err(error)?;
         Ok(SessionPaths {
             id: id.to_string(),
-            dir: dir.canonicalize().map_err(error)?,
-            workspace: workspace.canonicalize().map_err(error)?,
+            dir: canonical(&dir)?,
+            workspace: canonical(&workspace)?,
+            site_packages: canonical(&site_packages)?,
         })
+    }
+}
+
+/// A boxed future, for object-safe async traits such as [`HumanPrompt`].
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A tool asks a human (`_context["human_prompt"].request(...)`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PromptRequest {
+    /// The session the pool runs (`--session-id`).
+    pub session_id: String,
+    /// The node the tool names as asking (the call's `node_id` by default).
+    pub node_id: String,
+    /// What the human is asked to do.
+    pub task_description: String,
+    /// What the human should look at to answer (e.g. the model's instruction).
+    pub inputs: Option<String>,
+    /// Free-form details from the tool (`{"source": "function_tool"}`, ...).
+    pub metadata: Map<String, Value>,
+    /// The tool (function name) that asks.
+    pub tool: String,
+}
+
+impl PromptRequest {
+    /// The prompt as one text, as the terminal shows it: inputs, task, then
+    /// a line asking for the answer.
+    pub fn display_text(&self) -> String {
+        let mut text = String::from("===== HUMAN INPUT REQUIRED =====\n");
+        if let Some(inputs) = self.inputs.as_deref().filter(|i| !i.is_empty()) {
+            text.push_str("=== Node inputs ===\n");
+            text.push_str(inputs.trim_end());
+            text.push('\n');
+        }
+        text.push_str(&format!(
+            "=== Task for human ({}, tool {}) ===\n",
+            self.node_id, self.tool
+        ));
+        text.push_str(self.task_description.trim_end());
+        text.push_str("\n=== Your response: ===\n");
+        text
+    }
+}
+
+/// A human's answer: `.text` (and `.metadata`) of the result the tool gets.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PromptAnswer {
+    pub text: String,
+    #[serde(default)]
+    pub metadata: Map<String, Value>,
+}
+
+impl PromptAnswer {
+    pub fn text(text: impl Into<String>) -> PromptAnswer {
+        PromptAnswer {
+            text: text.into(),
+            metadata: Map::new(),
+        }
+    }
+}
+
+/// Why a prompt got no answer; the tool gets it as an exception of the type
+/// [`PromptError::type_name`] names.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PromptError {
+    /// Nobody can be asked (no terminal, stdin at its end, a client that
+    /// does not support elicitation, ...).
+    #[error("no human can be asked: {0}")]
+    Unavailable(String),
+    /// The human saw the prompt and declined to answer.
+    #[error("the human declined to answer{}", optional_reason(.0))]
+    Declined(Option<String>),
+    /// The human (or the front end) cancelled the prompt.
+    #[error("the prompt was cancelled{}", optional_reason(.0))]
+    Cancelled(Option<String>),
+    /// Anything else that went wrong while asking.
+    #[error("{0}")]
+    Failed(String),
+}
+
+fn optional_reason(reason: &Option<String>) -> String {
+    reason
+        .as_deref()
+        .map(|r| format!(": {r}"))
+        .unwrap_or_default()
+}
+
+impl PromptError {
+    /// The exception type the tool sees (defined in the shim's `services`).
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            PromptError::Unavailable(_) => "HumanPromptUnavailable",
+            PromptError::Declined(_) => "HumanPromptDeclined",
+            PromptError::Cancelled(_) => "HumanPromptCancelled",
+            PromptError::Failed(_) => "HumanPromptError",
+        }
+    }
+}
+
+/// A front end that can ask a human. The time a call spends waiting for the
+/// returned future does not count against the call's timeout. The future is
+/// dropped if the call ends meanwhile (cancelled, pool shut down, worker
+/// killed): implementations should withdraw the question then.
+pub trait HumanPrompt: Send + Sync {
+    fn request(&self, request: PromptRequest) -> BoxFuture<'_, Result<PromptAnswer, PromptError>>;
+}
+
+impl std::fmt::Debug for dyn HumanPrompt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("dyn HumanPrompt")
+    }
+}
+
+/// A [`HumanPrompt`] from a closure returning a future, for embedders and tests:
+/// `prompt_fn(|request| async move { Ok(PromptAnswer::text("yes")) })`.
+pub fn prompt_fn<F, Fut>(f: F) -> Arc<dyn HumanPrompt>
+where
+    F: Fn(PromptRequest) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<PromptAnswer, PromptError>> + Send + 'static,
+{
+    struct FnPrompt<F>(F);
+    impl<F, Fut> HumanPrompt for FnPrompt<F>
+    where
+        F: Fn(PromptRequest) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<PromptAnswer, PromptError>> + Send + 'static,
+    {
+        fn request(
+            &self,
+            request: PromptRequest,
+        ) -> BoxFuture<'_, Result<PromptAnswer, PromptError>> {
+            Box::pin((self.0)(request))
+        }
+    }
+    Arc::new(FnPrompt(f))
+}
+
+/// An error a callback answers with; the tool gets it as an exception named
+/// `kind` (a Python builtin such as `ValueError`, or one of the shim's own).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallbackError {
+    pub kind: String,
+    pub message: String,
+}
+
+impl CallbackError {
+    pub fn new(kind: &str, message: impl Into<String>) -> CallbackError {
+        CallbackError {
+            kind: kind.to_string(),
+            message: message.into(),
+        }
+    }
+}
+
+impl From<AttachmentError> for CallbackError {
+    fn from(error: AttachmentError) -> CallbackError {
+        CallbackError::new(error.type_name(), error.to_string())
+    }
+}
+
+impl From<PromptError> for CallbackError {
+    fn from(error: PromptError) -> CallbackError {
+        CallbackError::new(error.type_name(), error.to_string())
+    }
+}
+
+/// What a pool's calls share: the session's attachment store and the
+/// default human prompt.
+pub struct SessionServices {
+    pub session_id: String,
+    pub attachments: Arc<AttachmentStore>,
+    pub human_prompt: Option<Arc<dyn HumanPrompt>>,
+}
+
+/// Serves the callbacks of one call: the session's services plus the human
+/// prompt for this call (the pool's, or one the caller gave for the call).
+#[derive(Clone)]
+pub struct CallbackHandler {
+    services: Arc<SessionServices>,
+    prompt: Option<Arc<dyn HumanPrompt>>,
+}
+
+/// Callback method names (see `docs/protocol.md`).
+pub mod methods {
+    pub const REGISTER_FILE: &str = "attachments.register_file";
+    pub const REGISTER_BYTES: &str = "attachments.register_bytes";
+    pub const GET: &str = "attachments.get";
+    pub const LIST: &str = "attachments.list";
+    pub const EXPORT_MANIFEST: &str = "attachments.export_manifest";
+    pub const HUMAN_PROMPT: &str = "human_prompt.request";
+}
+
+impl CallbackHandler {
+    pub fn new(
+        services: Arc<SessionServices>,
+        prompt: Option<Arc<dyn HumanPrompt>>,
+    ) -> CallbackHandler {
+        let prompt = prompt.or_else(|| services.human_prompt.clone());
+        CallbackHandler { services, prompt }
+    }
+
+    /// Whether this call has a human prompt service (else the tool's
+    /// `_context["human_prompt"]` is `None`).
+    pub fn has_human_prompt(&self) -> bool {
+        self.prompt.is_some()
+    }
+
+    /// True for the methods that wait for a human: the call's timer is
+    /// paused while they run.
+    pub fn waits_for_human(method: &str) -> bool {
+        method == methods::HUMAN_PROMPT
+    }
+
+    /// Runs one callback of the call of `tool`. Blocking file work runs on
+    /// tokio's blocking threads.
+    pub async fn handle(
+        &self,
+        tool: &str,
+        method: &str,
+        params: Value,
+    ) -> Result<Value, CallbackError> {
+        let params = match params {
+            Value::Object(map) => map,
+            Value::Null => Map::new(),
+            other => {
+                return Err(CallbackError::new(
+                    "TypeError",
+                    format!("callback params must be a map, got {other}"),
+                ))
+            }
+        };
+        match method {
+            methods::HUMAN_PROMPT => self.human_prompt(tool, params).await,
+            methods::REGISTER_FILE
+            | methods::REGISTER_BYTES
+            | methods::GET
+            | methods::LIST
+            | methods::EXPORT_MANIFEST => {
+                let store = self.services.attachments.clone();
+                let method = method.to_string();
+                tokio::task::spawn_blocking(move || store.handle(&method, params))
+                    .await
+                    .map_err(|e| {
+                        CallbackError::new(
+                            "RuntimeError",
+                            format!("the attachment store failed: {e}"),
+                        )
+                    })?
+                    .map_err(CallbackError::from)
+            }
+            other => Err(CallbackError::new(
+                "NotImplementedError",
+                format!("the supervisor does not serve '{other}'"),
+            )),
+        }
+    }
+
+    async fn human_prompt(
+        &self,
+        tool: &str,
+        mut params: Map<String, Value>,
+    ) -> Result<Value, CallbackError> {
+        let Some(prompt) = &self.prompt else {
+            return Err(PromptError::Unavailable(
+                "this pool has no human prompt service (the library needs PoolBuilder::human_prompt)".into(),
+            )
+            .into());
+        };
+        let text =
+            |params: &mut Map<String, Value>, key: &str| -> Result<Option<String>, CallbackError> {
+                match params.remove(key) {
+                    None | Some(Value::Null) => Ok(None),
+                    Some(Value::String(s)) => Ok(Some(s)),
+                    Some(other) => Err(CallbackError::new(
+                        "TypeError",
+                        format!("{key} must be a string, got {other}"),
+                    )),
+                }
+            };
+        let node_id = text(&mut params, "node_id")?.unwrap_or_default();
+        let task_description = text(&mut params, "task_description")?
+            .ok_or_else(|| CallbackError::new("TypeError", "task_description is required"))?;
+        let inputs = text(&mut params, "inputs")?;
+        let metadata = match params.remove("metadata") {
+            None | Some(Value::Null) => Map::new(),
+            Some(Value::Object(map)) => map,
+            Some(other) => {
+                return Err(CallbackError::new(
+                    "TypeError",
+                    format!("metadata must be a dict, got {other}"),
+                ))
+            }
+        };
+        let request = PromptRequest {
+            session_id: self.services.session_id.clone(),
+            node_id,
+            task_description,
+            inputs,
+            metadata,
+            tool: tool.to_string(),
+        };
+        let answer = prompt.request(request).await?;
+        Ok(json!({"text": answer.text, "metadata": answer.metadata}))
     }
 }

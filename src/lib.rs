@@ -5,20 +5,28 @@
 //! [`pool`] ← [`cli`]; [`catalog`], [`config`] (workflow files) and
 //! [`context`] beside them.
 
+pub mod bench;
 pub mod catalog;
 pub mod cli;
 pub mod config;
 pub mod context;
 pub mod embedded;
 pub mod error;
+pub mod mcp;
 pub mod pool;
 pub mod protocol;
+pub mod reaper;
+pub mod signals;
 pub mod worker;
 
 pub use catalog::{Catalog, FunctionSpec, ListOption, LoadError};
 pub use config::{
     validate, ConfigError, NodeTools, ResolvedWorkflow, ToolFormat, ToolSpec, Workflow,
     WorkflowError,
+};
+pub use context::{
+    AttachmentRecord, AttachmentStore, HumanPrompt, PromptAnswer, PromptError, PromptRequest,
+    TerminalPrompt,
 };
 pub use error::{ErrorKind, PoolError, ToolError};
 pub use pool::{CallReport, InvokeContext, InvokeOptions, Pool, PoolBuilder, PoolStats};

@@ -21,7 +21,9 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::catalog::Catalog;
-use crate::context::SessionPaths;
+use crate::context::{
+    AttachmentStore, CallbackHandler, HumanPrompt, SessionPaths, SessionServices,
+};
 use crate::error::{ErrorKind, PoolError, ToolError};
 use crate::protocol::{CallContext, DEFAULT_MAX_FRAME};
 use crate::worker::{CallOutcome, Spawner, StartError, Worker, WorkerSpec};
@@ -38,6 +40,9 @@ pub struct InvokeOptions {
     /// Overrides the pool's default timeout.
     pub timeout: Option<Duration>,
     pub context: InvokeContext,
+    /// Who answers this call's human prompts, instead of the pool's
+    /// ([`PoolBuilder::human_prompt`]); e.g. the MCP client that made the call.
+    pub human_prompt: Option<Arc<dyn HumanPrompt>>,
 }
 
 /// What a caller tells the tool about itself (`_context` keys).
@@ -52,6 +57,8 @@ pub struct InvokeContext {
 pub struct CallReport {
     pub result: Result<Value, ToolError>,
     pub elapsed: Duration,
+    /// How long the call waited for a free worker.
+    pub queue_wait: Duration,
     pub worker_pid: Option<i32>,
 }
 
@@ -71,6 +78,8 @@ pub struct PoolBuilder {
     max_frame: usize,
     start_timeout: Duration,
     spare_workers: usize,
+    human_prompt: Option<Arc<dyn HumanPrompt>>,
+    subreaper: bool,
 }
 
 impl Default for PoolBuilder {
@@ -90,7 +99,9 @@ impl Default for PoolBuilder {
             queue_wait: None,
             max_frame: DEFAULT_MAX_FRAME,
             spare_workers: 1,
+            human_prompt: None,
             start_timeout: Duration::from_secs(60),
+            subreaper: false,
         }
     }
 }
@@ -154,9 +165,25 @@ impl PoolBuilder {
         self.max_frame = bytes;
         self
     }
+    /// Who answers the tools' human prompts (`_context["human_prompt"]`);
+    /// without one, tools find `None` there. A call can bring its own
+    /// ([`InvokeOptions::human_prompt`]).
+    pub fn human_prompt(mut self, prompt: Arc<dyn HumanPrompt>) -> Self {
+        self.human_prompt = Some(prompt);
+        self
+    }
     /// How long a worker may take to import the tools and say hello.
     pub fn start_timeout(mut self, timeout: Duration) -> Self {
         self.start_timeout = timeout;
+        self
+    }
+    /// Make this process the child subreaper while the pool runs, and kill
+    /// and reap what a worker's tree leaves behind when even its guardian
+    /// was killed (see [`crate::reaper`]). Only for programs that start no
+    /// child processes of their own other than through toolpool: those
+    /// would be killed as leftovers. The `toolpool` command enables it.
+    pub fn subreaper(mut self, on: bool) -> Self {
+        self.subreaper = on;
         self
     }
 
@@ -190,7 +217,10 @@ impl PoolBuilder {
             "session_id": session.id,
             "dump_fd": 3,
             "max_frame": self.max_frame,
-            "extra_sys_path": [],
+            // The session's packages (install_python_packages): on every
+            // worker's sys.path from the start, so later installs are seen.
+            "extra_sys_path": [session.site_packages],
+            "packages_dir": session.site_packages,
         });
         let spec = Arc::new(WorkerSpec {
             python,
@@ -258,6 +288,11 @@ impl PoolBuilder {
         let shared = Arc::new(Shared {
             spec,
             spawner,
+            services: Arc::new(SessionServices {
+                session_id: session.id.clone(),
+                attachments: Arc::new(AttachmentStore::open(&session.workspace, &session.dir)),
+                human_prompt: self.human_prompt.clone(),
+            }),
             session,
             idle_tx,
             idle_rx: tokio::sync::Mutex::new(idle_rx),
@@ -271,6 +306,7 @@ impl PoolBuilder {
             counters: Counters::default(),
             live: Mutex::new(HashMap::new()),
             start_failure: Mutex::new(None),
+            start_failed: tokio::sync::Notify::new(),
             restart_failures: AtomicU64::new(0),
             spares: Mutex::new(Vec::new()),
         });
@@ -286,6 +322,11 @@ impl PoolBuilder {
         for _ in 0..self.spare_workers {
             shared.start_worker(Destination::Spare);
         }
+        if self.subreaper {
+            if let Err(e) = crate::reaper::start(shared.closed.subscribe()) {
+                tracing::warn!("cannot become the child subreaper: {e}");
+            }
+        }
         Ok(Pool { shared })
     }
 }
@@ -297,10 +338,15 @@ pub async fn resolve_interpreter(python: &str) -> Result<PathBuf, PoolError> {
         python: python.to_string(),
         reason,
     };
-    let output = tokio::process::Command::new(python)
+    let mut command = tokio::process::Command::new(python);
+    command
         .args(["-I", "-c", "import sys; sys.stdout.write(sys.executable)"])
         .stdin(std::process::Stdio::null())
-        .output()
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let output = crate::reaper::spawn_known(&mut command)
+        .map_err(|e| error(e.to_string()))?
+        .wait_with_output()
         .await
         .map_err(|e| error(e.to_string()))?;
     if !output.status.success() {
@@ -375,6 +421,8 @@ struct Shared {
     spec: Arc<WorkerSpec>,
     spawner: Arc<Spawner>,
     session: SessionPaths,
+    /// The attachment store and default human prompt the tools call back to.
+    services: Arc<SessionServices>,
     idle_tx: mpsc::UnboundedSender<Worker>,
     idle_rx: tokio::sync::Mutex<mpsc::UnboundedReceiver<Worker>>,
     closed: watch::Sender<bool>,
@@ -389,6 +437,8 @@ struct Shared {
     live: Mutex<HashMap<i32, ()>>,
     /// Why the last attempt to start a worker failed, while none is running.
     start_failure: Mutex<Option<String>>,
+    /// Wakes queued calls when a start fails, to fail fast if none can run.
+    start_failed: tokio::sync::Notify,
     restart_failures: AtomicU64,
     /// Started workers waiting to replace one that is killed or retired.
     spares: Mutex<Vec<Worker>>,
@@ -474,6 +524,7 @@ impl Shared {
                         if let Ok(mut failure) = shared.start_failure.lock() {
                             *failure = Some(e.to_string());
                         }
+                        shared.start_failed.notify_waiters();
                     }
                 }
             }
@@ -537,9 +588,24 @@ impl Shared {
                 None => Some(take.await),
             }
         };
+        // A call queued while the last worker died must not wait for a
+        // worker that cannot start: it fails when the next start fails.
+        let cannot_start = async {
+            loop {
+                let failed = self.start_failed.notified();
+                if let Some(error) = fail_fast() {
+                    return error;
+                }
+                failed.await;
+            }
+        };
         let outcome = tokio::select! {
             waited = waited => waited,
             _ = closed.wait_for(|closed| *closed) => Some(None),
+            error = cannot_start => {
+                self.counters.queued.fetch_sub(1, Ordering::Relaxed);
+                return Err(error);
+            }
         };
         self.counters.queued.fetch_sub(1, Ordering::Relaxed);
         match outcome {
@@ -635,6 +701,12 @@ impl Pool {
         &self.shared.catalog
     }
 
+    /// The session's attachment store (what tools register through
+    /// `_context["attachment_store"]`).
+    pub fn attachments(&self) -> &Arc<AttachmentStore> {
+        &self.shared.services.attachments
+    }
+
     pub fn session(&self) -> &SessionPaths {
         &self.shared.session
     }
@@ -663,7 +735,7 @@ impl Pool {
         let shared = &self.shared;
         shared.counters.calls.fetch_add(1, Ordering::Relaxed);
         let started = Instant::now();
-        let (result, worker_pid) = self.run_call(name, &args, options).await;
+        let (result, worker_pid, queue_wait) = self.run_call(name, &args, options).await;
         match &result {
             Ok(_) => {
                 shared.counters.succeeded.fetch_add(1, Ordering::Relaxed);
@@ -680,6 +752,7 @@ impl Pool {
         CallReport {
             result,
             elapsed: started.elapsed(),
+            queue_wait,
             worker_pid,
         }
     }
@@ -689,17 +762,22 @@ impl Pool {
         name: &str,
         args: &Value,
         options: InvokeOptions,
-    ) -> (Result<Value, ToolError>, Option<i32>) {
+    ) -> (Result<Value, ToolError>, Option<i32>, Duration) {
         let shared = &self.shared;
-        let mut lease = match shared.checkout(name).await {
+        let queued = Instant::now();
+        let checkout = shared.checkout(name).await;
+        let queue_wait = queued.elapsed();
+        let mut lease = match checkout {
             Ok(lease) => lease,
-            Err(e) => return (Err(e), None),
+            Err(e) => return (Err(e), None, queue_wait),
         };
         let timeout = options.timeout.unwrap_or(shared.default_timeout);
+        let callbacks = CallbackHandler::new(shared.services.clone(), options.human_prompt);
         let context = CallContext {
             session_id: shared.session.id.clone(),
             node_id: options.context.node_id,
             vars: options.context.vars,
+            human_prompt: callbacks.has_human_prompt(),
         };
         let worker = lease.worker();
         let pid = worker.pid();
@@ -712,7 +790,9 @@ impl Pool {
         }
         shared.counters.busy.fetch_add(1, Ordering::Relaxed);
         let deadline = Instant::now() + timeout;
-        let outcome = worker.invoke(name, args, &context, deadline).await;
+        let outcome = worker
+            .invoke(name, args, &context, deadline, Some(&callbacks))
+            .await;
         shared.counters.busy.fetch_sub(1, Ordering::Relaxed);
         let closing = shared.is_closed.load(Ordering::Acquire);
         let (result, kept) = match outcome {
@@ -746,7 +826,13 @@ impl Pool {
                 false,
             ),
             CallOutcome::Died { reason } => {
-                let message = format!("the worker (pid {pid}) running '{name}' {reason}");
+                let mut message = format!("the worker (pid {pid}) running '{name}' {reason}");
+                if let Some(bytes) = shared.spec.memory_limit_bytes {
+                    message.push_str(&format!(
+                        " (workers may use {} MB of address space: --memory-limit)",
+                        bytes / (1024 * 1024)
+                    ));
+                }
                 (
                     Err(ToolError::new(name, ErrorKind::WorkerDied, message)),
                     false,
@@ -754,7 +840,7 @@ impl Pool {
             }
         };
         lease.finish(kept);
-        (result, Some(pid))
+        (result, Some(pid), queue_wait)
     }
 
     pub fn stats(&self) -> PoolStats {

@@ -24,6 +24,8 @@ pub enum ProtocolError {
     Io(#[from] std::io::Error),
     #[error("malformed message from the worker: {0}")]
     Decode(#[from] rmp_serde::decode::Error),
+    #[error("malformed message from the worker: {0}")]
+    Malformed(String),
     #[error("unexpected message from the worker: {0}")]
     Unexpected(&'static str),
     #[error("cannot encode message: {0}")]
@@ -36,6 +38,10 @@ pub struct CallContext {
     pub session_id: String,
     pub node_id: Option<String>,
     pub vars: serde_json::Map<String, Value>,
+    /// Whether the call has a human prompt service (else the tool's
+    /// `_context["human_prompt"]` is `None`).
+    #[serde(default)]
+    pub human_prompt: bool,
 }
 
 /// Supervisor → worker.
@@ -164,8 +170,110 @@ pub async fn read_message<R: AsyncRead + Unpin>(
     decode_message(&body)
 }
 
+/// Decodes one frame body. The body's structure is checked first (see
+/// [`check_structure`]), so that no body makes the decoder reserve memory
+/// for items it does not hold or recurse deeper than [`MAX_DEPTH`].
 pub fn decode_message(body: &[u8]) -> Result<Message, ProtocolError> {
+    check_structure(body)?;
     Ok(rmp_serde::from_slice(body)?)
+}
+
+/// Deepest nesting of maps and arrays a message may have: the reply map plus
+/// a result nested 100 levels deep (the shim refuses deeper results) fit with
+/// room to spare, and decoding stays far from the end of a 2 MiB stack.
+pub const MAX_DEPTH: usize = 128;
+
+/// Walks one MessagePack value without decoding it: every length must fit in
+/// the bytes that follow, and every map or array must claim no more items than
+/// bytes remain (each item takes at least one). Without this a 5-byte body
+/// announcing a map of 65 535 entries at each of 1 000 levels would make the
+/// decoder reserve memory for all of them (serde buffers tagged enums), and
+/// deep nesting would overflow the stack. Afterwards the decoded message
+/// holds at most one item per byte of its frame.
+pub fn check_structure(body: &[u8]) -> Result<(), ProtocolError> {
+    fn malformed(what: String) -> ProtocolError {
+        ProtocolError::Malformed(what)
+    }
+    let mut pos = 0usize;
+    // Items left in each open map or array, outermost first.
+    let mut open: Vec<u64> = Vec::new();
+    // Items still expected, all levels together (the top-level value first).
+    let mut pending: u64 = 1;
+    while pending > 0 {
+        while open.last() == Some(&0) {
+            open.pop();
+        }
+        let Some(&marker) = body.get(pos) else {
+            return Err(malformed(format!("the message ends after {pos} bytes, inside a value")));
+        };
+        pos += 1;
+        pending -= 1;
+        if let Some(left) = open.last_mut() {
+            *left -= 1;
+        }
+        let mut length = |bytes: usize| -> Result<u64, ProtocolError> {
+            let field = body.get(pos..pos + bytes).ok_or_else(|| {
+                malformed(format!("the message ends inside a length field at byte {pos}"))
+            })?;
+            pos += bytes;
+            Ok(field.iter().fold(0u64, |n, b| (n << 8) | u64::from(*b)))
+        };
+        // (bytes of payload to skip, items that follow)
+        let (skip, items) = match marker {
+            0x00..=0x7f | 0xe0..=0xff | 0xc0 | 0xc2 | 0xc3 => (0, 0),
+            0x80..=0x8f => (0, 2 * u64::from(marker & 0x0f)),
+            0x90..=0x9f => (0, u64::from(marker & 0x0f)),
+            0xa0..=0xbf => (u64::from(marker & 0x1f), 0),
+            0xc1 => {
+                return Err(malformed(format!(
+                    "byte 0xc1 (never used in MessagePack) at byte {}",
+                    pos - 1
+                )))
+            }
+            0xc4 | 0xd9 => (length(1)?, 0),
+            0xc5 | 0xda => (length(2)?, 0),
+            0xc6 | 0xdb => (length(4)?, 0),
+            0xc7 => (length(1)? + 1, 0),
+            0xc8 => (length(2)? + 1, 0),
+            0xc9 => (length(4)? + 1, 0),
+            0xcc | 0xd0 => (1, 0),
+            0xcd | 0xd1 => (2, 0),
+            0xca | 0xce | 0xd2 => (4, 0),
+            0xcb | 0xcf | 0xd3 => (8, 0),
+            0xd4 => (2, 0),
+            0xd5 => (3, 0),
+            0xd6 => (5, 0),
+            0xd7 => (9, 0),
+            0xd8 => (17, 0),
+            0xdc => (0, length(2)?),
+            0xdd => (0, length(4)?),
+            0xde => (0, 2 * length(2)?),
+            0xdf => (0, 2 * length(4)?),
+        };
+        let remaining = (body.len() - pos) as u64;
+        if skip > remaining {
+            return Err(malformed(format!(
+                "a value at byte {pos} claims {skip} bytes, but only {remaining} follow"
+            )));
+        }
+        pos += skip as usize;
+        if items > 0 {
+            let remaining = remaining - skip;
+            if pending + items > remaining {
+                return Err(malformed(format!(
+                    "a map or array at byte {pos} claims {items} items, but only {remaining} bytes follow"
+                )));
+            }
+            if open.len() >= MAX_DEPTH {
+                return Err(malformed(format!(
+                    "maps and arrays nested deeper than {MAX_DEPTH} levels"
+                )));
+            }
+            open.push(items);
+            pending += items;
+        }
+    }
+    Ok(())
 }
 
 /// Encodes a message as one frame (length prefix included), ready to write.
@@ -187,6 +295,66 @@ pub async fn write_frame<W: AsyncWrite + Unpin>(
     writer.write_all(frame).await?;
     writer.flush().await?;
     Ok(())
+}
+
+/// Reads frames so that a read can be cancelled at any await (a branch of
+/// `select!` losing) without losing bytes: what arrived so far stays here,
+/// and the next call goes on from it. The worker needs this while a tool's
+/// callback (a human prompt, say) runs alongside the read.
+#[derive(Debug, Default)]
+pub struct FrameReader {
+    header: [u8; 4],
+    /// Bytes of the header, then of the body, read so far.
+    filled: usize,
+    /// `Some` once the header is complete.
+    body: Option<Vec<u8>>,
+}
+
+impl FrameReader {
+    /// Reads and decodes the next message. Cancel-safe.
+    pub async fn read_message<R: AsyncRead + Unpin>(
+        &mut self,
+        reader: &mut R,
+        limit: usize,
+    ) -> Result<Message, ProtocolError> {
+        let body = self.read_frame(reader, limit).await?;
+        decode_message(&body)
+    }
+
+    /// Reads the next frame body, refusing lengths over `limit` before
+    /// allocating. Cancel-safe: each await is one `read`, which either
+    /// reads nothing or keeps what it read here.
+    pub async fn read_frame<R: AsyncRead + Unpin>(
+        &mut self,
+        reader: &mut R,
+        limit: usize,
+    ) -> Result<Vec<u8>, ProtocolError> {
+        loop {
+            let buf = match &mut self.body {
+                Some(body) if self.filled == body.len() => {
+                    self.filled = 0;
+                    return Ok(self.body.take().unwrap_or_default());
+                }
+                Some(body) => &mut body[self.filled..],
+                None if self.filled == 4 => {
+                    let len = u32::from_be_bytes(self.header) as usize;
+                    if len > limit {
+                        return Err(ProtocolError::TooLarge { len, limit });
+                    }
+                    self.filled = 0;
+                    self.body = Some(vec![0u8; len]);
+                    continue;
+                }
+                None => &mut self.header[self.filled..],
+            };
+            match reader.read(buf).await {
+                Ok(0) => return Err(ProtocolError::Closed),
+                Ok(n) => self.filled += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -240,11 +408,62 @@ mod tests {
     fn garbage_body_is_a_decode_error() {
         assert!(matches!(
             decode_message(&[0xc1, 0x00, 0x13]),
+            Err(ProtocolError::Malformed(_))
+        ));
+        assert!(matches!(
+            decode_message(&[0x93, 0x01, 0x02, 0x03]),
             Err(ProtocolError::Decode(_))
         ));
         let hello_missing_fields =
             rmp_serde::to_vec_named(&serde_json::json!({"t": "hello"})).unwrap();
         assert!(decode_message(&hello_missing_fields).is_err());
+    }
+
+    #[test]
+    fn containers_claiming_more_items_than_bytes_are_refused() {
+        // A map16 of 287 entries in a 3-byte body.
+        assert!(matches!(
+            decode_message(&[0xde, 0x01, 0x1f]),
+            Err(ProtocolError::Malformed(_))
+        ));
+        // 1 000 nested map16s of 65 535 entries, one key each.
+        let bomb: Vec<u8> = [0xde, 0xff, 0xff, 0x00].repeat(1000);
+        assert!(matches!(
+            decode_message(&bomb),
+            Err(ProtocolError::Malformed(_))
+        ));
+        // A str32 longer than the body.
+        assert!(matches!(
+            check_structure(&[0xdb, 0xff, 0xff, 0xff, 0xff, b'x']),
+            Err(ProtocolError::Malformed(_))
+        ));
+    }
+
+    #[test]
+    fn nesting_past_the_depth_limit_is_refused_without_recursing() {
+        let reply_around = |depth: usize| {
+            let mut body = b"\x84\xa1t\xa5reply\xa2id\x01\xa2ok\xc3\xa5value".to_vec();
+            body.extend(std::iter::repeat_n(0x91u8, depth));
+            body.push(0xc0);
+            body
+        };
+        assert!(decode_message(&reply_around(MAX_DEPTH - 1)).is_ok());
+        match decode_message(&reply_around(100_000)) {
+            Err(ProtocolError::Malformed(why)) => assert!(why.contains("nested deeper"), "{why}"),
+            other => panic!("expected Malformed, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn structure_check_accepts_what_the_encoder_writes() {
+        let value = serde_json::json!({
+            "t": "reply", "id": 9, "ok": true,
+            "value": {"list": [1, -1, 300, -300, 70000, 1.5, "ü", null, true, [], {}],
+                      "big": u64::MAX, "neg": i64::MIN, "text": "x".repeat(70000)}
+        });
+        let body = rmp_serde::to_vec_named(&value).unwrap();
+        check_structure(&body).unwrap();
+        assert!(matches!(decode_message(&body), Ok(Message::Reply { id: 9, .. })));
     }
 
     #[test]

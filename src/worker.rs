@@ -22,11 +22,13 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::net::unix::pipe;
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout};
 use tokio::sync::oneshot;
+use tokio::task::JoinSet;
 use tokio::time::{timeout, timeout_at, Instant};
 
+use crate::context::{CallbackError, CallbackHandler};
 use crate::protocol::{
-    encode_frame, read_message, write_frame, CallContext, Message, ProtocolError, RemoteError,
-    Request, PROTOCOL_VERSION,
+    encode_frame, read_message, write_frame, CallContext, CallbackReply, FrameReader, Message,
+    ProtocolError, RemoteError, Request, PROTOCOL_VERSION,
 };
 
 /// The fd on which the worker's `faulthandler` writes stack dumps.
@@ -37,6 +39,13 @@ const DUMP_FIRST_BYTE_WAIT: Duration = Duration::from_millis(50);
 const DUMP_IDLE: Duration = Duration::from_millis(3);
 /// How much of a worker's stderr is kept to explain a failed start.
 const STDERR_TAIL_BYTES: usize = 8 * 1024;
+/// How long a worker whose channel broke may take to exit by itself (its
+/// guardian then reports how it ended) before it is killed.
+const HANGUP_EXIT_WAIT: Duration = Duration::from_secs(2);
+/// How long a guardian may take to exit once its worker's group is killed
+/// (it reaps the worker and kills the tree's leftovers first) before it is
+/// killed too.
+const GUARDIAN_EXIT_WAIT: Duration = Duration::from_millis(500);
 /// Longest stderr line logged as one event; longer ones are split.
 const STDERR_LINE_MAX: usize = 16 * 1024;
 
@@ -178,7 +187,7 @@ fn spawn_process(spec: &WorkerSpec) -> std::io::Result<Spawned> {
             Ok(())
         });
     }
-    let child = command.spawn()?;
+    let child = crate::reaper::spawn_known(&mut command)?;
     drop(dump_write);
     Ok(Spawned {
         child,
@@ -267,6 +276,8 @@ pub struct Worker {
     /// `None` once the worker is being retired (closing stdin tells it to exit).
     stdin: Option<ChildStdin>,
     stdout: BufReader<ChildStdout>,
+    /// Frames from `stdout`, read so that a read can race a callback.
+    frames: FrameReader,
     dump: pipe::Receiver,
     stderr_tail: Arc<Mutex<StderrTail>>,
     call_tag: CallTag,
@@ -316,6 +327,7 @@ impl Worker {
             guardian_pid: guardian_pid as i32,
             stdin: Some(stdin),
             stdout,
+            frames: FrameReader::default(),
             dump,
             stderr_tail,
             call_tag,
@@ -392,17 +404,21 @@ impl Worker {
     pub async fn catalog(&mut self) -> CallOutcome {
         let id = self.take_id();
         let deadline = Instant::now() + self.spec.start_timeout;
-        self.run(id, &Request::Catalog { id }, "catalog", deadline)
+        self.run(id, &Request::Catalog { id }, "catalog", deadline, None)
             .await
     }
 
     /// Runs one tool call; on `TimedOut` or `Died` the worker is gone.
+    /// `callbacks` serves the tool's context services while it runs (without
+    /// it every callback fails in the tool); time spent waiting for a human
+    /// pushes `deadline` back by as much.
     pub async fn invoke(
         &mut self,
         name: &str,
         args: &Value,
         context: &CallContext,
         deadline: Instant,
+        callbacks: Option<&CallbackHandler>,
     ) -> CallOutcome {
         let id = self.take_id();
         self.calls_served += 1;
@@ -412,7 +428,7 @@ impl Worker {
             args,
             context,
         };
-        self.run(id, &request, name, deadline).await
+        self.run(id, &request, name, deadline, callbacks).await
     }
 
     async fn run(
@@ -421,6 +437,7 @@ impl Worker {
         request: &Request<'_>,
         label: &str,
         deadline: Instant,
+        callbacks: Option<&CallbackHandler>,
     ) -> CallOutcome {
         let frame = match encode_frame(request, self.spec.max_frame) {
             Ok(frame) => frame,
@@ -436,7 +453,9 @@ impl Worker {
         if let Ok(mut tag) = self.call_tag.lock() {
             *tag = Some(format!("{label}#{id}"));
         }
-        let outcome = self.exchange(id, &frame, deadline).await;
+        let outcome = self
+            .exchange(id, &frame, deadline, label, callbacks)
+            .await;
         if let Ok(mut tag) = self.call_tag.lock() {
             *tag = None;
         }
@@ -448,10 +467,16 @@ impl Worker {
                 CallOutcome::TimedOut { stuck_at }
             }
             Exchange::Broken(ProtocolError::Closed) | Exchange::Broken(ProtocolError::Io(_)) => {
-                let status = self.reap().await;
-                CallOutcome::Died {
-                    reason: describe_exit(status, false),
-                }
+                // A worker that died leaves a guardian that exits at once with
+                // its status; one still running closed its channel by itself.
+                let reason = match self.exited_within(HANGUP_EXIT_WAIT).await {
+                    Some(status) => describe_exit(Some(status), false),
+                    None => {
+                        self.kill().await;
+                        "closed its end of the channel without exiting, and was killed".into()
+                    }
+                };
+                CallOutcome::Died { reason }
             }
             Exchange::Broken(e) => {
                 self.kill().await;
@@ -462,7 +487,42 @@ impl Worker {
         }
     }
 
-    async fn exchange(&mut self, id: u64, frame: &[u8], deadline: Instant) -> Exchange {
+    /// Sends a request and reads until its reply, serving the tool's
+    /// callbacks meanwhile. Callbacks run as tasks of their own, concurrently
+    /// with the read: a tool may wait for a human while another of its
+    /// threads registers files, and a worker that dies while a prompt is
+    /// open is noticed at once. While any callback waits for a human the
+    /// deadline is suspended; it resumes pushed back by the time that took.
+    async fn exchange(
+        &mut self,
+        id: u64,
+        frame: &[u8],
+        deadline: Instant,
+        label: &str,
+        callbacks: Option<&CallbackHandler>,
+    ) -> Exchange {
+        // Dropped with the exchange (the call was cancelled): any callback
+        // still running, a human prompt say, is aborted with it. Otherwise
+        // they are over (aborted if need be) before the call returns.
+        let mut pending = JoinSet::new();
+        let outcome = self
+            .exchange_serving(id, frame, deadline, label, callbacks, &mut pending)
+            .await;
+        if !pending.is_empty() {
+            pending.shutdown().await;
+        }
+        outcome
+    }
+
+    async fn exchange_serving(
+        &mut self,
+        id: u64,
+        frame: &[u8],
+        mut deadline: Instant,
+        label: &str,
+        callbacks: Option<&CallbackHandler>,
+        pending: &mut JoinSet<Result<Value, CallbackError>>,
+    ) -> Exchange {
         let Some(stdin) = self.stdin.as_mut() else {
             return Exchange::Broken(ProtocolError::Closed);
         };
@@ -471,24 +531,30 @@ impl Worker {
             Ok(Err(e)) => return Exchange::Broken(e),
             Ok(Ok(())) => {}
         }
+        // The worker's callback id, and whether it waits for a human, per task.
+        let mut in_flight: std::collections::HashMap<tokio::task::Id, (u64, bool)> =
+            std::collections::HashMap::new();
+        let mut humans = 0usize;
+        let mut paused_since = Instant::now();
         loop {
-            let message = match timeout_at(
-                deadline,
-                read_message(&mut self.stdout, self.spec.max_frame),
-            )
-            .await
-            {
-                Err(_) => return Exchange::Timeout,
-                Ok(Err(e)) => return Exchange::Broken(e),
-                Ok(Ok(message)) => message,
+            let event = tokio::select! {
+                message = self.frames.read_message(&mut self.stdout, self.spec.max_frame) => {
+                    Event::Message(message)
+                }
+                Some(done) = pending.join_next_with_id(), if !pending.is_empty() => {
+                    Event::Answered(done)
+                }
+                () = tokio::time::sleep_until(deadline), if humans == 0 => Event::Deadline,
             };
-            match message {
-                Message::Reply {
+            let (call_id, result) = match event {
+                Event::Deadline => return Exchange::Timeout,
+                Event::Message(Err(e)) => return Exchange::Broken(e),
+                Event::Message(Ok(Message::Reply {
                     id: got,
                     ok,
                     value,
                     error,
-                } if got == id => {
+                })) if got == id => {
                     return Exchange::Reply(if ok {
                         Ok(value)
                     } else {
@@ -499,37 +565,101 @@ impl Worker {
                         }))
                     });
                 }
-                Message::Reply { id: got, .. } => {
+                Event::Message(Ok(Message::Reply { id: got, .. })) => {
                     tracing::warn!(
                         worker = self.pid,
                         id = got,
                         "dropping a reply whose request is not in flight"
                     );
+                    continue;
                 }
-                Message::Call {
-                    id: call_id,
-                    method,
-                    ..
-                } => {
-                    tracing::warn!(worker = self.pid, call_id, %method, "context callbacks are not served yet");
-                    let reply = crate::protocol::CallbackReply::error(
-                        call_id,
-                        "NotImplementedError",
-                        &format!("the supervisor does not serve '{method}'"),
-                    );
-                    let written = match encode_frame(&reply, self.spec.max_frame) {
-                        Ok(frame) => timeout_at(deadline, write_frame(stdin, &frame)).await,
-                        Err(e) => Ok(Err(e)),
-                    };
-                    match written {
-                        Err(_) => return Exchange::Timeout,
-                        Ok(Err(e)) => return Exchange::Broken(e),
-                        Ok(Ok(())) => {}
-                    }
-                }
-                Message::Hello { .. } => {
+                Event::Message(Ok(Message::Hello { .. })) => {
                     return Exchange::Broken(ProtocolError::Unexpected("a second hello"));
                 }
+                Event::Message(Ok(Message::Call {
+                    id: call_id,
+                    method,
+                    params,
+                })) => {
+                    match callbacks {
+                    None => {
+                        let error = CallbackError::new(
+                            "NotImplementedError",
+                            format!("context services are not available here ('{method}')"),
+                        );
+                        (call_id, Err(error))
+                    }
+                    Some(handler) => {
+                        tracing::debug!(worker = self.pid, call_id, %method, "callback");
+                        let human = CallbackHandler::waits_for_human(&method);
+                        if human {
+                            if humans == 0 {
+                                paused_since = Instant::now();
+                            }
+                            humans += 1;
+                        }
+                        let (handler, tool) = (handler.clone(), label.to_string());
+                        let task = pending
+                            .spawn(async move { handler.handle(&tool, &method, params).await });
+                        in_flight.insert(task.id(), (call_id, human));
+                        continue;
+                    }
+                    }
+                }
+                Event::Answered(done) => {
+                    let (task, result) = match done {
+                        Ok((task, result)) => (task, result),
+                        Err(e) => (
+                            e.id(),
+                            Err(CallbackError::new(
+                                "RuntimeError",
+                                format!("the supervisor failed while serving the callback: {e}"),
+                            )),
+                        ),
+                    };
+                    let Some((call_id, human)) = in_flight.remove(&task) else {
+                        continue;
+                    };
+                    if human {
+                        humans -= 1;
+                        if humans == 0 {
+                            // The time spent waiting for a human is not the tool's.
+                            deadline += paused_since.elapsed();
+                        }
+                    }
+                    (call_id, result)
+                }
+            };
+            let reply = match result {
+                Ok(value) => CallbackReply::value(call_id, value),
+                Err(error) => CallbackReply::error(call_id, &error.kind, &error.message),
+            };
+            let frame = match encode_frame(&reply, self.spec.max_frame) {
+                Ok(frame) => frame,
+                Err(e) => {
+                    let message = format!("the answer cannot be sent to the worker: {e}");
+                    match encode_frame(
+                        &CallbackReply::error(call_id, "OverflowError", &message),
+                        self.spec.max_frame,
+                    ) {
+                        Ok(frame) => frame,
+                        Err(e) => return Exchange::Broken(e),
+                    }
+                }
+            };
+            let Some(stdin) = self.stdin.as_mut() else {
+                return Exchange::Broken(ProtocolError::Closed);
+            };
+            // While a human is being asked the deadline is suspended.
+            let written = if humans > 0 {
+                Ok(write_frame(stdin, &frame).await)
+            } else {
+                timeout_at(deadline, write_frame(stdin, &frame)).await
+            };
+            match written {
+                Err(_) => return Exchange::Timeout,
+                Ok(Err(e)) => return Exchange::Broken(e),
+                Ok(Ok(())) => {}
             }
         }
     }
@@ -561,8 +691,17 @@ impl Worker {
         locate_in_dump(&text, &self.spec.functions_dir)
     }
 
-    /// Kills the worker's group and the guardian's, then reaps the guardian.
+    /// Kills the worker's group; the guardian then reaps the worker, kills
+    /// what the worker's tree left outside that group (it is their
+    /// subreaper) and exits, and is reaped. Its own group is killed too only
+    /// when it does not exit in time.
     pub async fn kill(&mut self) -> Option<ExitStatus> {
+        if !self.reaped && self.pid > 0 {
+            let _ = killpg(Pid::from_raw(self.pid), Signal::SIGKILL);
+            if let Some(status) = self.exited_within(GUARDIAN_EXIT_WAIT).await {
+                return Some(status);
+            }
+        }
         self.signal_groups(Signal::SIGKILL);
         self.reap().await
     }
@@ -577,6 +716,19 @@ impl Worker {
         if self.guardian_pid > 0 {
             let _ = killpg(Pid::from_raw(self.guardian_pid), signal);
         }
+    }
+
+    /// The guardian's exit status if it ends within `limit` (it mirrors the
+    /// worker's own), else `None` with the worker left as it is.
+    async fn exited_within(&mut self, limit: Duration) -> Option<ExitStatus> {
+        let status = timeout(limit, self.child.wait()).await.ok()?.ok()?;
+        self.reaped = true;
+        // The guardian kills the worker's group before it exits; this covers
+        // a guardian that was itself killed.
+        if self.pid > 0 {
+            let _ = killpg(Pid::from_raw(self.pid), Signal::SIGKILL);
+        }
+        Some(status)
     }
 
     /// Waits for the guardian, which mirrors the worker's own exit status.
@@ -617,7 +769,17 @@ impl Drop for Worker {
     fn drop(&mut self) {
         // A worker dropped mid-call (a cancelled call, a dropped pool) must not
         // outlive its owner; tokio reaps the guardian in the background.
-        self.signal_groups(Signal::SIGKILL);
+        if self.reaped || self.pid <= 0 || self.guardian_pid <= 0 {
+            self.signal_groups(Signal::SIGKILL);
+            return;
+        }
+        // Nothing can wait here for the guardian: SIGTERM asks it to kill the
+        // worker's group (done already), kill what the tree left elsewhere,
+        // and exit; SIGCONT in case a tool stopped it.
+        let _ = killpg(Pid::from_raw(self.pid), Signal::SIGKILL);
+        let guardian = Pid::from_raw(self.guardian_pid);
+        let _ = kill(guardian, Signal::SIGTERM);
+        let _ = kill(guardian, Signal::SIGCONT);
     }
 }
 
@@ -625,6 +787,13 @@ enum Exchange {
     Reply(Result<Value, RemoteError>),
     Timeout,
     Broken(ProtocolError),
+}
+
+/// What woke an exchange up.
+enum Event {
+    Message(Result<Message, ProtocolError>),
+    Answered(Result<(tokio::task::Id, Result<Value, CallbackError>), tokio::task::JoinError>),
+    Deadline,
 }
 
 /// Describes how a worker ended, for `WorkerDied` messages.

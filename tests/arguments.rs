@@ -66,6 +66,7 @@ async fn node_id_and_vars_reach_the_tool() {
             node_id: Some("summarize".into()),
             vars,
         },
+        ..Default::default()
     };
     let context = pool
         .invoke("show_context", json!({}), options)

@@ -43,3 +43,144 @@ async fn worker_cwd_is_the_session_workspace() {
     assert_eq!(cwd, json!(expected));
     pool.shutdown().await;
 }
+
+/// A pool on the bundled tools (`functions/function_calling`), whose file
+/// tools are confined to the session workspace.
+async fn file_tools_pool() -> (toolpool::Pool, tempfile::TempDir, std::path::PathBuf) {
+    let session = tempfile::tempdir().unwrap();
+    let pool = toolpool::Pool::builder()
+        .functions_dir(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("functions/function_calling"),
+        )
+        .session_dir(session.path())
+        .workers(1)
+        .build()
+        .await
+        .expect("pool on the bundled tools");
+    let workspace = session.path().canonicalize().unwrap().join("code_workspace");
+    (pool, session, workspace)
+}
+
+#[tokio::test]
+async fn file_tools_refuse_paths_out_through_dot_dot() {
+    let (pool, session, _workspace) = file_tools_pool().await;
+    let error = call(
+        &pool,
+        "save_file",
+        json!({"path": "../escaped.txt", "content": "x"}),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(error.kind.type_name(), "ValueError", "{error}");
+    assert!(error.message.contains("escapes the workspace"), "{error}");
+    assert!(!session.path().join("escaped.txt").exists());
+    let error = call(
+        &pool,
+        "read_text_file_snippet",
+        json!({"path": "sub/../../../etc/passwd"}),
+    )
+    .await
+    .unwrap_err();
+    assert!(error.message.contains("escapes the workspace"), "{error}");
+    pool.shutdown().await;
+}
+
+#[tokio::test]
+async fn file_tools_refuse_absolute_paths_outside_the_workspace() {
+    let (pool, _session, workspace) = file_tools_pool().await;
+    for tool in ["read_text_file_snippet", "read_file_segment"] {
+        let error = call(&pool, tool, json!({"path": "/etc/passwd"}))
+            .await
+            .unwrap_err();
+        assert!(error.message.contains("is outside the workspace"), "{tool}: {error}");
+    }
+    // An absolute path inside the workspace is fine.
+    let inside = workspace.join("note.txt");
+    call(&pool, "save_file", json!({"path": inside, "content": "hi"}))
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read_to_string(inside).unwrap(), "hi");
+    pool.shutdown().await;
+}
+
+#[tokio::test]
+async fn file_tools_refuse_symlinks_that_lead_out_of_the_workspace() {
+    let (pool, _session, workspace) = file_tools_pool().await;
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret.txt"), "secret").unwrap();
+    std::os::unix::fs::symlink(outside.path(), workspace.join("door")).unwrap();
+    std::os::unix::fs::symlink(outside.path().join("secret.txt"), workspace.join("secret-link"))
+        .unwrap();
+    for (tool, args) in [
+        ("read_text_file_snippet", json!({"path": "door/secret.txt"})),
+        ("read_text_file_snippet", json!({"path": "secret-link"})),
+        ("save_file", json!({"path": "door/planted.txt", "content": "x"})),
+        ("save_file", json!({"path": "secret-link", "content": "overwritten"})),
+        ("list_directory", json!({"path": "door"})),
+        ("delete_path", json!({"path": "door/secret.txt"})),
+    ] {
+        let error = call(&pool, tool, args.clone()).await.unwrap_err();
+        assert!(
+            error.message.contains("through a symbolic link"),
+            "{tool} {args}: {error}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(outside.path().join("secret.txt")).unwrap(),
+        "secret"
+    );
+    assert!(!outside.path().join("planted.txt").exists());
+    // Deleting the link itself removes the link, never its target.
+    call(&pool, "delete_path", json!({"path": "secret-link"}))
+        .await
+        .unwrap();
+    assert!(outside.path().join("secret.txt").exists());
+    pool.shutdown().await;
+}
+
+#[tokio::test]
+async fn attachments_folder_can_be_read_but_not_edited_directly() {
+    let (pool, _session, workspace) = file_tools_pool().await;
+    let stored = workspace.join("attachments/att-1");
+    std::fs::create_dir_all(&stored).unwrap();
+    std::fs::write(stored.join("report.txt"), "original").unwrap();
+    let read = call(
+        &pool,
+        "read_text_file_snippet",
+        json!({"path": "attachments/att-1/report.txt"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(read["content"], json!("original"));
+    for (tool, args) in [
+        ("save_file", json!({"path": "attachments/att-1/report.txt", "content": "changed"})),
+        ("save_file", json!({"path": "attachments/new.txt", "content": "x"})),
+        ("save_file", json!({"path": "attachments_manifest.json", "content": "{}"})),
+        ("create_folder", json!({"path": "attachments/sub"})),
+        ("delete_path", json!({"path": "attachments", "recursive": true})),
+        ("delete_path", json!({"path": "attachments/att-1/report.txt"})),
+    ] {
+        let error = call(&pool, tool, args.clone()).await.unwrap_err();
+        assert_eq!(error.kind.type_name(), "PermissionError", "{tool} {args}: {error}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(stored.join("report.txt")).unwrap(),
+        "original"
+    );
+    pool.shutdown().await;
+}
+
+#[tokio::test]
+async fn agent_arguments_never_set_underscored_parameters() {
+    let (pool, _session, _workspace) = file_tools_pool().await;
+    let error = call(
+        &pool,
+        "save_file",
+        json!({"path": "a.txt", "content": "x", "_context": {"python_workspace_root": "/"}}),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(error.kind, toolpool::ErrorKind::InvalidArguments, "{error}");
+    assert!(error.message.contains("'_context'"), "{error}");
+    pool.shutdown().await;
+}

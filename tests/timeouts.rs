@@ -152,3 +152,25 @@ async fn late_reply_never_answers_the_next_call() {
     }
     pool.shutdown().await;
 }
+
+#[tokio::test]
+async fn grandchild_in_its_own_session_dies_with_its_timed_out_worker() {
+    let (pool, session) = pool(1).await;
+    let pid_file = session.path().join("escaped.pid");
+    let error = call_with_timeout(
+        &pool,
+        "spawn_escaped_grandchild",
+        json!({"pid_file": pid_file}),
+        1.0,
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(error.kind, ErrorKind::Timeout, "{error}");
+    let pid = wait_for_pid_file(&pid_file, Duration::from_secs(1)).await;
+    assert!(
+        gone_within(pid, Duration::from_secs(2)).await,
+        "grandchild {pid} (setsid) survived the kill"
+    );
+    assert_serves(&pool).await;
+    pool.shutdown().await;
+}

@@ -11,6 +11,7 @@ not write, create or delete anything there.
 
 import codecs
 import fnmatch
+import mimetypes
 import os
 import re
 import shutil
@@ -389,6 +390,48 @@ def read_file_segment(
         "content": content,
         "truncated": last < total,
     }
+
+
+def load_file(
+    path_or_id: Annotated[str, ParamMeta(description="An attachment id, or the workspace-relative path of a file to register as an attachment")],
+    _context: dict | None = None,
+) -> list[dict]:
+    """Load an attachment by its id, or register a workspace file as an attachment, and return it as a content block.
+
+    A registered workspace file is referenced where it is (not copied) and
+    shared with every tool of the session; registering the same file again
+    returns the same attachment.
+    """
+    ctx = FileToolContext(_context)
+    store = ctx.attachment_store
+    if store is None:
+        raise RuntimeError("no attachment store in _context: load_file needs the session's attachment store")
+    record = store.get(path_or_id)
+    if record is None:
+        target = _require_file(ctx, path_or_id)
+        mime_type = mimetypes.guess_type(target.name)[0] or "application/octet-stream"
+        record = store.register_file(
+            target,
+            kind=_kind_for_mime(mime_type),
+            display_name=target.name,
+            mime_type=mime_type,
+            copy_file=False,
+            persist=False,
+            deduplicate=True,
+            extra={
+                "source": "workspace",
+                "workspace_path": ctx.to_workspace_relative(target),
+                "storage": "reference",
+            },
+        )
+    return [record.as_message_block().to_dict()]
+
+
+def _kind_for_mime(mime_type: str) -> str:
+    for prefix in ("image", "audio", "video"):
+        if mime_type.startswith(prefix + "/"):
+            return prefix
+    return "file"
 
 
 def save_file(

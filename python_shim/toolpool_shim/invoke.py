@@ -5,7 +5,7 @@ import inspect
 import pathlib
 import traceback
 
-from . import results
+from . import results, services
 from .coerce import Mismatch, coerce
 
 
@@ -31,10 +31,13 @@ def _safe_str(exc: BaseException) -> str:
 
 
 class Invoker:
-    def __init__(self, toolset, config: dict):
+    def __init__(self, toolset, config: dict, transport=None):
         self._toolset = toolset
         self._config = config
         self._loop = None  # the worker's event loop for async tools, made on first use
+        # How the service proxies reach the supervisor (tests pass their own).
+        self._transport = transport
+        self._attachment_store = None  # made on first use; it holds no state of its own
 
     def invoke(self, name: str, args, context: dict):
         """The tool's result as JSON-able data; raises ToolFailure."""
@@ -72,14 +75,30 @@ class Invoker:
         raise ToolFailure("NotFound", message)
 
     def _context(self, context: dict) -> dict:
-        """The `_context` a tool receives. Paths are pathlib.Path, as in the original convention."""
-        return {
+        """The `_context` a tool receives. Paths are pathlib.Path, as in the original convention.
+
+        `attachment_store` and `human_prompt` are proxies that call back to the
+        supervisor (services.py); `human_prompt` is None when the call has no
+        one to ask, as in the original convention.
+        """
+        session_id = context.get("session_id") or self._config.get("session_id")
+        if self._attachment_store is None:
+            self._attachment_store = services.AttachmentStore(self._config["workspace"], self._transport)
+        prompt = None
+        if context.get("human_prompt"):
+            prompt = services.HumanPromptService(session_id, context.get("node_id"), self._transport)
+        built = {
             "python_workspace_root": pathlib.Path(self._config["workspace"]),
             "graph_directory": pathlib.Path(self._config["session_dir"]),
-            "session_id": context.get("session_id") or self._config.get("session_id"),
+            "session_id": session_id,
             "node_id": context.get("node_id"),
             "vars": context.get("vars") or {},
+            "attachment_store": self._attachment_store,
+            "human_prompt": prompt,
         }
+        if self._config.get("packages_dir"):
+            built["python_packages_dir"] = pathlib.Path(self._config["packages_dir"])
+        return built
 
     def _run_to_completion(self, awaitable):
         # One loop for the worker's lifetime: state an async tool keeps between

@@ -12,6 +12,10 @@ import uuid
 
 _INT_MIN = -(2**63)       # the widest integers MessagePack (and serde_json) carry;
 _UINT_MAX = 2**64 - 1     # anything wider is sent as its decimal string
+# Deepest nesting of lists and dicts in a result. The supervisor refuses
+# messages nested deeper than 128 levels (src/protocol.rs, MAX_DEPTH): a
+# deeper result is this clear error instead of a killed worker.
+MAX_DEPTH = 100
 
 
 def to_jsonable(value):
@@ -44,6 +48,8 @@ def _convert(value, open_containers: set):
     # A container that contains itself would recurse forever.
     if id(value) in open_containers:
         raise ValueError(f"the result contains itself (a {type(value).__name__} inside itself)")
+    if len(open_containers) >= MAX_DEPTH:
+        raise ValueError(f"the result is nested deeper than {MAX_DEPTH} levels of lists and dicts")
     open_containers.add(id(value))
     try:
         if is_dataclass:

@@ -108,3 +108,80 @@ pub fn run(command: &mut std::process::Command) -> Run {
         elapsed: started.elapsed(),
     }
 }
+
+/// The parent pid of `pid`, from /proc.
+pub fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Every live process below `pid` (children, grandchildren, ...).
+pub fn descendants(pid: i32) -> Vec<i32> {
+    let parents: Vec<(i32, i32)> = std::fs::read_dir("/proc")
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+                .filter_map(|p| Some((p, parent_of(p)?)))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut found = vec![pid];
+    let mut i = 0;
+    while i < found.len() {
+        let parent = found[i];
+        found.extend(
+            parents
+                .iter()
+                .filter(|(_, pp)| *pp == parent)
+                .map(|(p, _)| *p),
+        );
+        i += 1;
+    }
+    found.remove(0);
+    found.retain(|p| alive(*p));
+    found
+}
+
+/// Waits up to `limit` until every pid in `pids` is gone; returns the survivors.
+pub async fn survivors_after(pids: &[i32], limit: Duration) -> Vec<i32> {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let left: Vec<i32> = pids.iter().copied().filter(|p| alive(*p)).collect();
+        if left.is_empty() || std::time::Instant::now() >= deadline {
+            return left;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Reads a pid a tool wrote to `path`, waiting up to `limit` for the file.
+pub async fn wait_for_pid_file(path: &std::path::Path, limit: Duration) -> i32 {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if let Ok(text) = std::fs::read_to_string(path) {
+            if let Ok(pid) = text.trim().parse() {
+                return pid;
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} was not written within {limit:?}",
+            path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Describes processes for an assertion message: pid and command line.
+pub fn describe_pids(pids: &[i32]) -> String {
+    pids.iter()
+        .map(|p| {
+            let cmd = std::fs::read(format!("/proc/{p}/cmdline"))
+                .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+                .unwrap_or_default();
+            format!("{p} ({})", cmd.chars().take(100).collect::<String>())
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}

@@ -192,6 +192,8 @@ class EndToEnd(unittest.TestCase):
             "session_id": ["str", "s9"],
             "node_id": ["str", "n1"],
             "vars": ["dict", "{'k': 'v'}"],
+            "attachment_store": ["AttachmentStore", f"<toolpool AttachmentStore proxy for {self.guardian.workspace}/attachments>"],
+            "human_prompt": ["NoneType", "None"],
         })
 
     def test_unknown_functions_and_bad_arguments_are_error_replies(self):

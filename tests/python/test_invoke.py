@@ -329,7 +329,13 @@ class Context(InvokeCase):
             "session_id": ["str", "s2"],
             "node_id": ["str", "n1"],
             "vars": ["dict", {"k": 1}],
+            "attachment_store": ["AttachmentStore", "<toolpool AttachmentStore proxy for /sessions/s1/code_workspace/attachments>"],
+            "human_prompt": ["NoneType", None],
         })
+
+    def test_human_prompt_is_a_proxy_only_when_the_call_has_one(self):
+        context = self.call("returns_context", {}, {"human_prompt": True})
+        self.assertEqual(context["human_prompt"][0], "HumanPromptService")
 
     def test_context_defaults_without_request_context(self):
         context = self.call("returns_context")

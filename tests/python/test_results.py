@@ -97,6 +97,21 @@ class ResultConversion(unittest.TestCase):
         shared = [1]
         self.assertEqual(to_jsonable([shared, shared]), [[1], [1]], "a value seen twice is not a cycle")
 
+    def test_a_result_nested_past_the_depth_limit_is_an_error(self):
+        from toolpool_shim.results import MAX_DEPTH
+
+        def nest(depth):
+            value = None
+            for _ in range(depth):
+                value = [value]
+            return value
+
+        self.assertEqual(to_jsonable(nest(MAX_DEPTH)), nest(MAX_DEPTH))
+        with self.assertRaisesRegex(ValueError, f"nested deeper than {MAX_DEPTH} levels"):
+            to_jsonable(nest(MAX_DEPTH + 1))
+        with self.assertRaisesRegex(ValueError, "nested deeper"):
+            to_jsonable(nest(5000))  # a clear error, not a RecursionError
+
     def test_pydantic_models_dump_in_json_mode(self):
         try:
             import pydantic

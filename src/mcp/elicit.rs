@@ -1,0 +1,211 @@
+//! Human prompts from tools as MCP elicitation requests.
+//!
+//! Each `tools/call` gets its own [`HumanPrompt`]: an [`Elicitation`] on the
+//! connection the call came from when that client declared the elicitation
+//! capability (form mode), else [`NoHuman`], which answers every prompt with
+//! a clear "no human available" error. A pool-wide prompt (such as the
+//! terminal) is never used in serve mode: stdin is the MCP transport.
+//!
+//! The request is a form with one required string, `response`; the tool gets
+//! its text. Decline and cancel reach the tool as the matching prompt errors.
+//! If the call ends while the human is being asked (cancelled, timed out,
+//! shut down), the prompt future is dropped and the client is sent
+//! `notifications/cancelled` for the elicitation request.
+
+use std::sync::Arc;
+
+use rmcp::model::{
+    CancelledNotificationParam, ClientResult, ElicitRequest, ElicitRequestParams,
+    ElicitationAction, ElicitationSchema, RequestId, ServerRequest,
+};
+use rmcp::service::{ElicitationMode, PeerRequestOptions};
+use rmcp::{Peer, RoleServer};
+use serde_json::{Map, Value};
+
+use crate::context::{BoxFuture, HumanPrompt, PromptAnswer, PromptError, PromptRequest};
+
+/// The prompt service for one call from `peer`.
+pub fn for_peer(peer: &Peer<RoleServer>) -> Arc<dyn HumanPrompt> {
+    if peer
+        .supported_elicitation_modes()
+        .contains(&ElicitationMode::Form)
+    {
+        Arc::new(Elicitation { peer: peer.clone() })
+    } else {
+        Arc::new(NoHuman)
+    }
+}
+
+/// Asks the MCP client's user through an elicitation request.
+pub struct Elicitation {
+    peer: Peer<RoleServer>,
+}
+
+/// For clients without the elicitation capability.
+pub struct NoHuman;
+
+impl HumanPrompt for NoHuman {
+    fn request(&self, _request: PromptRequest) -> BoxFuture<'_, Result<PromptAnswer, PromptError>> {
+        Box::pin(async {
+            Err(PromptError::Unavailable(
+                "the MCP client has no human available (it did not declare the elicitation capability)"
+                    .into(),
+            ))
+        })
+    }
+}
+
+/// The text the user is shown: who asks, the task, and what to look at.
+fn message(request: &PromptRequest) -> String {
+    let who = match request.node_id.as_str() {
+        "" => format!("The tool '{}'", request.tool),
+        node => format!("The tool '{}' (node '{node}')", request.tool),
+    };
+    let mut text = format!("{who} asks:\n{}", request.task_description.trim_end());
+    if let Some(inputs) = request.inputs.as_deref().filter(|i| !i.trim().is_empty()) {
+        text.push_str("\n\nInputs:\n");
+        text.push_str(inputs.trim_end());
+    }
+    text
+}
+
+fn schema(request: &PromptRequest) -> ElicitationSchema {
+    let mut description = request.task_description.trim().to_string();
+    if description.chars().count() > 200 {
+        description = description.chars().take(199).collect::<String>() + "…";
+    }
+    ElicitationSchema::builder()
+        .required_string_property("response", |s| s.title("Response").description(description))
+        .build_unchecked()
+}
+
+/// Sends `notifications/cancelled` for an elicitation request still
+/// unanswered when its prompt future is dropped.
+struct WithdrawOnDrop {
+    peer: Peer<RoleServer>,
+    id: Option<RequestId>,
+}
+
+impl Drop for WithdrawOnDrop {
+    fn drop(&mut self) {
+        let Some(id) = self.id.take() else {
+            return;
+        };
+        let peer = self.peer.clone();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let reason = "the tool call ended before the human answered".to_string();
+                let _ = peer
+                    .notify_cancelled(CancelledNotificationParam::new(Some(id), Some(reason)))
+                    .await;
+            });
+        }
+    }
+}
+
+impl HumanPrompt for Elicitation {
+    fn request(&self, request: PromptRequest) -> BoxFuture<'_, Result<PromptAnswer, PromptError>> {
+        Box::pin(async move {
+            let params = ElicitRequestParams::FormElicitationParams {
+                meta: None,
+                message: message(&request),
+                requested_schema: schema(&request),
+            };
+            let sent = self
+                .peer
+                .send_request_with_option(
+                    ServerRequest::ElicitRequest(ElicitRequest::new(params)),
+                    PeerRequestOptions::no_options(),
+                )
+                .await
+                .map_err(|e| PromptError::Failed(format!("cannot ask the MCP client: {e}")))?;
+            let mut withdraw = WithdrawOnDrop {
+                peer: self.peer.clone(),
+                id: Some(sent.id.clone()),
+            };
+            let response = sent.await_response().await;
+            withdraw.id = None;
+            let result = match response {
+                Ok(ClientResult::ElicitResult(result)) => result,
+                Ok(other) => {
+                    return Err(PromptError::Failed(format!(
+                        "the MCP client answered the elicitation with {other:?}"
+                    )))
+                }
+                Err(e) => {
+                    return Err(PromptError::Failed(format!(
+                        "the elicitation request failed: {e}"
+                    )))
+                }
+            };
+            match result.action {
+                ElicitationAction::Accept => Ok(answer(result.content)),
+                ElicitationAction::Decline => Err(PromptError::Declined(None)),
+                ElicitationAction::Cancel => Err(PromptError::Cancelled(None)),
+                other => Err(PromptError::Failed(format!(
+                    "the MCP client answered the elicitation with {other:?}"
+                ))),
+            }
+        })
+    }
+}
+
+/// The tool's answer from the accepted form: the `response` text; any other
+/// fields go into the answer's metadata.
+fn answer(content: Option<Value>) -> PromptAnswer {
+    let mut fields = match content {
+        Some(Value::Object(fields)) => fields,
+        Some(Value::String(text)) => return PromptAnswer::text(text),
+        Some(other) => return PromptAnswer::text(other.to_string()),
+        None => Map::new(),
+    };
+    let text = match fields.remove("response") {
+        Some(Value::String(text)) => text,
+        Some(Value::Null) | None => String::new(),
+        Some(other) => other.to_string(),
+    };
+    PromptAnswer {
+        text,
+        metadata: fields,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn request() -> PromptRequest {
+        PromptRequest {
+            session_id: "s".into(),
+            node_id: "Writer".into(),
+            task_description: "Approve the draft?".into(),
+            inputs: Some("the draft".into()),
+            metadata: Map::new(),
+            tool: "ask".into(),
+        }
+    }
+
+    #[test]
+    fn the_message_names_the_tool_the_node_and_the_inputs() {
+        assert_eq!(
+            message(&request()),
+            "The tool 'ask' (node 'Writer') asks:\nApprove the draft?\n\nInputs:\nthe draft"
+        );
+    }
+
+    #[test]
+    fn the_form_asks_for_one_required_response() {
+        let schema = serde_json::to_value(schema(&request())).unwrap();
+        assert_eq!(schema["type"], "object");
+        assert_eq!(schema["required"], json!(["response"]));
+        assert_eq!(schema["properties"]["response"]["type"], "string");
+    }
+
+    #[test]
+    fn the_answer_is_the_response_text() {
+        let answer = answer(Some(json!({"response": "yes", "extra": 1})));
+        assert_eq!(answer.text, "yes");
+        assert_eq!(answer.metadata["extra"], json!(1));
+    }
+}

@@ -1,0 +1,391 @@
+//! `toolpool serve`: the pool as an MCP server (DESIGN.md §7), built on the
+//! official Rust SDK, `rmcp`.
+//!
+//! - `tools/list` is the whole catalog, or one workflow node's tools (the
+//!   specs `resolve` prints: prefixed names, descriptions, parameters; each
+//!   tool's timeout and Python function are in its `_meta`).
+//! - `tools/call` runs through the pool. Every failure — timeout, exception,
+//!   dead worker, bad arguments, unknown tool, pool shut down — is a result
+//!   with `isError: true` and the agent-facing text, never a protocol error.
+//!   rmcp runs every request in its own task, so many calls are in flight at
+//!   once; the pool runs as many as it has workers and queues the rest.
+//! - `notifications/cancelled` cancels the request's token; the call future
+//!   is dropped, which kills the worker it was running on (the pool starts a
+//!   replacement) or, for a queued call, just takes it out of the queue.
+//! - A tool's human prompt (`_context["human_prompt"].request(...)`) becomes
+//!   an elicitation request to the client that made the call, when it
+//!   declared the capability; otherwise the tool is told no human is
+//!   available (see [`elicit`]). The pool does not count the wait against
+//!   the call's timeout.
+//! - Shutdown (stdin EOF on stdio, SIGTERM/SIGINT on either transport): stop
+//!   taking calls, let calls in flight finish within the grace period, kill
+//!   the rest, reap every worker, answer every call, exit 0.
+//!
+//! Protocol versions: up to 2025-11-25, the newest with an `initialize`
+//! handshake. 2026-07-28 forbids server-to-client requests, and a tool that
+//! asks a human mid-call needs one (an elicitation request) while its worker
+//! waits; clients that speak 2026-07-28 fall back to 2025-11-25.
+//!
+//! stdout carries only the MCP transport; logs, including what tools print,
+//! go to stderr.
+
+mod elicit;
+mod http;
+mod stdio;
+
+use std::borrow::Cow;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    JsonObject, ListToolsResult, MetaObject, PaginatedRequestParams, ProtocolVersion,
+    ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
+use serde_json::{json, Value};
+use tokio::sync::Notify;
+
+use crate::cli::result_text;
+use crate::config::NodeTools;
+use crate::context::HumanPrompt;
+use crate::error::{ErrorKind, ToolError};
+use crate::pool::{InvokeOptions, Pool};
+
+pub use http::parse_http_addr;
+
+/// Default time calls in flight get to finish at shutdown.
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(10);
+
+/// The newest protocol version served (see the module docs).
+const MAX_PROTOCOL: ProtocolVersion = ProtocolVersion::V_2025_11_25;
+
+/// Which tools the server offers.
+#[derive(Debug, Clone)]
+pub enum ToolSet {
+    /// Every function of the pool's catalog, with the pool's default timeout.
+    Catalog,
+    /// One workflow node's tools, by their exposed (possibly prefixed) names,
+    /// each with its tooling's timeout and the node id in `_context`.
+    Node(NodeTools),
+}
+
+/// How `serve` runs.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    pub tools: ToolSet,
+    /// `None`: stdio. `Some(addr)`: streamable HTTP on that address.
+    pub http: Option<std::net::SocketAddr>,
+    /// How long calls in flight may run on at shutdown before they are killed.
+    pub grace: Duration,
+}
+
+/// What stops the server from starting; after it started, `serve` always
+/// ends cleanly.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+/// Serves the pool over MCP until the client goes away (stdin EOF) or the
+/// process is told to stop (SIGTERM, SIGINT); then shuts the pool down.
+pub async fn serve(pool: Pool, options: ServeOptions) -> Result<(), ServeError> {
+    let server = ToolpoolServer::new(pool, options.tools);
+    match options.http {
+        None => stdio::serve(server, options.grace).await,
+        Some(addr) => http::serve(server, addr, options.grace).await,
+    }
+}
+
+/// The MCP server handler: one per stdio connection; shared by every HTTP
+/// session (it is a cheap handle on the same pool and tool set).
+#[derive(Clone)]
+pub struct ToolpoolServer {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pool: Pool,
+    tools: ToolSet,
+    /// `tools/list`, built once.
+    listed: Vec<Tool>,
+    calls: CallCounter,
+    /// Set at shutdown: calls arriving after it are refused.
+    closing: AtomicBool,
+}
+
+impl ToolpoolServer {
+    pub fn new(pool: Pool, tools: ToolSet) -> ToolpoolServer {
+        let listed = list_tools(&pool, &tools);
+        ToolpoolServer {
+            inner: Arc::new(Inner {
+                pool,
+                tools,
+                listed,
+                calls: CallCounter::default(),
+                closing: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    pub fn pool(&self) -> &Pool {
+        &self.inner.pool
+    }
+
+    /// The tools as `tools/list` gives them.
+    pub fn tools(&self) -> &[Tool] {
+        &self.inner.listed
+    }
+
+    /// Calls one tool by the name the client sees; its human prompts go to
+    /// `human`.
+    async fn invoke(
+        &self,
+        name: &str,
+        args: Value,
+        human: Arc<dyn HumanPrompt>,
+    ) -> Result<Value, ToolError> {
+        let inner = &self.inner;
+        let options = InvokeOptions {
+            human_prompt: Some(human),
+            ..InvokeOptions::default()
+        };
+        match &inner.tools {
+            ToolSet::Catalog => inner.pool.invoke(name, args, options).await,
+            ToolSet::Node(node) => {
+                node.invoke_report(&inner.pool, name, args, options)
+                    .await
+                    .result
+            }
+        }
+    }
+
+    /// Stops taking calls, lets those already received (running or queued)
+    /// finish within `grace`, kills the rest, reaps every worker, and waits
+    /// until every call has been answered (handed to the transport).
+    async fn shut_down(&self, grace: Duration) {
+        let inner = &self.inner;
+        let started = tokio::time::Instant::now();
+        inner.closing.store(true, Ordering::Release);
+        tracing::info!(
+            in_flight = inner.calls.count(),
+            grace_secs = grace.as_secs_f64(),
+            "shutting down: finishing the calls received"
+        );
+        inner.calls.wait_idle(grace).await;
+        // Whatever still runs is killed now and answered as shut down.
+        let left = grace.saturating_sub(started.elapsed());
+        inner.pool.shutdown_with_grace(left).await;
+        // Killed calls return at once; this bound only guards against a
+        // handler that never returns.
+        if !inner.calls.wait_idle(Duration::from_secs(5)).await {
+            tracing::warn!(
+                in_flight = inner.calls.count(),
+                "calls still unanswered after the pool shut down"
+            );
+        }
+        tracing::info!(
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "pool shut down"
+        );
+    }
+}
+
+/// The `tools/list` entries.
+fn list_tools(pool: &Pool, tools: &ToolSet) -> Vec<Tool> {
+    let default_timeout = pool.default_timeout();
+    match tools {
+        ToolSet::Catalog => pool
+            .catalog()
+            .functions
+            .iter()
+            .map(|f| {
+                let meta = json!({
+                    "toolpool/function": f.name,
+                    "toolpool/module": f.module,
+                    "toolpool/timeout": seconds(default_timeout),
+                });
+                tool(&f.name, &f.description, &f.parameters, meta)
+            })
+            .collect(),
+        ToolSet::Node(node) => node
+            .tools
+            .iter()
+            .map(|t| {
+                let meta = json!({
+                    "toolpool/function": t.function,
+                    "toolpool/node": node.id,
+                    "toolpool/timeout": seconds(t.timeout.unwrap_or(default_timeout)),
+                });
+                tool(&t.name, &t.description, &t.parameters, meta)
+            })
+            .collect(),
+    }
+}
+
+fn tool(name: &str, description: &str, parameters: &Value, meta: Value) -> Tool {
+    // The catalog and `resolve` only produce object schemas; anything else
+    // would be rejected by clients, so fall back to "no parameters".
+    let schema: JsonObject = match parameters {
+        Value::Object(schema) => schema.clone(),
+        _ => json!({"type": "object", "properties": {}})
+            .as_object()
+            .cloned()
+            .unwrap_or_default(),
+    };
+    let meta = match meta {
+        Value::Object(meta) => MetaObject(meta),
+        _ => MetaObject(JsonObject::new()),
+    };
+    Tool::new_with_raw(
+        name.to_string(),
+        Some(Cow::Owned(description.to_string())),
+        Arc::new(schema),
+    )
+    .with_meta(meta)
+}
+
+/// Seconds as a JSON number: `30`, not `30.0`, when whole.
+fn seconds(duration: Duration) -> Value {
+    if duration.subsec_nanos() == 0 {
+        Value::from(duration.as_secs())
+    } else {
+        json!(duration.as_secs_f64())
+    }
+}
+
+/// A call's outcome as an MCP result: the result as text (a string as is,
+/// anything else as JSON), or the agent-facing error text with `isError`.
+pub fn call_result(result: Result<Value, ToolError>) -> CallToolResult {
+    match result {
+        Ok(value) => CallToolResult::success(vec![ContentBlock::text(result_text(&value))]),
+        Err(error) => CallToolResult::error(vec![ContentBlock::text(error.to_string())]),
+    }
+}
+
+impl ServerHandler for ToolpoolServer {
+    fn get_info(&self) -> ServerConfig {
+        let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build());
+        let mut implementation = Implementation::new("toolpool", env!("CARGO_PKG_VERSION"));
+        implementation.description = Some(
+            "Python function tools run in a pool of isolated workers, with enforced timeouts"
+                .into(),
+        );
+        info.server_info = implementation;
+        info.protocol_version = MAX_PROTOCOL;
+        info.instructions = Some(
+            "Each tool is a Python function run in an isolated worker. A call that runs past \
+             its timeout is killed and reported as a tool error (TimeoutError); failures are \
+             tool results with isError set, as 'Tool <name> error: <Type>: <message>'."
+                .into(),
+        );
+        info
+    }
+
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        Cow::Borrowed(ProtocolVersion::known_up_to(&MAX_PROTOCOL))
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        Ok(ListToolsResult::with_all_items(self.inner.listed.clone()))
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        self.inner.listed.iter().find(|t| t.name == name).cloned()
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let _in_flight = self.inner.calls.enter();
+        let name = request.name.to_string();
+        if self.inner.closing.load(Ordering::Acquire) {
+            let error = ToolError::new(&name, ErrorKind::PoolClosed, "the server is shutting down");
+            return Ok(CallToolResponse::Complete(call_result(Err(error))));
+        }
+        let args = Value::Object(request.arguments.unwrap_or_default());
+        let human = elicit::for_peer(&context.peer);
+        let call = self.invoke(&name, args, human);
+        tokio::select! {
+            result = call => Ok(CallToolResponse::Complete(call_result(result))),
+            _ = context.ct.cancelled() => {
+                // Dropping `call` killed its worker (or took it out of the
+                // queue). rmcp sends no response to a cancelled request, so
+                // what is returned here is never seen.
+                tracing::info!(tool = %name, id = %context.id, "call cancelled by the client");
+                Err(McpError::internal_error("the call was cancelled", None))
+            }
+        }
+    }
+}
+
+/// Counts `tools/call` handlers running, so shutdown can wait until every
+/// call has been answered.
+#[derive(Default)]
+struct CallCounter {
+    running: AtomicUsize,
+    idle: Notify,
+}
+
+impl CallCounter {
+    fn enter(&self) -> CallGuard<'_> {
+        self.running.fetch_add(1, Ordering::AcqRel);
+        CallGuard(self)
+    }
+
+    fn count(&self) -> usize {
+        self.running.load(Ordering::Acquire)
+    }
+
+    /// Waits until no call runs, at most `limit`; false when some still do.
+    async fn wait_idle(&self, limit: Duration) -> bool {
+        let wait = async {
+            loop {
+                let idle = self.idle.notified();
+                if self.count() == 0 {
+                    return;
+                }
+                idle.await;
+            }
+        };
+        tokio::time::timeout(limit, wait).await.is_ok()
+    }
+}
+
+struct CallGuard<'a>(&'a CallCounter);
+
+impl Drop for CallGuard<'_> {
+    fn drop(&mut self) {
+        if self.0.running.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn stop_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::error!("cannot install signal handlers; only stdin EOF stops the server");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM received"),
+        _ = int.recv() => tracing::info!("SIGINT received"),
+    }
+}

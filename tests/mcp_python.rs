@@ -1,0 +1,79 @@
+//! Runs the Python MCP client tests (`tests/python_mcp/`): the official
+//! Python `mcp` package driving `toolpool serve`. They need the virtual
+//! environment `scripts/test` prepares (TOOLPOOL_TEST_VENV, or
+//! target/pyvenv-test); without the `mcp` package there they are skipped
+//! with a notice, unless TOOLPOOL_TEST_VENV is set, which makes them required.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn venv_python() -> Option<PathBuf> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let required = std::env::var_os("TOOLPOOL_TEST_VENV");
+    let venv = required
+        .clone()
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target/pyvenv-test"));
+    let python = venv.join("bin/python");
+    let has_mcp = Command::new(&python)
+        .args(["-c", "import mcp"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if has_mcp {
+        return Some(python);
+    }
+    assert!(
+        required.is_none(),
+        "{} cannot import the Python `mcp` package (scripts/test installs it)",
+        python.display()
+    );
+    eprintln!(
+        "skipped: no Python `mcp` package in {} (run scripts/test to install it)",
+        venv.display()
+    );
+    None
+}
+
+/// Runs one module of tests/python_mcp with unittest.
+fn run_python_module(module: &str) {
+    let Some(python) = venv_python() else {
+        return;
+    };
+    let root = env!("CARGO_MANIFEST_DIR");
+    let output = Command::new(python)
+        .args(["-m", "unittest", "-v", module])
+        .current_dir(PathBuf::from(root).join("tests/python_mcp"))
+        .env("TOOLPOOL_BIN", env!("CARGO_BIN_EXE_toolpool"))
+        .env("TOOLPOOL_VERSION", env!("CARGO_PKG_VERSION"))
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .output()
+        .expect("the venv's python runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "python MCP tests in {module} failed:\n{stdout}\n{stderr}"
+    );
+    assert!(stderr.contains("\nOK"), "{stderr}");
+    eprintln!("{stdout}{stderr}");
+}
+
+#[test]
+fn python_client_handshake_list_calls_and_errors() {
+    run_python_module("test_basics");
+}
+
+#[test]
+fn python_client_parallel_calls_cancellation_and_soak() {
+    run_python_module("test_concurrency");
+}
+
+#[test]
+fn python_client_workflow_node_and_streamable_http() {
+    run_python_module("test_workflow_http");
+}
+
+#[test]
+fn python_client_elicitation() {
+    run_python_module("test_elicitation");
+}

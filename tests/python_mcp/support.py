@@ -1,0 +1,188 @@
+"""Shared set-up for the MCP client tests: `toolpool serve` on the fixture
+tools, driven by the official Python `mcp` package.
+
+The Rust test `tests/mcp_python.rs` runs these modules with the virtual
+environment that `scripts/test` prepares, and passes the binary's path in
+TOOLPOOL_BIN.
+"""
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import anyio
+from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+FIXTURES = REPO / "tests" / "fixtures" / "functions"
+BIN = os.environ.get("TOOLPOOL_BIN") or str(REPO / "target" / "debug" / "toolpool")
+VERSION = os.environ.get("TOOLPOOL_VERSION")
+
+
+def base_args(session_dir: str, *args: str) -> list[str]:
+    return ["--functions-dir", str(FIXTURES), "--session-dir", session_dir, *args]
+
+
+@contextlib.asynccontextmanager
+async def served(*args: str, **client_options):
+    """A connected `Client` on `toolpool <args>` (args end with `serve ...`).
+
+    The server's stderr goes to a file; on failure it is printed.
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        stderr_path = Path(tmp) / "stderr.txt"
+        params = StdioServerParameters(
+            command=BIN,
+            args=base_args(str(Path(tmp) / "session"), *args),
+            env={"RUST_LOG": "info"},
+        )
+        with open(stderr_path, "w") as errlog:
+            try:
+                async with Client(stdio_client(params, errlog=errlog), **client_options) as client:
+                    yield client
+            except BaseException:
+                errlog.flush()
+                sys.stderr.write(f"--- toolpool stderr:\n{stderr_path.read_text()}\n")
+                raise
+
+
+def text_of(result) -> str:
+    assert len(result.content) == 1, result
+    return result.content[0].text
+
+
+def ok(result) -> str:
+    assert not result.is_error, result
+    return text_of(result)
+
+
+def error(result) -> str:
+    assert result.is_error, result
+    return text_of(result)
+
+
+def parent_of(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+def alive(pid: int) -> bool:
+    """True while `pid` exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+async def gone_within(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not alive(pid):
+            return True
+        await anyio.sleep(0.02)
+    return not alive(pid)
+
+
+async def read_pid_file(path: Path, seconds: float = 10.0) -> int:
+    deadline = time.monotonic() + seconds
+    while True:
+        with contextlib.suppress(OSError, ValueError):
+            return int(path.read_text().strip())
+        assert time.monotonic() < deadline, f"{path} was not written in time"
+        await anyio.sleep(0.02)
+
+
+def workflow_file(directory: Path) -> Path:
+    """A workflow whose node `Agent` has `add` and `sleep_forever` under the
+    prefix `fx` with a 0.5 s timeout, and `echo` with the pool's default."""
+    path = directory / "workflow.yaml"
+    path.write_text(
+        """\
+nodes:
+  - id: Agent
+    type: agent
+    config:
+      tooling:
+        - type: function
+          prefix: fx
+          config:
+            timeout: 0.5
+            tools:
+              - name: add
+              - name: sleep_forever
+                description: Never returns.
+        - type: function
+          config:
+            tools:
+              - name: echo
+  - id: Other
+    type: agent
+    config:
+      tooling:
+        - type: function
+          config:
+            tools:
+              - name: getpid
+"""
+    )
+    return path
+
+
+def cli_json(*args: str):
+    """What a plain CLI command prints, parsed."""
+    import json
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = subprocess.run(
+            [BIN, *base_args(tmp, *args)], check=True, capture_output=True, text=True
+        )
+    return json.loads(out.stdout)
+
+
+@contextlib.contextmanager
+def http_server(*args: str):
+    """`toolpool <args> serve --http 127.0.0.1:0 ...` as a process; yields
+    (process, url) once it listens."""
+    with tempfile.TemporaryDirectory() as tmp:
+        stderr_path = Path(tmp) / "stderr.txt"
+        with open(stderr_path, "w") as errlog:
+            process = subprocess.Popen(
+                [BIN, *base_args(str(Path(tmp) / "session"), *args)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=errlog,
+            )
+            try:
+                deadline = time.monotonic() + 30
+                url = None
+                while url is None:
+                    found = re.search(r"at (http://\S+)", stderr_path.read_text())
+                    if found:
+                        url = found.group(1)
+                    elif process.poll() is not None or time.monotonic() > deadline:
+                        raise AssertionError(f"no HTTP server:\n{stderr_path.read_text()}")
+                    else:
+                        time.sleep(0.05)
+                yield process, url
+            finally:
+                if process.poll() is None:
+                    process.send_signal(signal.SIGTERM)
+                    try:
+                        process.wait(timeout=20)
+                    except subprocess.TimeoutExpired:
+                        process.kill()
+                        process.wait()
+                if process.stdout is not None:
+                    process.stdout.close()

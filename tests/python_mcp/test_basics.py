@@ -1,0 +1,69 @@
+"""The Python `mcp` client against `toolpool serve` over stdio: the
+handshake, the tool list, calls, and failures as tool errors."""
+
+import json
+import time
+import unittest
+
+import anyio
+
+from support import VERSION, cli_json, error, ok, served
+
+
+class Basics(unittest.IsolatedAsyncioTestCase):
+    async def test_initialize_names_toolpool(self):
+        async with served("--workers", "1", "serve") as client:
+            self.assertEqual(client.server_info.name, "toolpool")
+            if VERSION:
+                self.assertEqual(client.server_info.version, VERSION)
+            self.assertIsNotNone(client.server_capabilities.tools)
+            self.assertEqual(client.protocol_version, "2025-11-25")
+
+    async def test_list_is_the_catalog(self):
+        async with served("--workers", "1", "serve") as client:
+            tools = (await client.list_tools()).tools
+        catalog = (await anyio.to_thread.run_sync(cli_json, "catalog", "--format", "json"))["functions"]
+        self.assertEqual([t.name for t in tools], [f["name"] for f in catalog])
+        for tool, function in zip(tools, catalog):
+            self.assertEqual(tool.description, function["description"])
+            self.assertEqual(tool.input_schema, function["parameters"])
+
+    async def test_call_raise_and_unknown(self):
+        async with served("--workers", "1", "serve") as client:
+            self.assertEqual(ok(await client.call_tool("add", {"a": 2, "b": 3})), "5")
+            value = {"list": [1, "二"], "nested": {"x": None}}
+            self.assertEqual(json.loads(ok(await client.call_tool("echo", {"value": value}))), value)
+            self.assertEqual(
+                error(await client.call_tool("raise_value_error", {"message": "boom"})),
+                "Tool raise_value_error error: ValueError: boom",
+            )
+            self.assertTrue(
+                error(await client.call_tool("nope", {})).startswith(
+                    "Tool nope error: NotFound: function 'nope' not found"
+                )
+            )
+            self.assertTrue(
+                error(await client.call_tool("add", {"a": "x"})).startswith(
+                    "Tool add error: InvalidArguments: "
+                )
+            )
+            self.assertIn("WorkerDied", error(await client.call_tool("segfault", {})))
+            self.assertEqual(ok(await client.call_tool("add", {"a": 1, "b": 1})), "2")
+
+    async def test_timeout_is_a_tool_error_and_the_server_serves_on(self):
+        async with served("--workers", "1", "--timeout", "0.5", "serve") as client:
+            started = time.monotonic()
+            text = error(await client.call_tool("sleep_forever", {}))
+            self.assertTrue(
+                text.startswith(
+                    "Tool sleep_forever error: TimeoutError: function 'sleep_forever' timed out after 0.5 s"
+                ),
+                text,
+            )
+            self.assertIn("was killed", text)
+            self.assertLess(time.monotonic() - started, 5)
+            self.assertEqual(ok(await client.call_tool("add", {"a": 2, "b": 3})), "5")
+
+
+if __name__ == "__main__":
+    unittest.main()

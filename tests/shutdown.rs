@@ -1,0 +1,172 @@
+//! Shutdown drains: no new calls, calls in flight finish within the grace
+//! period, then what is left is killed and every process reaped. The command
+//! line does this on SIGTERM and SIGINT.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use serde_json::json;
+use toolpool::ErrorKind;
+
+#[tokio::test]
+async fn shutdown_lets_calls_in_flight_finish_then_refuses_new_ones() {
+    let (pool, _session) = pool(2).await;
+    let pids: Vec<i32> = {
+        let mut pids = std::collections::HashSet::new();
+        for _ in 0..10 {
+            pids.insert(call(&pool, "getpid", json!({})).await.unwrap().as_i64().unwrap() as i32);
+        }
+        pids.into_iter().collect()
+    };
+    let in_flight = {
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            call(&pool, "slow_then_answer", json!({"seconds": 0.5, "token": "finished"})).await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let started = Instant::now();
+    pool.shutdown_with_grace(Duration::from_secs(5)).await;
+    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+    assert_eq!(in_flight.await.unwrap().unwrap(), json!("finished"));
+    let refused = call(&pool, "add", json!({"a": 1, "b": 2})).await.unwrap_err();
+    assert_eq!(refused.kind, ErrorKind::PoolClosed, "{refused}");
+    let left = survivors_after(&pids, Duration::from_secs(2)).await;
+    assert!(left.is_empty(), "workers left: {}", describe_pids(&left));
+}
+
+#[tokio::test]
+async fn shutdown_kills_a_call_that_outlasts_the_grace_period() {
+    let (pool, _session) = pool(1).await;
+    let pid = call(&pool, "getpid", json!({})).await.unwrap().as_i64().unwrap() as i32;
+    let in_flight = {
+        let pool = pool.clone();
+        tokio::spawn(async move { call(&pool, "ignore_sigterm_and_sleep", json!({})).await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = Instant::now();
+    pool.shutdown_with_grace(Duration::from_millis(300)).await;
+    let elapsed = started.elapsed();
+    assert!(elapsed >= Duration::from_millis(300), "{elapsed:?}");
+    assert!(elapsed < Duration::from_secs(3), "{elapsed:?}");
+    let error = in_flight.await.unwrap().unwrap_err();
+    assert_eq!(error.kind, ErrorKind::PoolClosed, "{error}");
+    assert!(gone_within(pid, Duration::from_secs(2)).await, "worker {pid} survived");
+}
+
+/// Starts `toolpool call TOOL` in the background, stdout captured.
+fn start_call(session: &Path, extra: &[&str], tool: &str, args: serde_json::Value) -> Child {
+    toolpool_command(session)
+        .args(["call", tool, "--args", &args.to_string()])
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("toolpool starts")
+}
+
+/// Waits until the supervisor's worker runs (a guardian and its worker).
+async fn wait_for_worker(supervisor: i32) -> Vec<i32> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let tree = descendants(supervisor);
+        if tree.len() >= 2 {
+            return tree;
+        }
+        assert!(Instant::now() < deadline, "no worker started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn signal_during_a_call_lets_it_finish(signal: Signal) {
+    let session = tempfile::tempdir().unwrap();
+    let started = session.path().join("started.pid");
+    let child = start_call(
+        session.path(),
+        &[],
+        "slow_then_answer",
+        json!({"seconds": 1.0, "token": "finished", "started_file": started}),
+    );
+    let supervisor = child.id() as i32;
+    wait_for_pid_file(&started, Duration::from_secs(20)).await;
+    let tree = wait_for_worker(supervisor).await;
+    kill(Pid::from_raw(supervisor), signal).unwrap();
+    let output = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "stdout: {stdout}\nstderr: {stderr}");
+    assert_eq!(stdout.trim(), "finished", "stderr: {stderr}");
+    assert!(stderr.contains(&format!("{}", signal.as_str())), "{stderr}");
+    let left = survivors_after(&tree, Duration::from_secs(2)).await;
+    assert!(left.is_empty(), "left behind: {}", describe_pids(&left));
+}
+
+#[tokio::test]
+async fn sigterm_of_the_supervisor_lets_the_call_in_flight_finish() {
+    signal_during_a_call_lets_it_finish(Signal::SIGTERM).await;
+}
+
+#[tokio::test]
+async fn sigint_of_the_supervisor_lets_the_call_in_flight_finish() {
+    signal_during_a_call_lets_it_finish(Signal::SIGINT).await;
+}
+
+#[tokio::test]
+async fn sigterm_kills_a_call_that_outlasts_the_grace_period() {
+    let session = tempfile::tempdir().unwrap();
+    let started = session.path().join("started.pid");
+    let child = start_call(
+        session.path(),
+        &["--grace", "0.5"],
+        "slow_then_answer",
+        json!({"seconds": 1000, "started_file": started}),
+    );
+    let supervisor = child.id() as i32;
+    wait_for_pid_file(&started, Duration::from_secs(20)).await;
+    let tree = wait_for_worker(supervisor).await;
+    let started = Instant::now();
+    kill(Pid::from_raw(supervisor), Signal::SIGTERM).unwrap();
+    let output = child.wait_with_output().unwrap();
+    let elapsed = started.elapsed();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.starts_with("Tool slow_then_answer error: PoolClosed: "),
+        "{stdout}"
+    );
+    assert!(elapsed >= Duration::from_millis(500), "{elapsed:?}");
+    assert!(elapsed < Duration::from_secs(4), "{elapsed:?}");
+    let left = survivors_after(&tree, Duration::from_secs(2)).await;
+    assert!(left.is_empty(), "left behind: {}", describe_pids(&left));
+}
+
+#[tokio::test]
+async fn second_signal_kills_the_call_at_once() {
+    let session = tempfile::tempdir().unwrap();
+    let started = session.path().join("started.pid");
+    let child = start_call(
+        session.path(),
+        &["--grace", "30"],
+        "slow_then_answer",
+        json!({"seconds": 1000, "started_file": started}),
+    );
+    let supervisor = child.id() as i32;
+    wait_for_pid_file(&started, Duration::from_secs(20)).await;
+    let tree = wait_for_worker(supervisor).await;
+    let started = Instant::now();
+    kill(Pid::from_raw(supervisor), Signal::SIGINT).unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    kill(Pid::from_raw(supervisor), Signal::SIGINT).unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    assert_eq!(output.status.code(), Some(1));
+    let left = survivors_after(&tree, Duration::from_secs(2)).await;
+    assert!(left.is_empty(), "left behind: {}", describe_pids(&left));
+}
