@@ -156,6 +156,9 @@ pub enum Command {
         /// Seconds calls in flight may run on at shutdown before they are killed
         #[arg(long, value_name = "SECS", default_value = "10", value_parser = parse_seconds)]
         grace: Duration,
+        /// Serve Prometheus metrics at http://ADDR/metrics (PORT or HOST:PORT; a bare port is loopback)
+        #[arg(long, value_name = "ADDR", value_parser = crate::mcp::parse_http_addr)]
+        metrics: Option<std::net::SocketAddr>,
     },
 }
 
@@ -389,10 +392,21 @@ async fn run_command(cli: Cli) -> Result<ExitCode, CliError> {
             node,
             http,
             grace,
+            metrics,
         } => {
             // The workflow file is read before any worker starts, as in `resolve`.
             let workflow = config.as_ref().map(Workflow::load).transpose()?;
             let pool = builder(&cli, None).build().await?;
+            let _metrics = match metrics {
+                Some(addr) => {
+                    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+                        CliError::Usage(format!("--metrics {addr}: cannot listen: {e}"))
+                    })?;
+                    let endpoint = tokio::spawn(crate::metrics::serve(listener, pool.clone()));
+                    Some(tokio_util::task::AbortOnDropHandle::new(endpoint))
+                }
+                None => None,
+            };
             let tools = match (workflow, node) {
                 (Some(workflow), Some(node)) => {
                     let resolved = workflow

@@ -11,6 +11,7 @@ pub mod cli;
 pub mod config;
 pub mod context;
 pub mod embedded;
+pub mod metrics;
 pub mod error;
 pub mod mcp;
 pub mod pool;
@@ -29,4 +30,6 @@ pub use context::{
     TerminalPrompt,
 };
 pub use error::{ErrorKind, PoolError, ToolError};
-pub use pool::{CallReport, InvokeContext, InvokeOptions, Pool, PoolBuilder, PoolStats};
+pub use pool::{
+    CallReport, InvokeContext, InvokeOptions, LatencyHistogram, Pool, PoolBuilder, PoolStats, WorkerStats,
+};

@@ -388,6 +388,69 @@ struct Counters {
     queued: AtomicUsize,
     busy: AtomicUsize,
     errors_by_type: Mutex<BTreeMap<String, u64>>,
+    latency: Mutex<LatencyHistogram>,
+}
+
+/// Upper bounds (seconds) of the call latency histogram's buckets.
+const LATENCY_BUCKETS: [f64; 14] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 60.0, 300.0,
+];
+
+/// Call latencies (from the call's start, queueing included), cumulative
+/// buckets as Prometheus counts them.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct LatencyHistogram {
+    /// `(upper bound in seconds, calls that took at most that long)`; the
+    /// last bound is infinite and counts every call.
+    pub buckets: Vec<(f64, u64)>,
+    pub sum_seconds: f64,
+    pub count: u64,
+}
+
+impl Default for LatencyHistogram {
+    fn default() -> Self {
+        let mut buckets: Vec<(f64, u64)> = LATENCY_BUCKETS.iter().map(|b| (*b, 0)).collect();
+        buckets.push((f64::INFINITY, 0));
+        LatencyHistogram {
+            buckets,
+            sum_seconds: 0.0,
+            count: 0,
+        }
+    }
+}
+
+impl LatencyHistogram {
+    fn record(&mut self, elapsed: Duration) {
+        let secs = elapsed.as_secs_f64();
+        for (bound, count) in &mut self.buckets {
+            if secs <= *bound {
+                *count += 1;
+            }
+        }
+        self.sum_seconds += secs;
+        self.count += 1;
+    }
+}
+
+/// One live worker, for operators.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct WorkerStats {
+    pub pid: i32,
+    /// Calls it had finished when it last came back to the pool.
+    pub calls_served: u64,
+    /// Resident memory of the worker process, when /proc tells it.
+    pub rss_bytes: Option<u64>,
+}
+
+/// Resident set size of a process, from `/proc/<pid>/statm`.
+fn rss_bytes(pid: i32) -> Option<u64> {
+    let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    let page_size = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+        .ok()
+        .flatten()
+        .unwrap_or(4096) as u64;
+    Some(pages * page_size)
 }
 
 /// A snapshot of the pool for operators.
@@ -408,6 +471,9 @@ pub struct PoolStats {
     pub spares: usize,
     pub cancelled: u64,
     pub errors_by_type: BTreeMap<String, u64>,
+    pub latency: LatencyHistogram,
+    /// Every live worker (spares included), by pid.
+    pub workers: Vec<WorkerStats>,
 }
 
 /// Where a newly started worker goes.
@@ -433,8 +499,8 @@ struct Shared {
     size: usize,
     catalog: Catalog,
     counters: Counters,
-    /// Live workers: worker pid → guardian-independent handle for shutdown kills.
-    live: Mutex<HashMap<i32, ()>>,
+    /// Live workers (spares included): worker pid → calls served so far.
+    live: Mutex<HashMap<i32, u64>>,
     /// Why the last attempt to start a worker failed, while none is running.
     start_failure: Mutex<Option<String>>,
     /// Wakes queued calls when a start fails, to fail fast if none can run.
@@ -447,7 +513,7 @@ struct Shared {
 impl Shared {
     fn register(&self, worker: &Worker) {
         if let Ok(mut live) = self.live.lock() {
-            live.insert(worker.pid(), ());
+            live.insert(worker.pid(), worker.calls_served());
         }
     }
 
@@ -462,6 +528,11 @@ impl Shared {
     }
 
     fn make_idle(&self, worker: Worker) {
+        if let Ok(mut live) = self.live.lock() {
+            if let Some(calls) = live.get_mut(&worker.pid()) {
+                *calls = worker.calls_served();
+            }
+        }
         if self.is_closed.load(Ordering::Acquire) {
             self.unregister(worker.pid());
             tokio::spawn(worker.retire());
@@ -749,9 +820,13 @@ impl Pool {
                 }
             }
         }
+        let elapsed = started.elapsed();
+        if let Ok(mut latency) = shared.counters.latency.lock() {
+            latency.record(elapsed);
+        }
         CallReport {
             result,
-            elapsed: started.elapsed(),
+            elapsed,
             queue_wait,
             worker_pid,
         }
@@ -845,13 +920,33 @@ impl Pool {
 
     pub fn stats(&self) -> PoolStats {
         let c = &self.shared.counters;
-        let live = self.shared.live_workers();
+        let mut workers: Vec<WorkerStats> = self
+            .shared
+            .live
+            .lock()
+            .map(|live| {
+                live.iter()
+                    .map(|(&pid, &calls_served)| WorkerStats {
+                        pid,
+                        calls_served,
+                        rss_bytes: None,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        // Read /proc outside the lock.
+        for worker in &mut workers {
+            worker.rss_bytes = rss_bytes(worker.pid);
+        }
+        workers.sort_by_key(|w| w.pid);
+        let live = workers.len();
         let busy = c.busy.load(Ordering::Relaxed);
+        let spares = self.shared.spares.lock().map(|s| s.len()).unwrap_or(0);
         PoolStats {
             size: self.shared.size,
             live_workers: live,
             busy,
-            idle: live.saturating_sub(busy),
+            idle: live.saturating_sub(busy + spares),
             queued: c.queued.load(Ordering::Relaxed),
             calls: c.calls.load(Ordering::Relaxed),
             succeeded: c.succeeded.load(Ordering::Relaxed),
@@ -859,13 +954,15 @@ impl Pool {
             worker_deaths: c.worker_deaths.load(Ordering::Relaxed),
             respawns: c.respawns.load(Ordering::Relaxed),
             recycled: c.recycled.load(Ordering::Relaxed),
-            spares: self.shared.spares.lock().map(|s| s.len()).unwrap_or(0),
+            spares,
             cancelled: c.cancelled.load(Ordering::Relaxed),
             errors_by_type: c
                 .errors_by_type
                 .lock()
                 .map(|m| m.clone())
                 .unwrap_or_default(),
+            latency: c.latency.lock().map(|h| h.clone()).unwrap_or_default(),
+            workers,
         }
     }
 

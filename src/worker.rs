@@ -453,9 +453,7 @@ impl Worker {
         if let Ok(mut tag) = self.call_tag.lock() {
             *tag = Some(format!("{label}#{id}"));
         }
-        let outcome = self
-            .exchange(id, &frame, deadline, label, callbacks)
-            .await;
+        let outcome = self.exchange(id, &frame, deadline, label, callbacks).await;
         if let Ok(mut tag) = self.call_tag.lock() {
             *tag = None;
         }
@@ -580,8 +578,7 @@ impl Worker {
                     id: call_id,
                     method,
                     params,
-                })) => {
-                    match callbacks {
+                })) => match callbacks {
                     None => {
                         let error = CallbackError::new(
                             "NotImplementedError",
@@ -604,8 +601,7 @@ impl Worker {
                         in_flight.insert(task.id(), (call_id, human));
                         continue;
                     }
-                    }
-                }
+                },
                 Event::Answered(done) => {
                     let (task, result) = match done {
                         Ok((task, result)) => (task, result),

@@ -284,3 +284,30 @@ fn environment_variables_set_the_options() {
     assert_eq!(output.status.code(), Some(124));
     assert!(String::from_utf8_lossy(&output.stdout).contains("timed out after 0.3 s"));
 }
+
+#[test]
+fn bench_reports_each_pool_size() {
+    let session = tempfile::tempdir().unwrap();
+    let run = toolpool(
+        &session,
+        &["bench", "--workers", "1,2", "--calls", "40", "--concurrency", "4", "--json"],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let rows = json_out(&run);
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0]["workers"], json!(1));
+    assert_eq!(rows[1]["workers"], json!(2));
+    for row in rows {
+        assert_eq!(row["calls"], json!(40));
+        assert_eq!(row["failed"], json!(0));
+        assert!(row["calls_per_s"].as_f64().unwrap() > 0.0);
+        assert!(row["p99_ms"].as_f64().unwrap() >= row["p50_ms"].as_f64().unwrap());
+    }
+    let run = toolpool(&session, &["bench", "--tool", "add", "--args", r#"{"a": 1, "b": 2}"#, "--workers", "1", "--calls", "10"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(run.stdout.starts_with("tool add, 32 calls in flight\nworkers"), "{}", run.stdout);
+    let run = toolpool(&session, &["--workers", "1,2", "list"]);
+    assert_eq!(run.code, 2);
+    assert!(run.stderr.contains("--workers takes one number"), "{}", run.stderr);
+}

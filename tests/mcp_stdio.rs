@@ -583,3 +583,86 @@ async fn sigterm_kills_calls_that_outlast_the_grace_period() {
         );
     }
 }
+
+/// Writes `requests` (after the handshake) as raw JSON-RPC lines, closes
+/// stdin, and returns every message the server wrote, by id.
+async fn raw_exchange(args: &[&str], requests: &[Value]) -> Vec<Value> {
+    let session = tempfile::tempdir().expect("temp dir");
+    let output = {
+        let mut child = command(session.path(), args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("toolpool starts");
+        let mut stdin = child.stdin.take().expect("stdin");
+        let mut script = String::new();
+        script += &format!(
+            "{}\n{}\n",
+            json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                   "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                              "clientInfo": {"name": "raw", "version": "0"}}}),
+            json!({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        );
+        for request in requests {
+            script += &format!("{request}\n");
+        }
+        stdin.write_all(script.as_bytes()).await.expect("write");
+        drop(stdin);
+        tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
+            .await
+            .expect("exits")
+            .expect("output")
+    };
+    assert_eq!(output.status.code(), Some(0));
+    let mut messages: Vec<Value> = String::from_utf8(output.stdout)
+        .expect("UTF-8")
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("stdout is JSON-RPC only"))
+        .filter(|m: &Value| m["id"] != json!(0))
+        .collect();
+    messages.sort_by_key(|m| m["id"].as_i64());
+    messages
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn arguments_that_are_not_an_object_are_a_tool_error_too() {
+    let call = |id: i64, params: Value| json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params});
+    let answers = raw_exchange(
+        &["--workers", "1", "serve"],
+        &[
+            call(1, json!({"name": "add", "arguments": [1, 2]})),
+            call(2, json!({"name": "add", "arguments": "a=1"})),
+            call(3, json!({"name": "add"})),
+            call(4, json!({"arguments": {}})),
+        ],
+    )
+    .await;
+    assert_eq!(answers.len(), 4, "{answers:?}");
+    let text = |m: &Value| {
+        m["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or("")
+            .to_string()
+    };
+    assert_eq!(answers[0]["result"]["isError"], true);
+    assert_eq!(
+        text(&answers[0]),
+        "Tool add error: InvalidArguments: the arguments must be a JSON object, got an array"
+    );
+    assert_eq!(answers[1]["result"]["isError"], true);
+    assert!(
+        text(&answers[1]).ends_with("got a string"),
+        "{}",
+        answers[1]
+    );
+    assert_eq!(answers[2]["result"]["isError"], true);
+    assert!(
+        text(&answers[2])
+            .starts_with("Tool add error: InvalidArguments: missing required argument 'a'"),
+        "{}",
+        answers[2]
+    );
+    // Without a tool name there is no tool to blame: a bad-params error.
+    assert_eq!(answers[3]["error"]["code"], -32602, "{}", answers[3]);
+}

@@ -39,9 +39,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    JsonObject, ListToolsResult, MetaObject, PaginatedRequestParams, ProtocolVersion,
-    ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CustomRequest,
+    CustomResult, ErrorCode, Implementation, JsonObject, ListToolsResult, MetaObject,
+    PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
@@ -302,6 +302,47 @@ impl ServerHandler for ToolpoolServer {
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
         self.inner.listed.iter().find(|t| t.name == name).cloned()
+    }
+
+    /// A `tools/call` whose params rmcp could not read (arguments that are
+    /// not an object, a name that is not a string) lands here; answer it as
+    /// a tool error when it names a tool, as a bad-params error otherwise.
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, McpError> {
+        if request.method != "tools/call" {
+            return Err(McpError::new(
+                ErrorCode::METHOD_NOT_FOUND,
+                format!("method not found: {}", request.method),
+                None,
+            ));
+        }
+        let params = request.params.unwrap_or(Value::Null);
+        let Some(name) = params.get("name").and_then(Value::as_str) else {
+            return Err(McpError::invalid_params(
+                "tools/call needs `name`, the tool's name as a string",
+                None,
+            ));
+        };
+        let got = match params.get("arguments") {
+            Some(Value::Array(_)) => "an array",
+            Some(Value::String(_)) => "a string",
+            Some(Value::Number(_)) => "a number",
+            Some(Value::Bool(_)) => "a boolean",
+            _ => "something else",
+        };
+        let error = ToolError::new(
+            name,
+            ErrorKind::InvalidArguments,
+            format!("the arguments must be a JSON object, got {got}"),
+        );
+        let mut result = call_result(Err(error));
+        result.result_type = None;
+        let result = serde_json::to_value(result)
+            .map_err(|e| McpError::internal_error(e.to_string(), None))?;
+        Ok(CustomResult(result))
     }
 
     async fn call_tool(

@@ -151,10 +151,10 @@ def cli_json(*args: str):
     return json.loads(out.stdout)
 
 
-@contextlib.contextmanager
-def http_server(*args: str):
-    """`toolpool <args> serve --http 127.0.0.1:0 ...` as a process; yields
-    (process, url) once it listens."""
+@contextlib.asynccontextmanager
+async def http_server(*args: str):
+    """`toolpool <args>` (args end with `serve --http ...`) as a process;
+    yields (process, url) once it listens; SIGTERM and wait at the end."""
     with tempfile.TemporaryDirectory() as tmp:
         stderr_path = Path(tmp) / "stderr.txt"
         with open(stderr_path, "w") as errlog:
@@ -174,13 +174,13 @@ def http_server(*args: str):
                     elif process.poll() is not None or time.monotonic() > deadline:
                         raise AssertionError(f"no HTTP server:\n{stderr_path.read_text()}")
                     else:
-                        time.sleep(0.05)
+                        await anyio.sleep(0.05)
                 yield process, url
             finally:
                 if process.poll() is None:
                     process.send_signal(signal.SIGTERM)
                     try:
-                        process.wait(timeout=20)
+                        await anyio.to_thread.run_sync(lambda: process.wait(timeout=20))
                     except subprocess.TimeoutExpired:
                         process.kill()
                         process.wait()

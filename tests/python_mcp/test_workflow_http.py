@@ -41,7 +41,10 @@ class WorkflowNode(unittest.IsolatedAsyncioTestCase):
 
 class StreamableHttp(unittest.IsolatedAsyncioTestCase):
     async def test_list_and_call_over_http_then_sigterm_exits_0(self):
-        with http_server("--workers", "2", "--timeout", "0.5", "serve", "--http", "127.0.0.1:0") as (process, url):
+        async with http_server("--workers", "2", "--timeout", "0.5", "serve", "--http", "127.0.0.1:0") as (
+            process,
+            url,
+        ):
             self.assertTrue(url.startswith("http://127.0.0.1:") and url.endswith("/mcp"), url)
             async with Client(url) as client:
                 self.assertEqual(client.server_info.name, "toolpool")

@@ -1,0 +1,177 @@
+//! The pool's stats in the Prometheus text exposition format, and a small
+//! HTTP endpoint serving them at `/metrics` (`serve --metrics ADDR`).
+
+use std::fmt::Write as _;
+
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::server::conn::http1;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+
+use crate::pool::{Pool, PoolStats};
+
+/// Renders a stats snapshot as Prometheus text (version 0.0.4).
+pub fn render(stats: &PoolStats) -> String {
+    let mut out = String::new();
+    let mut gauge = |name: &str, help: &str, value: f64| {
+        let _ = write!(out, "# HELP toolpool_{name} {help}\n# TYPE toolpool_{name} gauge\ntoolpool_{name} {value}\n");
+    };
+    gauge("workers", "Configured pool size.", stats.size as f64);
+    gauge(
+        "workers_live",
+        "Live worker processes, spares included.",
+        stats.live_workers as f64,
+    );
+    gauge("workers_busy", "Workers running a call.", stats.busy as f64);
+    gauge(
+        "workers_idle",
+        "Workers waiting for a call.",
+        stats.idle as f64,
+    );
+    gauge(
+        "workers_spare",
+        "Warm spares ready to replace a worker.",
+        stats.spares as f64,
+    );
+    gauge(
+        "calls_queued",
+        "Calls waiting for a free worker.",
+        stats.queued as f64,
+    );
+
+    let mut counter = |name: &str, help: &str, value: u64| {
+        let _ = write!(out, "# HELP toolpool_{name} {help}\n# TYPE toolpool_{name} counter\ntoolpool_{name} {value}\n");
+    };
+    counter("calls_total", "Calls started.", stats.calls);
+    counter(
+        "calls_succeeded_total",
+        "Calls that returned a result.",
+        stats.succeeded,
+    );
+    counter(
+        "timeouts_total",
+        "Calls killed at their timeout.",
+        stats.timeouts,
+    );
+    counter(
+        "worker_deaths_total",
+        "Workers that died during a call.",
+        stats.worker_deaths,
+    );
+    counter(
+        "respawns_total",
+        "Replacement workers put in place.",
+        stats.respawns,
+    );
+    counter(
+        "recycled_total",
+        "Workers retired after --max-calls-per-worker.",
+        stats.recycled,
+    );
+    counter(
+        "cancelled_total",
+        "Calls abandoned by their caller mid-flight.",
+        stats.cancelled,
+    );
+
+    out.push_str("# HELP toolpool_errors_total Failed calls by error type.\n# TYPE toolpool_errors_total counter\n");
+    for (kind, count) in &stats.errors_by_type {
+        let _ = writeln!(
+            out,
+            "toolpool_errors_total{{type=\"{}\"}} {count}",
+            escape_label(kind)
+        );
+    }
+
+    out.push_str("# HELP toolpool_call_duration_seconds Call latency, queueing included.\n# TYPE toolpool_call_duration_seconds histogram\n");
+    for (bound, count) in &stats.latency.buckets {
+        let le = if bound.is_infinite() {
+            "+Inf".to_string()
+        } else {
+            bound.to_string()
+        };
+        let _ = writeln!(
+            out,
+            "toolpool_call_duration_seconds_bucket{{le=\"{le}\"}} {count}"
+        );
+    }
+    let _ = writeln!(
+        out,
+        "toolpool_call_duration_seconds_sum {}",
+        stats.latency.sum_seconds
+    );
+    let _ = writeln!(
+        out,
+        "toolpool_call_duration_seconds_count {}",
+        stats.latency.count
+    );
+
+    out.push_str("# HELP toolpool_worker_calls_served Calls each live worker has finished.\n# TYPE toolpool_worker_calls_served gauge\n");
+    for w in &stats.workers {
+        let _ = writeln!(
+            out,
+            "toolpool_worker_calls_served{{pid=\"{}\"}} {}",
+            w.pid, w.calls_served
+        );
+    }
+    out.push_str("# HELP toolpool_worker_rss_bytes Resident memory of each live worker.\n# TYPE toolpool_worker_rss_bytes gauge\n");
+    for w in &stats.workers {
+        if let Some(rss) = w.rss_bytes {
+            let _ = writeln!(out, "toolpool_worker_rss_bytes{{pid=\"{}\"}} {rss}", w.pid);
+        }
+    }
+    out
+}
+
+fn escape_label(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// Serves `/metrics` for `pool` on a bound listener until the task is dropped.
+pub async fn serve(listener: tokio::net::TcpListener, pool: Pool) -> std::io::Result<()> {
+    tracing::info!("metrics at http://{}/metrics", listener.local_addr()?);
+    loop {
+        let (stream, _) = listener.accept().await?;
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+                let pool = pool.clone();
+                async move { Ok::<_, std::convert::Infallible>(respond(&request, &pool)) }
+            });
+            if let Err(e) = http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await
+            {
+                tracing::debug!("metrics connection: {e}");
+            }
+        });
+    }
+}
+
+fn respond(request: &Request<Incoming>, pool: &Pool) -> Response<Full<Bytes>> {
+    let (status, content_type, body) = if request.uri().path() == "/metrics" {
+        (
+            StatusCode::OK,
+            "text/plain; version=0.0.4",
+            render(&pool.stats()),
+        )
+    } else {
+        (
+            StatusCode::NOT_FOUND,
+            "text/plain",
+            "not found: metrics are at /metrics\n".to_string(),
+        )
+    };
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    if let Ok(value) = content_type.parse() {
+        response
+            .headers_mut()
+            .insert(hyper::header::CONTENT_TYPE, value);
+    }
+    response
+}

@@ -1,0 +1,78 @@
+//! Operators' view: `pool.stats()` and the Prometheus endpoint of `serve --metrics`.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::time::Duration;
+
+use common::*;
+use serde_json::json;
+
+#[tokio::test]
+async fn stats_count_calls_errors_latency_and_workers() {
+    let (pool, _session) = pool(2).await;
+    call(&pool, "add", json!({"a": 1, "b": 2})).await.unwrap();
+    call(&pool, "raise_value_error", json!({"message": "x"})).await.unwrap_err();
+    call_with_timeout(&pool, "sleep_forever", json!({}), 0.2).await.unwrap_err();
+    let stats = pool.stats();
+    assert_eq!(stats.calls, 3);
+    assert_eq!(stats.succeeded, 1);
+    assert_eq!(stats.timeouts, 1);
+    assert_eq!(stats.errors_by_type.get("ValueError"), Some(&1));
+    assert_eq!(stats.errors_by_type.get("TimeoutError"), Some(&1));
+    assert_eq!(stats.latency.count, 3);
+    assert_eq!(stats.latency.buckets.last().map(|b| b.1), Some(3));
+    assert!(stats.latency.sum_seconds >= 0.2);
+    assert!(stats.workers.len() >= 2, "{stats:?}");
+    assert!(stats.workers.iter().all(|w| w.rss_bytes.unwrap_or(0) > 1_000_000), "{stats:?}");
+    let text = toolpool::metrics::render(&stats);
+    assert!(text.contains("toolpool_calls_total 3\n"), "{text}");
+    assert!(text.contains("toolpool_errors_total{type=\"ValueError\"} 1\n"), "{text}");
+    assert!(text.contains("toolpool_call_duration_seconds_bucket{le=\"+Inf\"} 3\n"), "{text}");
+    pool.shutdown().await;
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn scrape(port: u16) -> Option<String> {
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    Some(response)
+}
+
+#[test]
+fn serve_exposes_metrics_for_scraping() {
+    let session = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut server = toolpool_command(session.path())
+        .args(["--workers", "2", "serve", "--metrics"])
+        .arg(port.to_string())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut response = None;
+    for _ in 0..100 {
+        response = scrape(port);
+        if response.as_deref().is_some_and(|r| r.contains("toolpool_workers_live")) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let response = response.expect("metrics endpoint answers");
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    assert!(response.contains("text/plain; version=0.0.4"), "{response}");
+    assert!(response.contains("toolpool_workers 2\n"), "{response}");
+    assert!(response.contains("toolpool_calls_total 0\n"), "{response}");
+    // Closing stdin ends `serve`.
+    drop(server.stdin.take());
+    let status = server.wait().unwrap();
+    assert!(status.success(), "{status}");
+}
