@@ -159,6 +159,9 @@ pub enum Command {
         /// Serve Prometheus metrics at http://ADDR/metrics (PORT or HOST:PORT; a bare port is loopback)
         #[arg(long, value_name = "ADDR", value_parser = crate::mcp::parse_http_addr)]
         metrics: Option<std::net::SocketAddr>,
+        /// Rebuild the catalog and recycle the workers when a tool module changes
+        #[arg(long)]
+        watch: bool,
     },
 }
 
@@ -251,10 +254,15 @@ fn builder(cli: &Cli, one_shot_workers: Option<usize>) -> PoolBuilder {
 
 async fn run_command(cli: Cli) -> Result<ExitCode, CliError> {
     // Listening from the start, so that a stop signal never kills the
-    // process half-way; `serve` handles its own.
+    // process half-way; `serve` handles its own, and `bench` keeps the
+    // default action (Ctrl-C ends it).
     let mut signals = match &cli.command {
-        Command::Serve { .. } => None,
-        _ => StopSignals::new().ok(),
+        Command::Catalog { .. }
+        | Command::List { .. }
+        | Command::Call { .. }
+        | Command::Resolve { .. }
+        | Command::Check { .. } => StopSignals::new().ok(),
+        _ => None,
     };
     if !matches!(cli.command, Command::Bench { .. })
         && cli.workers.as_ref().is_some_and(|w| w.0.len() > 1)
@@ -368,7 +376,7 @@ async fn run_command(cli: Cli) -> Result<ExitCode, CliError> {
             // broken YAML needs no Python to be reported.
             let workflow = Workflow::load(workflow)?;
             let pool = build_unless_stopped(builder(&cli, Some(1)), &mut signals).await?;
-            let resolved = workflow.resolve(pool.catalog());
+            let resolved = workflow.resolve(&pool.catalog());
             let default_timeout = pool.default_timeout();
             pool.shutdown().await;
             let resolved = resolved?;
@@ -393,10 +401,14 @@ async fn run_command(cli: Cli) -> Result<ExitCode, CliError> {
             http,
             grace,
             metrics,
+            watch,
         } => {
             // The workflow file is read before any worker starts, as in `resolve`.
             let workflow = config.as_ref().map(Workflow::load).transpose()?;
             let pool = builder(&cli, None).build().await?;
+            if *watch {
+                crate::watch::spawn(&pool);
+            }
             let _metrics = match metrics {
                 Some(addr) => {
                     let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
@@ -410,7 +422,7 @@ async fn run_command(cli: Cli) -> Result<ExitCode, CliError> {
             let tools = match (workflow, node) {
                 (Some(workflow), Some(node)) => {
                     let resolved = workflow
-                        .resolve(pool.catalog())
+                        .resolve(&pool.catalog())
                         .and_then(|resolved| resolved.node_tools(node).cloned());
                     match resolved {
                         Ok(node) => crate::mcp::ToolSet::Node(node),
@@ -435,7 +447,7 @@ async fn run_command(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Check { workflow } => {
             let workflow = Workflow::load(workflow)?;
             let pool = build_unless_stopped(builder(&cli, Some(1)), &mut signals).await?;
-            let resolved = workflow.resolve(pool.catalog());
+            let resolved = workflow.resolve(&pool.catalog());
             pool.shutdown().await;
             let resolved = resolved?;
             let tools: usize = resolved.nodes.iter().map(|n| n.tools.len()).sum();

@@ -18,6 +18,7 @@ pub mod pool;
 pub mod protocol;
 pub mod reaper;
 pub mod signals;
+pub mod watch;
 pub mod worker;
 
 pub use catalog::{Catalog, FunctionSpec, ListOption, LoadError};

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -302,7 +302,8 @@ impl PoolBuilder {
             queue_wait: self.queue_wait,
             max_calls_per_worker: self.max_calls_per_worker,
             size: self.workers,
-            catalog,
+            catalog: RwLock::new(Arc::new(catalog)),
+            generation: AtomicU64::new(0),
             counters: Counters::default(),
             live: Mutex::new(HashMap::new()),
             start_failure: Mutex::new(None),
@@ -312,7 +313,7 @@ impl PoolBuilder {
         });
         let missing = self.workers - workers.len();
         for worker in workers {
-            shared.register(&worker);
+            shared.register(&worker, 0);
             shared.make_idle(worker);
         }
         for _ in 0..missing {
@@ -497,10 +498,13 @@ struct Shared {
     queue_wait: Option<Duration>,
     max_calls_per_worker: Option<u64>,
     size: usize,
-    catalog: Catalog,
+    /// Replaced as a whole by [`Pool::reload`].
+    catalog: RwLock<Arc<Catalog>>,
+    /// Bumped by every reload; a worker started before it runs old code.
+    generation: AtomicU64,
     counters: Counters,
-    /// Live workers (spares included): worker pid → calls served so far.
-    live: Mutex<HashMap<i32, u64>>,
+    /// Live workers (spares included), by pid.
+    live: Mutex<HashMap<i32, LiveWorker>>,
     /// Why the last attempt to start a worker failed, while none is running.
     start_failure: Mutex<Option<String>>,
     /// Wakes queued calls when a start fails, to fail fast if none can run.
@@ -510,11 +514,36 @@ struct Shared {
     spares: Mutex<Vec<Worker>>,
 }
 
+/// What the pool tracks of each live worker.
+#[derive(Debug, Clone, Copy)]
+struct LiveWorker {
+    calls_served: u64,
+    /// The reload generation whose code it imported.
+    generation: u64,
+}
+
 impl Shared {
-    fn register(&self, worker: &Worker) {
+    fn register(&self, worker: &Worker, generation: u64) {
         if let Ok(mut live) = self.live.lock() {
-            live.insert(worker.pid(), worker.calls_served());
+            let calls_served = worker.calls_served();
+            live.insert(
+                worker.pid(),
+                LiveWorker {
+                    calls_served,
+                    generation,
+                },
+            );
         }
+    }
+
+    /// True when the worker imported the tools before the latest reload.
+    fn is_stale(&self, pid: i32) -> bool {
+        let current = self.generation.load(Ordering::Acquire);
+        self.live
+            .lock()
+            .ok()
+            .and_then(|live| live.get(&pid).map(|w| w.generation < current))
+            .unwrap_or(false)
     }
 
     fn unregister(&self, pid: i32) {
@@ -527,11 +556,19 @@ impl Shared {
         self.live.lock().map(|l| l.len()).unwrap_or(0)
     }
 
-    fn make_idle(&self, worker: Worker) {
+    fn make_idle(self: &Arc<Self>, worker: Worker) {
         if let Ok(mut live) = self.live.lock() {
-            if let Some(calls) = live.get_mut(&worker.pid()) {
-                *calls = worker.calls_served();
+            if let Some(entry) = live.get_mut(&worker.pid()) {
+                entry.calls_served = worker.calls_served();
             }
+        }
+        if self.is_stale(worker.pid()) && !self.is_closed.load(Ordering::Acquire) {
+            // Runs code from before a reload: new calls go to fresh workers.
+            self.counters.recycled.fetch_add(1, Ordering::Relaxed);
+            self.unregister(worker.pid());
+            tokio::spawn(worker.retire());
+            self.replace();
+            return;
         }
         if self.is_closed.load(Ordering::Acquire) {
             self.unregister(worker.pid());
@@ -576,13 +613,14 @@ impl Shared {
                         .min(MAX_RESTART_BACKOFF);
                     tokio::time::sleep(backoff).await;
                 }
+                let generation = shared.generation.load(Ordering::Acquire);
                 match Worker::start(&shared.spawner, shared.spec.clone()).await {
                     Ok(worker) => {
                         shared.restart_failures.store(0, Ordering::Relaxed);
                         if let Ok(mut failure) = shared.start_failure.lock() {
                             *failure = None;
                         }
-                        shared.register(&worker);
+                        shared.register(&worker, generation);
                         match destination {
                             Destination::Idle => shared.make_idle(worker),
                             Destination::Spare => shared.add_spare(worker),
@@ -602,8 +640,15 @@ impl Shared {
         });
     }
 
-    fn add_spare(&self, worker: Worker) {
+    fn add_spare(self: &Arc<Self>, worker: Worker) {
         let closed = self.is_closed.load(Ordering::Acquire);
+        if self.is_stale(worker.pid()) && !closed {
+            // Started before a reload finished: start a spare on the new code.
+            self.unregister(worker.pid());
+            tokio::spawn(worker.retire());
+            self.start_worker(Destination::Spare);
+            return;
+        }
         match self.spares.lock() {
             Ok(mut spares) if !closed => spares.push(worker),
             _ => {
@@ -768,8 +813,22 @@ impl Pool {
         PoolBuilder::default()
     }
 
-    pub fn catalog(&self) -> &Catalog {
-        &self.shared.catalog
+    /// A handle that does not keep the pool alive (for background watchers).
+    pub(crate) fn downgrade(&self) -> WeakPool {
+        WeakPool(Arc::downgrade(&self.shared))
+    }
+
+    /// True once shutdown has begun.
+    pub fn is_closed(&self) -> bool {
+        self.shared.is_closed.load(Ordering::Acquire)
+    }
+
+    /// The catalog as last built (at start, or by [`Pool::reload`]).
+    pub fn catalog(&self) -> Arc<Catalog> {
+        match self.shared.catalog.read() {
+            Ok(catalog) => catalog.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
     }
 
     /// The session's attachment store (what tools register through
@@ -926,9 +985,9 @@ impl Pool {
             .lock()
             .map(|live| {
                 live.iter()
-                    .map(|(&pid, &calls_served)| WorkerStats {
+                    .map(|(&pid, worker)| WorkerStats {
                         pid,
-                        calls_served,
+                        calls_served: worker.calls_served,
                         rss_bytes: None,
                     })
                     .collect()
@@ -964,6 +1023,63 @@ impl Pool {
             latency: c.latency.lock().map(|h| h.clone()).unwrap_or_default(),
             workers,
         }
+    }
+
+    /// Rebuilds the catalog from a freshly started worker and recycles every
+    /// worker onto the new code: idle ones and spares at once, busy ones
+    /// when their call returns (calls in flight are not disturbed).
+    pub async fn reload(&self) -> Result<Arc<Catalog>, PoolError> {
+        let shared = &self.shared;
+        shared.generation.fetch_add(1, Ordering::AcqRel);
+        let mut probe = Worker::start(&shared.spawner, shared.spec.clone()).await?;
+        let outcome = probe.catalog().await;
+        tokio::spawn(probe.retire());
+        let catalog = match outcome {
+            CallOutcome::Reply(Ok(value)) => {
+                Catalog::from_worker(shared.spec.functions_dir.clone(), value)
+                    .map_err(PoolError::Catalog)?
+            }
+            CallOutcome::Reply(Err(e)) => {
+                return Err(PoolError::Catalog(format!("{}: {}", e.kind, e.message)))
+            }
+            CallOutcome::TimedOut { .. } => {
+                return Err(PoolError::Catalog(
+                    "the worker did not answer in time".into(),
+                ))
+            }
+            CallOutcome::Died { reason } => {
+                return Err(PoolError::Catalog(format!("the worker {reason}")))
+            }
+        };
+        let catalog = Arc::new(catalog);
+        match shared.catalog.write() {
+            Ok(mut current) => *current = catalog.clone(),
+            Err(poisoned) => *poisoned.into_inner() = catalog.clone(),
+        }
+        let stale_spares = shared
+            .spares
+            .lock()
+            .map(|mut spares| std::mem::take(&mut *spares))
+            .unwrap_or_default();
+        for spare in stale_spares {
+            shared.unregister(spare.pid());
+            tokio::spawn(spare.retire());
+            shared.start_worker(Destination::Spare);
+        }
+        // Idle workers pass through make_idle, which recycles the stale ones.
+        let idle: Vec<Worker> = {
+            let mut idle_rx = shared.idle_rx.lock().await;
+            std::iter::from_fn(|| idle_rx.try_recv().ok()).collect()
+        };
+        for worker in idle {
+            shared.make_idle(worker);
+        }
+        tracing::info!(
+            functions = catalog.functions.len(),
+            errors = catalog.errors.len(),
+            "catalog rebuilt; workers recycled onto the new code"
+        );
+        Ok(catalog)
     }
 
     /// Stops taking calls, lets calls in flight finish within `grace`, then
@@ -1015,6 +1131,15 @@ impl Pool {
     /// [`Pool::shutdown_with_grace`] with a 10 s grace period.
     pub async fn shutdown(&self) {
         self.shutdown_with_grace(Duration::from_secs(10)).await
+    }
+}
+
+/// A [`Pool`] that may have been dropped.
+pub(crate) struct WeakPool(std::sync::Weak<Shared>);
+
+impl WeakPool {
+    pub(crate) fn upgrade(&self) -> Option<Pool> {
+        self.0.upgrade().map(|shared| Pool { shared })
     }
 }
 

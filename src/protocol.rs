@@ -204,7 +204,9 @@ pub fn check_structure(body: &[u8]) -> Result<(), ProtocolError> {
             open.pop();
         }
         let Some(&marker) = body.get(pos) else {
-            return Err(malformed(format!("the message ends after {pos} bytes, inside a value")));
+            return Err(malformed(format!(
+                "the message ends after {pos} bytes, inside a value"
+            )));
         };
         pos += 1;
         pending -= 1;
@@ -213,7 +215,9 @@ pub fn check_structure(body: &[u8]) -> Result<(), ProtocolError> {
         }
         let mut length = |bytes: usize| -> Result<u64, ProtocolError> {
             let field = body.get(pos..pos + bytes).ok_or_else(|| {
-                malformed(format!("the message ends inside a length field at byte {pos}"))
+                malformed(format!(
+                    "the message ends inside a length field at byte {pos}"
+                ))
             })?;
             pos += bytes;
             Ok(field.iter().fold(0u64, |n, b| (n << 8) | u64::from(*b)))
@@ -463,7 +467,10 @@ mod tests {
         });
         let body = rmp_serde::to_vec_named(&value).unwrap();
         check_structure(&body).unwrap();
-        assert!(matches!(decode_message(&body), Ok(Message::Reply { id: 9, .. })));
+        assert!(matches!(
+            decode_message(&body),
+            Ok(Message::Reply { id: 9, .. })
+        ));
     }
 
     #[test]

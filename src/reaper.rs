@@ -89,7 +89,15 @@ pub fn start(mut closed: watch::Receiver<bool>) -> std::io::Result<()> {
 
 fn set_subreaper(on: bool) -> std::io::Result<()> {
     // SAFETY: prctl with integer arguments only.
-    let rc = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, libc::c_ulong::from(on), 0, 0, 0) };
+    let rc = unsafe {
+        libc::prctl(
+            libc::PR_SET_CHILD_SUBREAPER,
+            libc::c_ulong::from(on),
+            0,
+            0,
+            0,
+        )
+    };
     if rc == 0 {
         Ok(())
     } else {

@@ -85,7 +85,7 @@ async fn the_pools_human_prompt_answers_with_the_request_details() {
     .await
     .unwrap();
     assert_eq!(explicit["text"], json!("answer to q"));
-    let seen = seen.lock().unwrap();
+    let seen = seen.lock().unwrap().clone();
     assert_eq!(seen.len(), 2);
     assert_eq!(seen[0].node_id, "writer", "the call's node_id by default");
     assert_eq!(seen[1].node_id, "reviewer");
@@ -93,7 +93,6 @@ async fn the_pools_human_prompt_answers_with_the_request_details() {
     assert_eq!(seen[0].session_id, "default");
     assert_eq!(seen[0].task_description, "Answer the question.");
     assert_eq!(seen[0].metadata["fixture"], json!(true));
-    drop(seen);
     pool.shutdown().await;
 }
 

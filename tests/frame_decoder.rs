@@ -69,7 +69,10 @@ fn largest_allocation<T>(f: impl FnOnce() -> T) -> (T, usize) {
 /// (a runtime would allocate too).
 fn ready<F: Future>(future: F) -> F::Output {
     let mut future = std::pin::pin!(future);
-    match future.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+    match future
+        .as_mut()
+        .poll(&mut Context::from_waker(Waker::noop()))
+    {
         Poll::Ready(output) => output,
         Poll::Pending => panic!("reading from memory never waits"),
     }

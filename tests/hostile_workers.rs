@@ -82,7 +82,10 @@ async fn echo(pool: &Pool, value: Value) -> Result<Value, ToolError> {
 
 async fn assert_echoes(pool: &Pool) {
     for i in 0..3 {
-        assert_eq!(echo(pool, json!(i)).await.expect("the pool keeps serving"), json!(i));
+        assert_eq!(
+            echo(pool, json!(i)).await.expect("the pool keeps serving"),
+            json!(i)
+        );
     }
 }
 
@@ -154,17 +157,24 @@ async fn malformed_frames_kill_only_their_worker() {
 #[tokio::test]
 async fn four_gb_frame_from_a_worker_kills_it_without_allocating() {
     let (pool, _fake) = fake_pool(1).await;
-    for (tool, len) in [("huge_frame", "4294967295"), ("over_limit_frame", "67108865")] {
+    for (tool, len) in [
+        ("huge_frame", "4294967295"),
+        ("over_limit_frame", "67108865"),
+    ] {
         let started = Instant::now();
         let error = call(&pool, tool, json!({})).await.unwrap_err();
         assert_eq!(error.kind, ErrorKind::WorkerDied, "{error}");
         assert!(
-            error
-                .message
-                .contains(&format!("frame of {len} bytes is over the 67108864-byte limit")),
+            error.message.contains(&format!(
+                "frame of {len} bytes is over the 67108864-byte limit"
+            )),
             "{error}"
         );
-        assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
         assert_echoes(&pool).await;
     }
     pool.shutdown().await;
@@ -197,7 +207,10 @@ async fn reply_with_an_unknown_id_is_dropped() {
 #[tokio::test]
 async fn second_reply_never_answers_the_next_call() {
     let (pool, _fake) = fake_pool(1).await;
-    assert_eq!(call(&pool, "reply_twice", json!({})).await.unwrap(), json!("first"));
+    assert_eq!(
+        call(&pool, "reply_twice", json!({})).await.unwrap(),
+        json!("first")
+    );
     for i in 0..5 {
         assert_eq!(echo(&pool, json!(i)).await.unwrap(), json!(i));
     }
@@ -210,8 +223,15 @@ async fn worker_closing_its_stdout_fails_its_call_and_is_replaced() {
     let started = Instant::now();
     let error = call(&pool, "close_stdout", json!({})).await.unwrap_err();
     assert_eq!(error.kind, ErrorKind::WorkerDied, "{error}");
-    assert!(error.message.contains("closed its end of the channel"), "{error}");
-    assert!(started.elapsed() < Duration::from_secs(4), "{:?}", started.elapsed());
+    assert!(
+        error.message.contains("closed its end of the channel"),
+        "{error}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
     assert_echoes(&pool).await;
     pool.shutdown().await;
 }
@@ -226,7 +246,11 @@ async fn worker_closing_its_stdin_fails_the_next_call_and_is_replaced() {
     let started = Instant::now();
     let error = echo(&pool, json!(1)).await.unwrap_err();
     assert_eq!(error.kind, ErrorKind::WorkerDied, "{error}");
-    assert!(started.elapsed() < Duration::from_secs(4), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
     assert_echoes(&pool).await;
     pool.shutdown().await;
 }

@@ -57,7 +57,11 @@ async fn file_tools_pool() -> (toolpool::Pool, tempfile::TempDir, std::path::Pat
         .build()
         .await
         .expect("pool on the bundled tools");
-    let workspace = session.path().canonicalize().unwrap().join("code_workspace");
+    let workspace = session
+        .path()
+        .canonicalize()
+        .unwrap()
+        .join("code_workspace");
     (pool, session, workspace)
 }
 
@@ -92,7 +96,10 @@ async fn file_tools_refuse_absolute_paths_outside_the_workspace() {
         let error = call(&pool, tool, json!({"path": "/etc/passwd"}))
             .await
             .unwrap_err();
-        assert!(error.message.contains("is outside the workspace"), "{tool}: {error}");
+        assert!(
+            error.message.contains("is outside the workspace"),
+            "{tool}: {error}"
+        );
     }
     // An absolute path inside the workspace is fine.
     let inside = workspace.join("note.txt");
@@ -109,13 +116,22 @@ async fn file_tools_refuse_symlinks_that_lead_out_of_the_workspace() {
     let outside = tempfile::tempdir().unwrap();
     std::fs::write(outside.path().join("secret.txt"), "secret").unwrap();
     std::os::unix::fs::symlink(outside.path(), workspace.join("door")).unwrap();
-    std::os::unix::fs::symlink(outside.path().join("secret.txt"), workspace.join("secret-link"))
-        .unwrap();
+    std::os::unix::fs::symlink(
+        outside.path().join("secret.txt"),
+        workspace.join("secret-link"),
+    )
+    .unwrap();
     for (tool, args) in [
         ("read_text_file_snippet", json!({"path": "door/secret.txt"})),
         ("read_text_file_snippet", json!({"path": "secret-link"})),
-        ("save_file", json!({"path": "door/planted.txt", "content": "x"})),
-        ("save_file", json!({"path": "secret-link", "content": "overwritten"})),
+        (
+            "save_file",
+            json!({"path": "door/planted.txt", "content": "x"}),
+        ),
+        (
+            "save_file",
+            json!({"path": "secret-link", "content": "overwritten"}),
+        ),
         ("list_directory", json!({"path": "door"})),
         ("delete_path", json!({"path": "door/secret.txt"})),
     ] {
@@ -153,15 +169,34 @@ async fn attachments_folder_can_be_read_but_not_edited_directly() {
     .unwrap();
     assert_eq!(read["content"], json!("original"));
     for (tool, args) in [
-        ("save_file", json!({"path": "attachments/att-1/report.txt", "content": "changed"})),
-        ("save_file", json!({"path": "attachments/new.txt", "content": "x"})),
-        ("save_file", json!({"path": "attachments_manifest.json", "content": "{}"})),
+        (
+            "save_file",
+            json!({"path": "attachments/att-1/report.txt", "content": "changed"}),
+        ),
+        (
+            "save_file",
+            json!({"path": "attachments/new.txt", "content": "x"}),
+        ),
+        (
+            "save_file",
+            json!({"path": "attachments_manifest.json", "content": "{}"}),
+        ),
         ("create_folder", json!({"path": "attachments/sub"})),
-        ("delete_path", json!({"path": "attachments", "recursive": true})),
-        ("delete_path", json!({"path": "attachments/att-1/report.txt"})),
+        (
+            "delete_path",
+            json!({"path": "attachments", "recursive": true}),
+        ),
+        (
+            "delete_path",
+            json!({"path": "attachments/att-1/report.txt"}),
+        ),
     ] {
         let error = call(&pool, tool, args.clone()).await.unwrap_err();
-        assert_eq!(error.kind.type_name(), "PermissionError", "{tool} {args}: {error}");
+        assert_eq!(
+            error.kind.type_name(),
+            "PermissionError",
+            "{tool} {args}: {error}"
+        );
     }
     assert_eq!(
         std::fs::read_to_string(stored.join("report.txt")).unwrap(),

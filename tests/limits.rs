@@ -49,7 +49,8 @@ fn memory_limit_on_the_command_line_turns_a_memory_bomb_into_an_error() {
     ]));
     assert_eq!(run.code, 1, "{}", run.stderr);
     assert!(
-        run.stdout.starts_with("Tool memory_bomb error: MemoryError: ")
+        run.stdout
+            .starts_with("Tool memory_bomb error: MemoryError: ")
             || run.stdout.contains("--memory-limit"),
         "{}",
         run.stdout
@@ -75,8 +76,15 @@ async fn arguments_over_the_frame_limit_are_refused_before_sending() {
             .contains("arguments cannot be sent to the worker: frame of"),
         "{error}"
     );
-    assert!(error.message.contains("over the 1048576-byte limit"), "{error}");
-    assert_eq!(call(&pool, "getpid", json!({})).await.unwrap(), pid, "same worker");
+    assert!(
+        error.message.contains("over the 1048576-byte limit"),
+        "{error}"
+    );
+    assert_eq!(
+        call(&pool, "getpid", json!({})).await.unwrap(),
+        pid,
+        "same worker"
+    );
     pool.shutdown().await;
 }
 
@@ -97,7 +105,11 @@ async fn result_over_the_frame_limit_is_a_clear_error_and_the_worker_stays() {
         error.message.contains("over the 1.0 MB frame limit"),
         "{error}"
     );
-    assert_eq!(call(&pool, "getpid", json!({})).await.unwrap(), pid, "same worker");
+    assert_eq!(
+        call(&pool, "getpid", json!({})).await.unwrap(),
+        pid,
+        "same worker"
+    );
     pool.shutdown().await;
 }
 
@@ -105,7 +117,9 @@ async fn result_over_the_frame_limit_is_a_clear_error_and_the_worker_stays() {
 async fn deeply_nested_result_is_a_clear_error_not_a_dead_worker() {
     let (pool, _session) = pool(1).await;
     let pid = call(&pool, "getpid", json!({})).await.unwrap();
-    let fine = call(&pool, "nested_result", json!({"depth": 100})).await.unwrap();
+    let fine = call(&pool, "nested_result", json!({"depth": 100}))
+        .await
+        .unwrap();
     let mut depth = 0;
     let mut value = &fine;
     while let Some(inner) = value.as_array().and_then(|a| a.first()) {
@@ -117,7 +131,14 @@ async fn deeply_nested_result_is_a_clear_error_not_a_dead_worker() {
         .await
         .unwrap_err();
     assert_eq!(error.kind.type_name(), "ValueError", "{error}");
-    assert!(error.message.contains("nested deeper than 100 levels"), "{error}");
-    assert_eq!(call(&pool, "getpid", json!({})).await.unwrap(), pid, "same worker");
+    assert!(
+        error.message.contains("nested deeper than 100 levels"),
+        "{error}"
+    );
+    assert_eq!(
+        call(&pool, "getpid", json!({})).await.unwrap(),
+        pid,
+        "same worker"
+    );
     pool.shutdown().await;
 }

@@ -12,8 +12,12 @@ use serde_json::json;
 async fn stats_count_calls_errors_latency_and_workers() {
     let (pool, _session) = pool(2).await;
     call(&pool, "add", json!({"a": 1, "b": 2})).await.unwrap();
-    call(&pool, "raise_value_error", json!({"message": "x"})).await.unwrap_err();
-    call_with_timeout(&pool, "sleep_forever", json!({}), 0.2).await.unwrap_err();
+    call(&pool, "raise_value_error", json!({"message": "x"}))
+        .await
+        .unwrap_err();
+    call_with_timeout(&pool, "sleep_forever", json!({}), 0.2)
+        .await
+        .unwrap_err();
     let stats = pool.stats();
     assert_eq!(stats.calls, 3);
     assert_eq!(stats.succeeded, 1);
@@ -24,16 +28,32 @@ async fn stats_count_calls_errors_latency_and_workers() {
     assert_eq!(stats.latency.buckets.last().map(|b| b.1), Some(3));
     assert!(stats.latency.sum_seconds >= 0.2);
     assert!(stats.workers.len() >= 2, "{stats:?}");
-    assert!(stats.workers.iter().all(|w| w.rss_bytes.unwrap_or(0) > 1_000_000), "{stats:?}");
+    assert!(
+        stats
+            .workers
+            .iter()
+            .all(|w| w.rss_bytes.unwrap_or(0) > 1_000_000),
+        "{stats:?}"
+    );
     let text = toolpool::metrics::render(&stats);
     assert!(text.contains("toolpool_calls_total 3\n"), "{text}");
-    assert!(text.contains("toolpool_errors_total{type=\"ValueError\"} 1\n"), "{text}");
-    assert!(text.contains("toolpool_call_duration_seconds_bucket{le=\"+Inf\"} 3\n"), "{text}");
+    assert!(
+        text.contains("toolpool_errors_total{type=\"ValueError\"} 1\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("toolpool_call_duration_seconds_bucket{le=\"+Inf\"} 3\n"),
+        "{text}"
+    );
     pool.shutdown().await;
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 fn scrape(port: u16) -> Option<String> {
@@ -61,7 +81,10 @@ fn serve_exposes_metrics_for_scraping() {
     let mut response = None;
     for _ in 0..100 {
         response = scrape(port);
-        if response.as_deref().is_some_and(|r| r.contains("toolpool_workers_live")) {
+        if response
+            .as_deref()
+            .is_some_and(|r| r.contains("toolpool_workers_live"))
+        {
             break;
         }
         std::thread::sleep(Duration::from_millis(100));

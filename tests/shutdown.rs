@@ -20,22 +20,39 @@ async fn shutdown_lets_calls_in_flight_finish_then_refuses_new_ones() {
     let pids: Vec<i32> = {
         let mut pids = std::collections::HashSet::new();
         for _ in 0..10 {
-            pids.insert(call(&pool, "getpid", json!({})).await.unwrap().as_i64().unwrap() as i32);
+            pids.insert(
+                call(&pool, "getpid", json!({}))
+                    .await
+                    .unwrap()
+                    .as_i64()
+                    .unwrap() as i32,
+            );
         }
         pids.into_iter().collect()
     };
     let in_flight = {
         let pool = pool.clone();
         tokio::spawn(async move {
-            call(&pool, "slow_then_answer", json!({"seconds": 0.5, "token": "finished"})).await
+            call(
+                &pool,
+                "slow_then_answer",
+                json!({"seconds": 0.5, "token": "finished"}),
+            )
+            .await
         })
     };
     tokio::time::sleep(Duration::from_millis(150)).await;
     let started = Instant::now();
     pool.shutdown_with_grace(Duration::from_secs(5)).await;
-    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
     assert_eq!(in_flight.await.unwrap().unwrap(), json!("finished"));
-    let refused = call(&pool, "add", json!({"a": 1, "b": 2})).await.unwrap_err();
+    let refused = call(&pool, "add", json!({"a": 1, "b": 2}))
+        .await
+        .unwrap_err();
     assert_eq!(refused.kind, ErrorKind::PoolClosed, "{refused}");
     let left = survivors_after(&pids, Duration::from_secs(2)).await;
     assert!(left.is_empty(), "workers left: {}", describe_pids(&left));
@@ -44,7 +61,11 @@ async fn shutdown_lets_calls_in_flight_finish_then_refuses_new_ones() {
 #[tokio::test]
 async fn shutdown_kills_a_call_that_outlasts_the_grace_period() {
     let (pool, _session) = pool(1).await;
-    let pid = call(&pool, "getpid", json!({})).await.unwrap().as_i64().unwrap() as i32;
+    let pid = call(&pool, "getpid", json!({}))
+        .await
+        .unwrap()
+        .as_i64()
+        .unwrap() as i32;
     let in_flight = {
         let pool = pool.clone();
         tokio::spawn(async move { call(&pool, "ignore_sigterm_and_sleep", json!({})).await })
@@ -57,7 +78,10 @@ async fn shutdown_kills_a_call_that_outlasts_the_grace_period() {
     assert!(elapsed < Duration::from_secs(3), "{elapsed:?}");
     let error = in_flight.await.unwrap().unwrap_err();
     assert_eq!(error.kind, ErrorKind::PoolClosed, "{error}");
-    assert!(gone_within(pid, Duration::from_secs(2)).await, "worker {pid} survived");
+    assert!(
+        gone_within(pid, Duration::from_secs(2)).await,
+        "worker {pid} survived"
+    );
 }
 
 /// Starts `toolpool call TOOL` in the background, stdout captured.
@@ -101,9 +125,13 @@ async fn signal_during_a_call_lets_it_finish(signal: Signal) {
     let output = child.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(0), "stdout: {stdout}\nstderr: {stderr}");
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "stdout: {stdout}\nstderr: {stderr}"
+    );
     assert_eq!(stdout.trim(), "finished", "stderr: {stderr}");
-    assert!(stderr.contains(&format!("{}", signal.as_str())), "{stderr}");
+    assert!(stderr.contains(signal.as_str()), "{stderr}");
     let left = survivors_after(&tree, Duration::from_secs(2)).await;
     assert!(left.is_empty(), "left behind: {}", describe_pids(&left));
 }
@@ -165,7 +193,11 @@ async fn second_signal_kills_the_call_at_once() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     kill(Pid::from_raw(supervisor), Signal::SIGINT).unwrap();
     let output = child.wait_with_output().unwrap();
-    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
     assert_eq!(output.status.code(), Some(1));
     let left = survivors_after(&tree, Duration::from_secs(2)).await;
     assert!(left.is_empty(), "left behind: {}", describe_pids(&left));

@@ -30,13 +30,15 @@ async fn start_error(builder: toolpool::PoolBuilder) -> PoolError {
 #[tokio::test]
 async fn missing_interpreter_is_named_in_the_error() {
     let session = tempfile::tempdir().unwrap();
-    let error = start_error(
-        builder_on(&fixtures(), session.path()).python("/nonexistent/bin/python3"),
-    )
-    .await;
+    let error =
+        start_error(builder_on(&fixtures(), session.path()).python("/nonexistent/bin/python3"))
+            .await;
     let text = error.to_string();
     assert!(matches!(error, PoolError::Interpreter { .. }), "{text}");
-    assert!(text.contains("'/nonexistent/bin/python3' cannot be run"), "{text}");
+    assert!(
+        text.contains("'/nonexistent/bin/python3' cannot be run"),
+        "{text}"
+    );
     assert!(text.contains("No such file or directory"), "{text}");
 }
 
@@ -71,10 +73,15 @@ async fn worker_dying_during_the_handshake_is_reported_with_its_stderr() {
     let error = start_error(builder_on(&functions, &dir.path().join("session"))).await;
     let text = error.to_string();
     assert!(
-        text.starts_with("worker could not start: the worker exited with code 4 during startup; its stderr:"),
+        text.starts_with(
+            "worker could not start: the worker exited with code 4 during startup; its stderr:"
+        ),
         "{text}"
     );
-    assert!(text.contains("licensed: no licence server reachable"), "{text}");
+    assert!(
+        text.contains("licensed: no licence server reachable"),
+        "{text}"
+    );
     assert!(started.elapsed() < Duration::from_secs(10));
 }
 
@@ -93,7 +100,12 @@ fn broken_shim_is_reported_with_the_workers_stderr() {
     let shim = std::fs::read_dir(cache.path())
         .unwrap()
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("shim-"))
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("shim-")
+        })
         .expect("the shim was installed");
     std::fs::write(
         shim.join("toolpool_shim/worker.py"),
@@ -103,9 +115,9 @@ fn broken_shim_is_reported_with_the_workers_stderr() {
     let broken = run_with_cache(&["call", "add", "--args", r#"{"a": 1, "b": 2}"#]);
     assert_eq!(broken.code, 1, "{}", broken.stderr);
     assert!(
-        broken
-            .stderr
-            .contains("worker could not start: the worker exited with code 1 during startup; its stderr:"),
+        broken.stderr.contains(
+            "worker could not start: the worker exited with code 1 during startup; its stderr:"
+        ),
         "{}",
         broken.stderr
     );
@@ -188,7 +200,11 @@ async fn calls_fail_fast_and_restarts_back_off_when_no_worker_can_start() {
     let started = Instant::now();
     let error = call(&pool, "ping", json!({})).await.unwrap_err();
     assert!(error.message.contains("none can start"), "{error}");
-    assert!(started.elapsed() < Duration::from_millis(500), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        started.elapsed()
+    );
 
     // Restarts back off exponentially: a handful of attempts in 3 s, not hundreds.
     let before = starts(&functions);

@@ -465,7 +465,7 @@ async fn a_node_timeout_kills_a_slow_tool() {
     let (pool, _session) = common::pool(1).await;
     let resolved = Workflow::load(e2e("agents.yaml"))
         .unwrap()
-        .resolve(pool.catalog())
+        .resolve(&pool.catalog())
         .unwrap_or_else(|e| panic!("{e}"));
     let sleeper = resolved.node_tools("Sleeper").unwrap();
     assert_eq!(sleeper.timeout, Some(Duration::from_secs(1)));
@@ -505,7 +505,7 @@ async fn node_tools_call_the_real_function_behind_a_prefix() {
     let (pool, _session) = common::pool(1).await;
     let resolved = Workflow::load(e2e("agents.yaml"))
         .unwrap()
-        .resolve(pool.catalog())
+        .resolve(&pool.catalog())
         .unwrap_or_else(|e| panic!("{e}"));
     let calculator = resolved.node_tools("Calculator").unwrap();
     let sum = calculator

@@ -18,8 +18,9 @@
 //!   available (see [`elicit`]). The pool does not count the wait against
 //!   the call's timeout.
 //! - Shutdown (stdin EOF on stdio, SIGTERM/SIGINT on either transport): stop
-//!   taking calls, let calls in flight finish within the grace period, kill
-//!   the rest, reap every worker, answer every call, exit 0.
+//!   taking calls, let the calls already received (running or queued) finish
+//!   within the grace period, kill the rest, reap every worker, answer every
+//!   call, exit 0.
 //!
 //! Protocol versions: up to 2025-11-25, the newest with an `initialize`
 //! handshake. 2026-07-28 forbids server-to-client requests, and a tool that
@@ -113,8 +114,6 @@ pub struct ToolpoolServer {
 struct Inner {
     pool: Pool,
     tools: ToolSet,
-    /// `tools/list`, built once.
-    listed: Vec<Tool>,
     calls: CallCounter,
     /// Set at shutdown: calls arriving after it are refused.
     closing: AtomicBool,
@@ -122,12 +121,10 @@ struct Inner {
 
 impl ToolpoolServer {
     pub fn new(pool: Pool, tools: ToolSet) -> ToolpoolServer {
-        let listed = list_tools(&pool, &tools);
         ToolpoolServer {
             inner: Arc::new(Inner {
                 pool,
                 tools,
-                listed,
                 calls: CallCounter::default(),
                 closing: AtomicBool::new(false),
             }),
@@ -138,9 +135,10 @@ impl ToolpoolServer {
         &self.inner.pool
     }
 
-    /// The tools as `tools/list` gives them.
-    pub fn tools(&self) -> &[Tool] {
-        &self.inner.listed
+    /// The tools as `tools/list` gives them: built on each request, so that
+    /// a rebuilt catalog shows.
+    pub fn tools(&self) -> Vec<Tool> {
+        list_tools(&self.inner.pool, &self.inner.tools)
     }
 
     /// Calls one tool by the name the client sees; its human prompts go to
@@ -297,11 +295,11 @@ impl ServerHandler for ToolpoolServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        Ok(ListToolsResult::with_all_items(self.inner.listed.clone()))
+        Ok(ListToolsResult::with_all_items(self.tools()))
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        self.inner.listed.iter().find(|t| t.name == name).cloned()
+        self.tools().into_iter().find(|t| t.name == name)
     }
 
     /// A `tools/call` whose params rmcp could not read (arguments that are

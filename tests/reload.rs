@@ -1,0 +1,112 @@
+//! The catalog is rebuilt and the workers recycled when the tools change —
+//! on request (`Pool::reload`) or by `--watch` — without disturbing calls
+//! in flight.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::*;
+use serde_json::json;
+use toolpool::Pool;
+
+fn write_module(dir: &Path, version: u32, extra: bool) {
+    let mut code = format!(
+        "import time\n\n\ndef version() -> int:\n    \"\"\"The code's version.\"\"\"\n    return {version}\n\n\n\
+         def nap(seconds: float) -> int:\n    \"\"\"Sleep, then say the version.\"\"\"\n    time.sleep(seconds)\n    return {version}\n"
+    );
+    if extra {
+        code.push_str(
+            "\n\ndef added_later() -> str:\n    \"\"\"New in version 2.\"\"\"\n    return 'new'\n",
+        );
+    }
+    std::fs::write(dir.join("versioned.py"), code).unwrap();
+}
+
+async fn versioned_pool(tools: &Path, session: &Path) -> Pool {
+    Pool::builder()
+        .functions_dir(tools)
+        .session_dir(session)
+        .workers(2)
+        .build()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn reload_rebuilds_the_catalog_and_new_calls_run_new_code() {
+    let tools = tempfile::tempdir().unwrap();
+    let session = tempfile::tempdir().unwrap();
+    write_module(tools.path(), 1, false);
+    let pool = versioned_pool(tools.path(), session.path()).await;
+    assert_eq!(call(&pool, "version", json!({})).await.unwrap(), json!(1));
+    assert!(pool.catalog().get("added_later").is_none());
+
+    // A call in flight while the code changes finishes on the old code.
+    let in_flight = {
+        let pool = pool.clone();
+        tokio::spawn(async move { call(&pool, "nap", json!({"seconds": 1.0})).await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    write_module(tools.path(), 2, true);
+    let catalog = pool.reload().await.unwrap();
+    assert!(catalog.get("added_later").is_some());
+    assert!(pool.catalog().get("added_later").is_some());
+    for _ in 0..4 {
+        assert_eq!(call(&pool, "version", json!({})).await.unwrap(), json!(2));
+    }
+    assert_eq!(
+        call(&pool, "added_later", json!({})).await.unwrap(),
+        json!("new")
+    );
+    assert_eq!(
+        in_flight.await.unwrap().unwrap(),
+        json!(1),
+        "undisturbed, old code"
+    );
+    // Once the busy worker came back it was recycled too.
+    for _ in 0..4 {
+        assert_eq!(
+            call(&pool, "nap", json!({"seconds": 0})).await.unwrap(),
+            json!(2)
+        );
+    }
+    pool.shutdown().await;
+}
+
+#[tokio::test]
+async fn watch_reloads_when_a_module_changes() {
+    let tools = tempfile::tempdir().unwrap();
+    let session = tempfile::tempdir().unwrap();
+    write_module(tools.path(), 1, false);
+    let pool = versioned_pool(tools.path(), session.path()).await;
+    toolpool::watch::spawn(&pool);
+    assert_eq!(call(&pool, "version", json!({})).await.unwrap(), json!(1));
+    // Modification times can be coarse: make sure the size changes too.
+    write_module(tools.path(), 22, true);
+    let mut seen = json!(null);
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        seen = call(&pool, "version", json!({})).await.unwrap();
+        if seen == json!(22) && pool.catalog().get("added_later").is_some() {
+            break;
+        }
+    }
+    assert_eq!(seen, json!(22));
+    assert!(pool.catalog().get("added_later").is_some());
+    pool.shutdown().await;
+}
+
+#[test]
+fn fingerprint_changes_with_the_modules_only() {
+    let tools = tempfile::tempdir().unwrap();
+    write_module(tools.path(), 1, false);
+    let before = toolpool::watch::fingerprint(tools.path());
+    std::fs::write(tools.path().join("notes.txt"), "not a module").unwrap();
+    std::fs::create_dir_all(tools.path().join("__pycache__")).unwrap();
+    std::fs::write(tools.path().join("__pycache__/x.py"), "ignored").unwrap();
+    assert_eq!(before, toolpool::watch::fingerprint(tools.path()));
+    write_module(tools.path(), 10, true);
+    assert_ne!(before, toolpool::watch::fingerprint(tools.path()));
+}
