@@ -246,8 +246,16 @@ impl PoolBuilder {
         }
         let mut workers = Vec::new();
         let mut first_error = None;
+        // The first worker up builds the catalog while the others still start.
+        let mut cataloguing = None;
         while let Some(started) = starting.join_next().await {
             match started {
+                Ok(Ok(mut worker)) if cataloguing.is_none() => {
+                    cataloguing = Some(tokio::spawn(async move {
+                        let outcome = worker.catalog().await;
+                        (worker, outcome)
+                    }));
+                }
                 Ok(Ok(worker)) => workers.push(worker),
                 Ok(Err(e)) => {
                     tracing::warn!("a worker failed to start: {e}");
@@ -258,27 +266,16 @@ impl PoolBuilder {
                 }
             }
         }
-        let Some(first) = workers.first_mut() else {
+        let Some(cataloguing) = cataloguing else {
             return Err(PoolError::WorkerStart(
                 first_error.unwrap_or(StartError::SpawnerGone),
             ));
         };
-        let catalog = match first.catalog().await {
-            CallOutcome::Reply(Ok(value)) => {
-                Catalog::from_worker(functions_dir, value).map_err(PoolError::Catalog)?
-            }
-            CallOutcome::Reply(Err(e)) => {
-                return Err(PoolError::Catalog(format!("{}: {}", e.kind, e.message)))
-            }
-            CallOutcome::TimedOut { .. } => {
-                return Err(PoolError::Catalog(
-                    "the worker did not answer in time".into(),
-                ))
-            }
-            CallOutcome::Died { reason } => {
-                return Err(PoolError::Catalog(format!("the worker {reason}")))
-            }
-        };
+        let (first, outcome) = cataloguing
+            .await
+            .map_err(|e| PoolError::Catalog(e.to_string()))?;
+        let catalog = catalog_from(outcome, functions_dir)?;
+        workers.push(first);
         for error in &catalog.errors {
             tracing::warn!(module = %error.module, "tool module not loaded: {}", error.error);
         }
@@ -329,6 +326,20 @@ impl PoolBuilder {
             }
         }
         Ok(Pool { shared })
+    }
+}
+
+/// The catalog from a worker's answer to a `catalog` request.
+fn catalog_from(outcome: CallOutcome, functions_dir: PathBuf) -> Result<Catalog, PoolError> {
+    match outcome {
+        CallOutcome::Reply(Ok(value)) => {
+            Catalog::from_worker(functions_dir, value).map_err(PoolError::Catalog)
+        }
+        CallOutcome::Reply(Err(e)) => Err(PoolError::Catalog(format!("{}: {}", e.kind, e.message))),
+        CallOutcome::TimedOut { .. } => Err(PoolError::Catalog(
+            "the worker did not answer in time".into(),
+        )),
+        CallOutcome::Died { reason } => Err(PoolError::Catalog(format!("the worker {reason}"))),
     }
 }
 
@@ -1034,24 +1045,7 @@ impl Pool {
         let mut probe = Worker::start(&shared.spawner, shared.spec.clone()).await?;
         let outcome = probe.catalog().await;
         tokio::spawn(probe.retire());
-        let catalog = match outcome {
-            CallOutcome::Reply(Ok(value)) => {
-                Catalog::from_worker(shared.spec.functions_dir.clone(), value)
-                    .map_err(PoolError::Catalog)?
-            }
-            CallOutcome::Reply(Err(e)) => {
-                return Err(PoolError::Catalog(format!("{}: {}", e.kind, e.message)))
-            }
-            CallOutcome::TimedOut { .. } => {
-                return Err(PoolError::Catalog(
-                    "the worker did not answer in time".into(),
-                ))
-            }
-            CallOutcome::Died { reason } => {
-                return Err(PoolError::Catalog(format!("the worker {reason}")))
-            }
-        };
-        let catalog = Arc::new(catalog);
+        let catalog = Arc::new(catalog_from(outcome, shared.spec.functions_dir.clone())?);
         match shared.catalog.write() {
             Ok(mut current) => *current = catalog.clone(),
             Err(poisoned) => *poisoned.into_inner() = catalog.clone(),

@@ -473,6 +473,46 @@ mod tests {
         ));
     }
 
+    #[tokio::test]
+    async fn frame_reader_keeps_a_half_read_frame_across_cancellation() {
+        let frame = encode_frame(
+            &serde_json::json!({"t": "reply", "id": 4, "ok": true, "value": "x".repeat(300)}),
+            DEFAULT_MAX_FRAME,
+        )
+        .unwrap();
+        let (mut worker, mut supervisor) = tokio::io::duplex(64);
+        let mut frames = FrameReader::default();
+        // Half the frame arrives, then the read loses a race and is dropped.
+        let (first, rest) = frame.split_at(150);
+        let writer = tokio::spawn({
+            let (first, rest) = (first.to_vec(), rest.to_vec());
+            async move {
+                worker.write_all(&first).await.unwrap();
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                worker.write_all(&rest).await.unwrap();
+                worker
+            }
+        });
+        tokio::select! {
+            _ = frames.read_message(&mut supervisor, DEFAULT_MAX_FRAME) => panic!("the frame is not complete yet"),
+            () = tokio::time::sleep(std::time::Duration::from_millis(50)) => {}
+        }
+        match frames
+            .read_message(&mut supervisor, DEFAULT_MAX_FRAME)
+            .await
+        {
+            Ok(Message::Reply { id: 4, value, .. }) => assert_eq!(value, "x".repeat(300)),
+            other => panic!("unexpected {other:?}"),
+        }
+        drop(writer.await.unwrap());
+        assert!(matches!(
+            frames
+                .read_message(&mut supervisor, DEFAULT_MAX_FRAME)
+                .await,
+            Err(ProtocolError::Closed)
+        ));
+    }
+
     #[test]
     fn reply_decodes_from_a_python_style_map() {
         let body = rmp_serde::to_vec_named(&serde_json::json!({
