@@ -411,9 +411,15 @@ async fn run_command(cli: Cli) -> Result<ExitCode, CliError> {
             }
             let _metrics = match metrics {
                 Some(addr) => {
-                    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
-                        CliError::Usage(format!("--metrics {addr}: cannot listen: {e}"))
-                    })?;
+                    let listener = match tokio::net::TcpListener::bind(addr).await {
+                        Ok(listener) => listener,
+                        Err(e) => {
+                            pool.shutdown_with_grace(Duration::ZERO).await;
+                            return Err(CliError::Usage(format!(
+                                "--metrics {addr}: cannot listen: {e}"
+                            )));
+                        }
+                    };
                     let endpoint = tokio::spawn(crate::metrics::serve(listener, pool.clone()));
                     Some(tokio_util::task::AbortOnDropHandle::new(endpoint))
                 }

@@ -488,6 +488,23 @@ pub struct PoolStats {
     pub workers: Vec<WorkerStats>,
 }
 
+/// One unit of a gauge (calls queued, workers busy), given back on drop so
+/// that a call abandoned mid-flight does not leave it counted.
+struct Gauge<'a>(&'a AtomicUsize);
+
+impl<'a> Gauge<'a> {
+    fn up(gauge: &'a AtomicUsize) -> Gauge<'a> {
+        gauge.fetch_add(1, Ordering::Relaxed);
+        Gauge(gauge)
+    }
+}
+
+impl Drop for Gauge<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// Where a newly started worker goes.
 #[derive(Debug, Clone, Copy)]
 enum Destination {
@@ -704,7 +721,7 @@ impl Shared {
         }
         let mut closed = self.closed.subscribe();
         let started = Instant::now();
-        self.counters.queued.fetch_add(1, Ordering::Relaxed);
+        let queued = Gauge::up(&self.counters.queued);
         let take = async {
             let mut idle = self.idle_rx.lock().await;
             idle.recv().await
@@ -729,12 +746,9 @@ impl Shared {
         let outcome = tokio::select! {
             waited = waited => waited,
             _ = closed.wait_for(|closed| *closed) => Some(None),
-            error = cannot_start => {
-                self.counters.queued.fetch_sub(1, Ordering::Relaxed);
-                return Err(error);
-            }
+            error = cannot_start => return Err(error),
         };
-        self.counters.queued.fetch_sub(1, Ordering::Relaxed);
+        drop(queued);
         match outcome {
             Some(Some(worker)) => Ok(Lease {
                 worker: Some(worker),
@@ -933,12 +947,12 @@ impl Pool {
             // Start the successor now so capacity does not dip when this one retires.
             shared.replace();
         }
-        shared.counters.busy.fetch_add(1, Ordering::Relaxed);
+        let busy = Gauge::up(&shared.counters.busy);
         let deadline = Instant::now() + timeout;
         let outcome = worker
             .invoke(name, args, &context, deadline, Some(&callbacks))
             .await;
-        shared.counters.busy.fetch_sub(1, Ordering::Relaxed);
+        drop(busy);
         let closing = shared.is_closed.load(Ordering::Acquire);
         let (result, kept) = match outcome {
             CallOutcome::Reply(Ok(value)) => (Ok(value), true),

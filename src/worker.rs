@@ -46,6 +46,9 @@ const HANGUP_EXIT_WAIT: Duration = Duration::from_secs(2);
 /// (it reaps the worker and kills the tree's leftovers first) before it is
 /// killed too.
 const GUARDIAN_EXIT_WAIT: Duration = Duration::from_millis(500);
+/// Most callbacks (context service calls) one call may have open at once;
+/// more are refused, so a runaway tool cannot queue unbounded work here.
+const MAX_OPEN_CALLBACKS: usize = 256;
 /// Longest stderr line logged as one event; longer ones are split.
 const STDERR_LINE_MAX: usize = 16 * 1024;
 
@@ -583,6 +586,15 @@ impl Worker {
                         let error = CallbackError::new(
                             "NotImplementedError",
                             format!("context services are not available here ('{method}')"),
+                        );
+                        (call_id, Err(error))
+                    }
+                    Some(_) if pending.len() >= MAX_OPEN_CALLBACKS => {
+                        let error = CallbackError::new(
+                            "RuntimeError",
+                            format!(
+                                "more than {MAX_OPEN_CALLBACKS} context service calls open at once"
+                            ),
                         );
                         (call_id, Err(error))
                     }

@@ -90,6 +90,33 @@ async fn abandoned_call_kills_its_worker_and_the_pool_recovers() {
         "worker of the abandoned call survived"
     );
     assert_serves(&pool).await;
-    assert_eq!(pool.stats().cancelled, 1);
+    let stats = pool.stats();
+    assert_eq!(stats.cancelled, 1);
+    assert_eq!(
+        (stats.busy, stats.queued),
+        (0, 0),
+        "abandoned calls are not counted: {stats:?}"
+    );
+    pool.shutdown().await;
+}
+
+#[tokio::test]
+async fn abandoned_queued_call_leaves_no_trace_in_the_stats() {
+    let (pool, _session) = pool(1).await;
+    let busy = {
+        let pool = pool.clone();
+        tokio::spawn(async move { call(&pool, "sleep", json!({"seconds": 0.5})).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let queued = tokio::time::timeout(
+        Duration::from_millis(100),
+        call(&pool, "echo", json!({"value": 1})),
+    )
+    .await;
+    assert!(queued.is_err(), "the second call was still queued");
+    assert!(busy.await.unwrap().is_ok());
+    let stats = pool.stats();
+    assert_eq!((stats.busy, stats.queued), (0, 0), "{stats:?}");
+    assert_serves(&pool).await;
     pool.shutdown().await;
 }
