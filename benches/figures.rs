@@ -58,7 +58,9 @@ async fn serial_round_trip(session: &Path, calls: usize) -> Vec<f64> {
 /// P1's floor: the same request and reply frames, echoed by a bare Python loop.
 async fn floor_round_trip(calls: usize) -> Vec<f64> {
     let shim = toolpool::embedded::install_shim().expect("shim installs");
-    let python = toolpool::pool::resolve_interpreter("python3").await.expect("python3 runs");
+    let python = toolpool::pool::resolve_interpreter("python3")
+        .await
+        .expect("python3 runs");
     let mut child = tokio::process::Command::new(python)
         .arg("-I")
         .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/echo_floor.py"))
@@ -81,8 +83,12 @@ async fn floor_round_trip(calls: usize) -> Vec<f64> {
             context: &context,
         };
         let frame = encode_frame(&request, DEFAULT_MAX_FRAME).expect("encodes");
-        toolpool::protocol::write_frame(&mut stdin, &frame).await.expect("writes");
-        let body = read_frame(&mut stdout, DEFAULT_MAX_FRAME).await.expect("echo answers");
+        toolpool::protocol::write_frame(&mut stdin, &frame)
+            .await
+            .expect("writes");
+        let body = read_frame(&mut stdout, DEFAULT_MAX_FRAME)
+            .await
+            .expect("echo answers");
         let _: Value = rmp_serde::from_slice(&body).expect("decodes");
         if i >= 200 {
             samples.push(started.elapsed().as_secs_f64() * 1e6);
@@ -234,5 +240,8 @@ async fn main() {
         "P6": {"toolpool_mb": p6},
         "P7": {"toolpool_s": p7},
     });
-    println!("{}", serde_json::to_string_pretty(&figures).unwrap_or_default());
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&figures).unwrap_or_default()
+    );
 }

@@ -11,9 +11,9 @@ pub mod cli;
 pub mod config;
 pub mod context;
 pub mod embedded;
-pub mod metrics;
 pub mod error;
 pub mod mcp;
+pub mod metrics;
 pub mod pool;
 pub mod protocol;
 pub mod reaper;
@@ -32,5 +32,6 @@ pub use context::{
 };
 pub use error::{ErrorKind, PoolError, ToolError};
 pub use pool::{
-    CallReport, InvokeContext, InvokeOptions, LatencyHistogram, Pool, PoolBuilder, PoolStats, WorkerStats,
+    CallReport, InvokeContext, InvokeOptions, LatencyHistogram, Pool, PoolBuilder, PoolStats,
+    WorkerStats,
 };

@@ -290,7 +290,16 @@ fn bench_reports_each_pool_size() {
     let session = tempfile::tempdir().unwrap();
     let run = toolpool(
         &session,
-        &["bench", "--workers", "1,2", "--calls", "40", "--concurrency", "4", "--json"],
+        &[
+            "bench",
+            "--workers",
+            "1,2",
+            "--calls",
+            "40",
+            "--concurrency",
+            "4",
+            "--json",
+        ],
     );
     assert_eq!(run.code, 0, "{}", run.stderr);
     let rows = json_out(&run);
@@ -304,10 +313,32 @@ fn bench_reports_each_pool_size() {
         assert!(row["calls_per_s"].as_f64().unwrap() > 0.0);
         assert!(row["p99_ms"].as_f64().unwrap() >= row["p50_ms"].as_f64().unwrap());
     }
-    let run = toolpool(&session, &["bench", "--tool", "add", "--args", r#"{"a": 1, "b": 2}"#, "--workers", "1", "--calls", "10"]);
+    let run = toolpool(
+        &session,
+        &[
+            "bench",
+            "--tool",
+            "add",
+            "--args",
+            r#"{"a": 1, "b": 2}"#,
+            "--workers",
+            "1",
+            "--calls",
+            "10",
+        ],
+    );
     assert_eq!(run.code, 0, "{}", run.stderr);
-    assert!(run.stdout.starts_with("tool add, 32 calls in flight\nworkers"), "{}", run.stdout);
+    assert!(
+        run.stdout
+            .starts_with("tool add, 32 calls in flight\nworkers"),
+        "{}",
+        run.stdout
+    );
     let run = toolpool(&session, &["--workers", "1,2", "list"]);
     assert_eq!(run.code, 2);
-    assert!(run.stderr.contains("--workers takes one number"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("--workers takes one number"),
+        "{}",
+        run.stderr
+    );
 }

@@ -57,7 +57,11 @@ async fn warm_spare_takes_a_killed_workers_place_and_is_refilled() {
     wait_for_spares(&pool, 1).await;
     assert_eq!(pool.stats().live_workers, 2);
     pool.shutdown().await;
-    assert_eq!(pool.stats().live_workers, 0, "spares are retired at shutdown");
+    assert_eq!(
+        pool.stats().live_workers,
+        0,
+        "spares are retired at shutdown"
+    );
 }
 
 #[tokio::test]
