@@ -261,7 +261,8 @@ async fn pump_stderr(
 pub enum CallOutcome {
     /// The worker answered; it is still usable.
     Reply(Result<Value, RemoteError>),
-    /// The deadline passed; the worker was killed and reaped.
+    /// The deadline passed; the worker's group was killed (the guardian
+    /// finishes the clean-up, and is reaped, when the `Worker` is dropped).
     TimedOut {
         /// Where the code was, from the stack dump (`file:line in function`).
         stuck_at: Option<String>,
@@ -464,7 +465,13 @@ impl Worker {
             Exchange::Reply(reply) => CallOutcome::Reply(reply),
             Exchange::Timeout => {
                 let stuck_at = self.stack_dump().await;
-                self.kill().await;
+                // The worker's group dies now; the guardian's clean-up (what
+                // left the group) and its reaping finish in the background
+                // when this worker is dropped, so the timeout is reported
+                // without waiting for them.
+                if self.pid > 0 {
+                    let _ = killpg(Pid::from_raw(self.pid), Signal::SIGKILL);
+                }
                 CallOutcome::TimedOut { stuck_at }
             }
             Exchange::Broken(ProtocolError::Closed) | Exchange::Broken(ProtocolError::Io(_)) => {
