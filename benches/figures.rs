@@ -205,8 +205,16 @@ fn median(mut samples: Vec<f64>) -> f64 {
 
 #[tokio::main]
 async fn main() {
-    let quick = std::env::args().any(|a| a == "--quick");
-    let scale = if quick { 5 } else { 1 };
+    let args: Vec<String> = std::env::args().collect();
+    // `cargo bench` passes --bench; `cargo test --all-targets` runs this
+    // binary without it, as a smoke test with very few samples.
+    let smoke = !args.iter().any(|a| a == "--bench");
+    let quick = args.iter().any(|a| a == "--quick");
+    let scale = match (smoke, quick) {
+        (true, _) => 50,
+        (false, true) => 5,
+        (false, false) => 1,
+    };
     let session = tempfile::tempdir().expect("temp dir");
     let session = session.path();
 
@@ -219,10 +227,15 @@ async fn main() {
     let mut toolpool_p1 = serial_round_trip(session, 5000 / scale).await;
     let mut floor_p1 = floor_round_trip(5000 / scale).await;
     let p2 = throughput(session, 20_000 / scale, 64).await;
-    let (mut late, next) = timeouts(session, 30 / scale.min(3)).await;
+    let timeout_rounds = match scale {
+        1 => 30,
+        5 => 10,
+        _ => 1,
+    };
+    let (mut late, next) = timeouts(session, timeout_rounds).await;
     let mut one = Vec::new();
     let mut four = Vec::new();
-    for _ in 0..5 {
+    for _ in 0..(5 / scale).max(1) {
         one.push(cold_start(session, 1).await);
         four.push(cold_start(session, 4).await);
     }

@@ -31,6 +31,8 @@ use crate::worker::{CallOutcome, Spawner, StartError, Worker, WorkerSpec};
 /// Environment variables every worker gets (when set here), besides `LC_*`
 /// and the ones passed with `--pass-env`.
 const BASE_ENV: &[&str] = &["PATH", "HOME", "LANG", "TZ"];
+/// How long a promoted spare's successor waits before it starts.
+const SPARE_REFILL_DELAY: Duration = Duration::from_millis(50);
 /// Longest back-off between attempts to start a worker that keeps failing.
 const MAX_RESTART_BACKOFF: Duration = Duration::from_secs(10);
 
@@ -318,7 +320,7 @@ impl PoolBuilder {
         }
         // Spares start after the pool is ready, so they never delay it.
         for _ in 0..self.spare_workers {
-            shared.start_worker(Destination::Spare);
+            shared.start_worker(Destination::Spare, Duration::ZERO);
         }
         if self.subreaper {
             if let Err(e) = crate::reaper::start(shared.closed.subscribe()) {
@@ -327,6 +329,16 @@ impl PoolBuilder {
         }
         Ok(Pool { shared })
     }
+}
+
+/// Pings a fresh worker twice (see [`Worker::ping`]); false if it failed.
+async fn warm(worker: &mut Worker) -> bool {
+    for _ in 0..2 {
+        if !matches!(worker.ping().await, CallOutcome::Reply(Ok(_))) {
+            return false;
+        }
+    }
+    true
 }
 
 /// The catalog from a worker's answer to a `catalog` request.
@@ -616,20 +628,25 @@ impl Shared {
         match spare {
             Some(worker) => {
                 self.make_idle(worker);
-                self.start_worker(Destination::Spare);
+                // Not urgent: let the call the spare is about to take start
+                // before a new Python process competes with it for the CPU.
+                self.start_worker(Destination::Spare, SPARE_REFILL_DELAY);
             }
-            None => self.start_worker(Destination::Idle),
+            None => self.start_worker(Destination::Idle, Duration::ZERO),
         }
     }
 
     /// Starts one worker in the background, backing off while starts keep
     /// failing, and sends it to `destination`.
-    fn start_worker(self: &Arc<Self>, destination: Destination) {
+    fn start_worker(self: &Arc<Self>, destination: Destination, delay: Duration) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
         let shared = self.clone();
         runtime.spawn(async move {
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
             loop {
                 if shared.is_closed.load(Ordering::Acquire) {
                     return;
@@ -643,7 +660,15 @@ impl Shared {
                 }
                 let generation = shared.generation.load(Ordering::Acquire);
                 match Worker::start(&shared.spawner, shared.spec.clone()).await {
-                    Ok(worker) => {
+                    Ok(mut worker) => {
+                        if let Destination::Spare = destination {
+                            if !warm(&mut worker).await {
+                                // Backs off like a failed start: never a spawn loop.
+                                tracing::error!("a new spare worker failed its warm-up");
+                                shared.restart_failures.fetch_add(1, Ordering::Relaxed);
+                                continue;
+                            }
+                        }
                         shared.restart_failures.store(0, Ordering::Relaxed);
                         if let Ok(mut failure) = shared.start_failure.lock() {
                             *failure = None;
@@ -674,7 +699,7 @@ impl Shared {
             // Started before a reload finished: start a spare on the new code.
             self.unregister(worker.pid());
             tokio::spawn(worker.retire());
-            self.start_worker(Destination::Spare);
+            self.start_worker(Destination::Spare, Duration::ZERO);
             return;
         }
         match self.spares.lock() {
@@ -1072,7 +1097,7 @@ impl Pool {
         for spare in stale_spares {
             shared.unregister(spare.pid());
             tokio::spawn(spare.retire());
-            shared.start_worker(Destination::Spare);
+            shared.start_worker(Destination::Spare, Duration::ZERO);
         }
         // Idle workers pass through make_idle, which recycles the stale ones.
         let idle: Vec<Worker> = {

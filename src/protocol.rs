@@ -51,6 +51,10 @@ pub enum Request<'a> {
     Catalog {
         id: u64,
     },
+    /// Answered with a null value; warms a fresh worker's request path.
+    Ping {
+        id: u64,
+    },
     Invoke {
         id: u64,
         name: &'a str,

@@ -412,6 +412,16 @@ impl Worker {
             .await
     }
 
+    /// A round trip through the worker's whole request path. The first
+    /// requests a fresh worker serves are several times slower than later
+    /// ones; a spare is pinged before it waits, so the call it takes over is not.
+    pub async fn ping(&mut self) -> CallOutcome {
+        let id = self.take_id();
+        let deadline = Instant::now() + self.spec.start_timeout;
+        self.run(id, &Request::Ping { id }, "ping", deadline, None)
+            .await
+    }
+
     /// Runs one tool call; on `TimedOut` or `Died` the worker is gone.
     /// `callbacks` serves the tool's context services while it runs (without
     /// it every callback fails in the tool); time spent waiting for a human
