@@ -8,7 +8,7 @@ mod mcp_support;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{alive, gone_within};
+use common::{alive, descendants, gone_within, parent_of, wait_for_pid_file};
 use mcp_support::*;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -222,7 +222,8 @@ async fn the_server_survives_every_misbehaving_fixture_tool() {
         );
     }
     for name in ["spawned", "forked"] {
-        let grandchild = read_pid_file(&pid_dir.path().join(name), Duration::from_secs(1)).await;
+        let grandchild =
+            wait_for_pid_file(&pid_dir.path().join(name), Duration::from_secs(1)).await;
         assert!(
             gone_within(grandchild, Duration::from_secs(2)).await,
             "{name} grandchild {grandchild} outlived its worker"
@@ -307,7 +308,7 @@ async fn cancelling_a_running_call_kills_its_worker_and_frees_the_slot() {
     let peer = served.client.peer().clone();
     let args = json!({"pid_file": pid_file.display().to_string()});
     let running = tokio::spawn(async move { call(&peer, "spawn_grandchild", args).await });
-    let grandchild = read_pid_file(&pid_file, Duration::from_secs(10)).await;
+    let grandchild = wait_for_pid_file(&pid_file, Duration::from_secs(10)).await;
     let worker = parent_of(grandchild).expect("the grandchild's parent is the worker");
     assert!(alive(worker) && alive(grandchild));
 
@@ -489,8 +490,8 @@ async fn stdin_eof_lets_the_calls_received_finish_then_exits_0() {
     // The initialize answer: the workers are up; note them.
     let first = stdout.next_line().await.expect("read").expect("a line");
     assert!(first.contains("\"id\":1"), "{first}");
-    let tree = process_tree(server);
-    assert!(tree.len() >= 3, "server and workers: {tree:?}");
+    let tree = descendants(server);
+    assert!(tree.len() >= 2, "the workers: {tree:?}");
     drop(stdin);
 
     let mut answered = Vec::new();
@@ -521,7 +522,7 @@ async fn stdin_eof_lets_the_calls_received_finish_then_exits_0() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_lets_calls_in_flight_finish_and_exits_0() {
     let mut served = serve(&["--workers", "2", "serve", "--grace", "10"]).await;
-    let tree = process_tree(served.pid());
+    let tree = descendants(served.pid());
     let peer = served.client.peer().clone();
     let call_task = tokio::spawn(async move {
         call(
@@ -555,8 +556,8 @@ async fn sigterm_kills_calls_that_outlast_the_grace_period() {
     let peer = served.client.peer().clone();
     let args = json!({"pid_file": pid_file.display().to_string()});
     let call_task = tokio::spawn(async move { call(&peer, "spawn_grandchild", args).await });
-    let grandchild = read_pid_file(&pid_file, Duration::from_secs(10)).await;
-    let tree = process_tree(served.pid());
+    let grandchild = wait_for_pid_file(&pid_file, Duration::from_secs(10)).await;
+    let tree = descendants(served.pid());
     assert!(tree.contains(&grandchild), "{tree:?}");
     let started = Instant::now();
     sigterm(served.pid());

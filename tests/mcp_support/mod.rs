@@ -219,54 +219,6 @@ pub fn error_text(result: &CallToolResult) -> String {
     text(result).to_string()
 }
 
-/// The parent pid of `pid`, from /proc.
-pub fn parent_of(pid: i32) -> Option<i32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (_, rest) = stat.rsplit_once(')')?;
-    rest.split_whitespace().nth(1)?.parse().ok()
-}
-
-/// The pids of `pid`'s children.
-pub fn children_of(pid: i32) -> Vec<i32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|p| parent_of(*p) == Some(pid))
-        .collect()
-}
-
-/// `pid` and all its descendants.
-pub fn process_tree(pid: i32) -> Vec<i32> {
-    let mut all = vec![pid];
-    let mut i = 0;
-    while i < all.len() {
-        let more = children_of(all[i]);
-        all.extend(more);
-        i += 1;
-    }
-    all
-}
-
-/// Waits for a file written by a fixture tool (a pid), up to `limit`.
-pub async fn read_pid_file(path: &Path, limit: Duration) -> i32 {
-    let deadline = std::time::Instant::now() + limit;
-    loop {
-        if let Ok(text) = std::fs::read_to_string(path) {
-            if let Ok(pid) = text.trim().parse() {
-                return pid;
-            }
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{} was not written in time",
-            path.display()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 /// A workflow file with one agent node `Agent` whose tooling is `tooling`
 /// (YAML text of the tooling list, indented by 8 spaces).
 pub fn workflow_file(dir: &Path, tooling: &str) -> PathBuf {
