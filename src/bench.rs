@@ -11,7 +11,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use crate::error::PoolError;
-use crate::pool::{InvokeOptions, PoolBuilder};
+use crate::pool::{CallReport, InvokeOptions, PoolBuilder};
 
 /// The built-in tool `bench` runs when no `--tool` is given.
 pub const BUILTIN_NOOP: &str = "noop";
@@ -68,10 +68,25 @@ pub async fn run(
         let limit = Arc::new(Semaphore::new(plan.concurrency.max(1)));
         let mut calls = JoinSet::new();
         let started = Instant::now();
+        let mut latencies = Vec::with_capacity(plan.calls);
+        let mut waits = Vec::with_capacity(plan.calls);
+        let mut failed = 0;
+        let mut record = |done: Result<CallReport, tokio::task::JoinError>| match done {
+            Ok(report) => {
+                failed += usize::from(report.result.is_err());
+                latencies.push(report.elapsed);
+                waits.push(report.queue_wait);
+            }
+            Err(_) => failed += 1,
+        };
         for _ in 0..plan.calls {
             let Ok(permit) = limit.clone().acquire_owned().await else {
                 break;
             };
+            // Collected as they finish, so finished calls do not pile up.
+            while let Some(done) = calls.try_join_next() {
+                record(done);
+            }
             let (pool, tool, args, progress) = (
                 pool.clone(),
                 plan.tool.clone(),
@@ -87,18 +102,8 @@ pub async fn run(
                 report
             });
         }
-        let mut latencies = Vec::with_capacity(plan.calls);
-        let mut waits = Vec::with_capacity(plan.calls);
-        let mut failed = 0;
         while let Some(done) = calls.join_next().await {
-            match done {
-                Ok(report) => {
-                    failed += usize::from(report.result.is_err());
-                    latencies.push(report.elapsed);
-                    waits.push(report.queue_wait);
-                }
-                Err(_) => failed += 1,
-            }
+            record(done);
         }
         let elapsed = started.elapsed();
         pool.shutdown().await;

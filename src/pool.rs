@@ -974,9 +974,10 @@ impl Pool {
         }
         let busy = Gauge::up(&shared.counters.busy);
         let deadline = Instant::now() + timeout;
-        let outcome = worker
-            .invoke(name, args, &context, deadline, Some(&callbacks))
-            .await;
+        // Boxed: the exchange's state is large, and a call's future is moved
+        // whenever a task is spawned around it.
+        let outcome =
+            Box::pin(worker.invoke(name, args, &context, deadline, Some(&callbacks))).await;
         drop(busy);
         let closing = shared.is_closed.load(Ordering::Acquire);
         let (result, kept) = match outcome {

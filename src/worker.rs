@@ -691,7 +691,8 @@ impl Worker {
 
     /// Asks the worker for a stack dump and returns where the tool's code was.
     async fn stack_dump(&mut self) -> Option<String> {
-        let mut chunk = [0u8; 8192];
+        // On the heap: an array here would make every call's future 8 KiB larger.
+        let mut chunk = vec![0u8; 8192];
         // Discard anything stale from an earlier dump.
         while matches!(self.dump.try_read(&mut chunk), Ok(n) if n > 0) {}
         kill(Pid::from_raw(self.pid), Signal::SIGUSR1).ok()?;
