@@ -74,11 +74,7 @@ async fn queue_wait_limit_gives_pool_busy() {
 #[tokio::test]
 async fn abandoned_call_kills_its_worker_and_the_pool_recovers() {
     let (pool, _session) = pool(1).await;
-    let pid = call(&pool, "getpid", json!({}))
-        .await
-        .unwrap()
-        .as_i64()
-        .unwrap() as i32;
+    let pid = worker_pid(&pool).await;
     let abandoned = tokio::time::timeout(
         Duration::from_millis(200),
         call(&pool, "sleep_forever", json!({})),

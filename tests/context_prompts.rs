@@ -187,11 +187,7 @@ async fn a_worker_that_dies_while_waiting_for_a_prompt_leaves_the_pool_consisten
         .build()
         .await
         .unwrap();
-    let pid = call(&pool, "getpid", json!({}))
-        .await
-        .unwrap()
-        .as_i64()
-        .unwrap() as i32;
+    let pid = common::worker_pid(&pool).await;
     let error = call_with_timeout(
         &pool,
         "ask_then_die",
@@ -224,11 +220,7 @@ async fn a_call_abandoned_while_waiting_for_a_prompt_kills_its_worker_and_withdr
         .build()
         .await
         .unwrap();
-    let pid = call(&pool, "getpid", json!({}))
-        .await
-        .unwrap()
-        .as_i64()
-        .unwrap() as i32;
+    let pid = common::worker_pid(&pool).await;
     let abandoned = tokio::time::timeout(
         Duration::from_millis(800),
         call(&pool, "ask_human", json!({"question": "never answered"})),
@@ -259,11 +251,7 @@ async fn shutdown_ends_a_call_waiting_for_a_prompt() {
         .build()
         .await
         .unwrap();
-    let pid = call(&pool, "getpid", json!({}))
-        .await
-        .unwrap()
-        .as_i64()
-        .unwrap() as i32;
+    let pid = common::worker_pid(&pool).await;
     let waiting = {
         let pool = pool.clone();
         tokio::spawn(async move { call(&pool, "ask_human", json!({"question": "q"})).await })

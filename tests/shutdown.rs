@@ -20,13 +20,7 @@ async fn shutdown_lets_calls_in_flight_finish_then_refuses_new_ones() {
     let pids: Vec<i32> = {
         let mut pids = std::collections::HashSet::new();
         for _ in 0..10 {
-            pids.insert(
-                call(&pool, "getpid", json!({}))
-                    .await
-                    .unwrap()
-                    .as_i64()
-                    .unwrap() as i32,
-            );
+            pids.insert(worker_pid(&pool).await);
         }
         pids.into_iter().collect()
     };
@@ -61,11 +55,7 @@ async fn shutdown_lets_calls_in_flight_finish_then_refuses_new_ones() {
 #[tokio::test]
 async fn shutdown_kills_a_call_that_outlasts_the_grace_period() {
     let (pool, _session) = pool(1).await;
-    let pid = call(&pool, "getpid", json!({}))
-        .await
-        .unwrap()
-        .as_i64()
-        .unwrap() as i32;
+    let pid = worker_pid(&pool).await;
     let in_flight = {
         let pool = pool.clone();
         tokio::spawn(async move { call(&pool, "ignore_sigterm_and_sleep", json!({})).await })

@@ -27,11 +27,7 @@ async fn reaped_within(pid: i32, limit: Duration) -> bool {
 async fn subreaper_kills_and_reaps_what_a_killed_guardian_leaves() {
     let session = tempfile::tempdir().unwrap();
     let pool = builder(&session, 1).subreaper(true).build().await.unwrap();
-    let worker = call(&pool, "getpid", json!({}))
-        .await
-        .unwrap()
-        .as_i64()
-        .unwrap() as i32;
+    let worker = worker_pid(&pool).await;
     let pid_file = session.path().join("escapee.pid");
     let error = call(
         &pool,

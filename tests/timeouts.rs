@@ -93,11 +93,7 @@ async fn grandchild_dies_with_its_timed_out_worker() {
 #[tokio::test]
 async fn timed_out_worker_process_is_gone_and_replaced() {
     let (pool, _session) = pool(1).await;
-    let before: i32 = call(&pool, "getpid", json!({}))
-        .await
-        .unwrap()
-        .as_i64()
-        .unwrap() as i32;
+    let before: i32 = worker_pid(&pool).await;
     let error = call_with_timeout(&pool, "sleep_forever", json!({}), 0.3)
         .await
         .unwrap_err();
@@ -109,11 +105,7 @@ async fn timed_out_worker_process_is_gone_and_replaced() {
         gone_within(before, Duration::from_secs(2)).await,
         "worker {before} survived"
     );
-    let after: i32 = call(&pool, "getpid", json!({}))
-        .await
-        .unwrap()
-        .as_i64()
-        .unwrap() as i32;
+    let after: i32 = worker_pid(&pool).await;
     assert_ne!(before, after);
     let stats = pool.stats();
     assert_eq!(stats.timeouts, 1);

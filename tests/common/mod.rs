@@ -185,3 +185,11 @@ pub fn describe_pids(pids: &[i32]) -> String {
         .collect::<Vec<_>>()
         .join(", ")
 }
+
+/// The pid of the worker that answers the next call.
+pub async fn worker_pid(pool: &Pool) -> i32 {
+    let pid = call(pool, "getpid", serde_json::json!({})).await;
+    pid.expect("getpid answers")
+        .as_i64()
+        .expect("a pid is a number") as i32
+}
