@@ -74,6 +74,11 @@ pub fn render(stats: &PoolStats) -> String {
         "Calls abandoned by their caller mid-flight.",
         stats.cancelled,
     );
+    counter(
+        "kills_total",
+        "Workers the supervisor killed (timeouts, abandoned calls).",
+        stats.kills,
+    );
 
     out.push_str("# HELP toolpool_errors_total Failed calls by error type.\n# TYPE toolpool_errors_total counter\n");
     for (kind, count) in &stats.errors_by_type {

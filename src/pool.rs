@@ -494,6 +494,8 @@ pub struct PoolStats {
     /// Warm spares ready to replace a worker.
     pub spares: usize,
     pub cancelled: u64,
+    /// Workers the supervisor killed: at a timeout, or under an abandoned call.
+    pub kills: u64,
     pub errors_by_type: BTreeMap<String, u64>,
     pub latency: LatencyHistogram,
     /// Every live worker (spares included), by pid.
@@ -1066,6 +1068,7 @@ impl Pool {
             recycled: c.recycled.load(Ordering::Relaxed),
             spares,
             cancelled: c.cancelled.load(Ordering::Relaxed),
+            kills: c.timeouts.load(Ordering::Relaxed) + c.cancelled.load(Ordering::Relaxed),
             errors_by_type: c
                 .errors_by_type
                 .lock()

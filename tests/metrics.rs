@@ -22,6 +22,7 @@ async fn stats_count_calls_errors_latency_and_workers() {
     assert_eq!(stats.calls, 3);
     assert_eq!(stats.succeeded, 1);
     assert_eq!(stats.timeouts, 1);
+    assert_eq!(stats.kills, 1);
     assert_eq!(stats.errors_by_type.get("ValueError"), Some(&1));
     assert_eq!(stats.errors_by_type.get("TimeoutError"), Some(&1));
     assert_eq!(stats.latency.count, 3);
