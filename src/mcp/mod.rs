@@ -57,6 +57,10 @@ use crate::pool::{InvokeOptions, Pool};
 
 pub use http::parse_http_addr;
 
+/// After stdin ends: how long no call may have run before the server takes
+/// every request read before the end as answered.
+const EOF_SETTLE: Duration = Duration::from_millis(200);
+
 /// Default time calls in flight get to finish at shutdown.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(10);
 
@@ -162,6 +166,27 @@ impl ToolpoolServer {
                     .result
             }
         }
+    }
+
+    /// [`Self::shut_down`] once stdin has ended. Nothing new can arrive then,
+    /// but requests read just before the end may still be on their way from
+    /// rmcp's read loop to their handlers: refusing them would fail calls the
+    /// client sent in time. So this first waits until no call has run for
+    /// [`EOF_SETTLE`] (within `grace`).
+    async fn shut_down_after_eof(&self, grace: Duration) {
+        let started = tokio::time::Instant::now();
+        loop {
+            let left = grace.saturating_sub(started.elapsed());
+            if !self.inner.calls.wait_idle(left).await {
+                break;
+            }
+            tokio::time::sleep(EOF_SETTLE).await;
+            if self.inner.calls.count() == 0 || started.elapsed() >= grace {
+                break;
+            }
+        }
+        self.shut_down(grace.saturating_sub(started.elapsed()))
+            .await;
     }
 
     /// Stops taking calls, lets those already received (running or queued)

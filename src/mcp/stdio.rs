@@ -74,7 +74,7 @@ pub(super) async fn serve(server: ToolpoolServer, grace: Duration) -> Result<(),
         }
         _ = &mut stdin_closed, if release_eof.is_some() => {
             tracing::info!("stdin closed by the client");
-            server.shut_down(grace).await;
+            server.shut_down_after_eof(grace).await;
             if let Some(release) = release_eof.take() {
                 let _ = release.send(());
             }
