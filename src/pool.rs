@@ -599,12 +599,20 @@ impl Shared {
     }
 
     fn make_idle(self: &Arc<Self>, worker: Worker) {
-        if let Ok(mut live) = self.live.lock() {
-            if let Some(entry) = live.get_mut(&worker.pid()) {
+        // One lock per returning worker: record its calls, read its generation.
+        let current = self.generation.load(Ordering::Acquire);
+        let stale = self
+            .live
+            .lock()
+            .ok()
+            .and_then(|mut live| {
+                let entry = live.get_mut(&worker.pid())?;
                 entry.calls_served = worker.calls_served();
-            }
-        }
-        if self.is_stale(worker.pid()) && !self.is_closed.load(Ordering::Acquire) {
+                Some(entry.generation < current)
+            })
+            .unwrap_or(false);
+        let closed = self.is_closed.load(Ordering::Acquire);
+        if stale && !closed {
             // Runs code from before a reload: new calls go to fresh workers.
             self.counters.recycled.fetch_add(1, Ordering::Relaxed);
             self.unregister(worker.pid());
@@ -612,7 +620,7 @@ impl Shared {
             self.replace();
             return;
         }
-        if self.is_closed.load(Ordering::Acquire) {
+        if closed {
             self.unregister(worker.pid());
             tokio::spawn(worker.retire());
             return;
@@ -693,6 +701,14 @@ impl Shared {
                 }
             }
         });
+    }
+
+    /// Every waiting spare, removed from the pool's reserve.
+    fn take_spares(&self) -> Vec<Worker> {
+        self.spares
+            .lock()
+            .map(|mut spares| std::mem::take(&mut *spares))
+            .unwrap_or_default()
     }
 
     fn add_spare(self: &Arc<Self>, worker: Worker) {
@@ -1093,12 +1109,7 @@ impl Pool {
             Ok(mut current) => *current = catalog.clone(),
             Err(poisoned) => *poisoned.into_inner() = catalog.clone(),
         }
-        let stale_spares = shared
-            .spares
-            .lock()
-            .map(|mut spares| std::mem::take(&mut *spares))
-            .unwrap_or_default();
-        for spare in stale_spares {
+        for spare in shared.take_spares() {
             shared.unregister(spare.pid());
             tokio::spawn(spare.retire());
             shared.start_worker(Destination::Spare, Duration::ZERO);
@@ -1131,11 +1142,7 @@ impl Pool {
             // Idle workers (and those coming back from calls) retire at once.
             {
                 let mut idle = shared.idle_rx.lock().await;
-                let mut leaving = shared
-                    .spares
-                    .lock()
-                    .map(|mut spares| std::mem::take(&mut *spares))
-                    .unwrap_or_default();
+                let mut leaving = shared.take_spares();
                 while let Ok(worker) = idle.try_recv() {
                     leaving.push(worker);
                 }

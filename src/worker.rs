@@ -759,35 +759,21 @@ impl Worker {
 
     /// Waits for the guardian, which mirrors the worker's own exit status.
     async fn reap(&mut self) -> Option<ExitStatus> {
-        match timeout(Duration::from_secs(5), self.child.wait()).await {
-            Ok(Ok(status)) => {
-                self.reaped = true;
-                // The guardian kills the worker's group before it exits; this
-                // covers a guardian that was itself killed.
-                if self.pid > 0 {
-                    let _ = killpg(Pid::from_raw(self.pid), Signal::SIGKILL);
-                }
-                Some(status)
-            }
-            _ => {
-                self.signal_groups(Signal::SIGKILL);
-                self.child.wait().await.ok().inspect(|_| self.reaped = true)
-            }
+        if let Some(status) = self.exited_within(Duration::from_secs(5)).await {
+            return Some(status);
         }
+        self.signal_groups(Signal::SIGKILL);
+        self.child.wait().await.ok().inspect(|_| self.reaped = true)
     }
 
     /// Retires a healthy worker: closes its stdin (it exits at once), reaps it.
     pub async fn retire(mut self) {
         // Dropping our end of stdin is the worker's signal to exit.
         drop(self.stdin.take());
-        if timeout(Duration::from_secs(2), self.child.wait())
-            .await
-            .is_ok()
-        {
-            self.reaped = true;
+        if self.exited_within(Duration::from_secs(2)).await.is_none() {
+            self.signal_groups(Signal::SIGKILL);
+            let _ = self.reap().await;
         }
-        self.signal_groups(Signal::SIGKILL);
-        let _ = self.reap().await;
     }
 }
 

@@ -342,3 +342,30 @@ fn bench_reports_each_pool_size() {
         run.stderr
     );
 }
+
+#[test]
+fn catalog_table_has_a_row_per_function_and_the_load_errors() {
+    let session = tempfile::tempdir().unwrap();
+    let run = toolpool(&session, &["catalog", "--format", "table"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let mut lines = run.stdout.lines();
+    let header = lines.next().unwrap();
+    assert!(
+        header.starts_with("MODULE") && header.contains("FUNCTION"),
+        "{header}"
+    );
+    assert!(
+        run.stdout
+            .lines()
+            .any(|l| l.starts_with("behave") && l.contains(" add ") && l.contains("a, b")),
+        "{}",
+        run.stdout
+    );
+    assert!(run.stdout.contains("\nload errors:\n"), "{}", run.stdout);
+    assert!(
+        run.stdout
+            .contains("broken (broken.py): ModuleNotFoundError: No module named 'nope'"),
+        "{}",
+        run.stdout
+    );
+}

@@ -1,17 +1,18 @@
 //! Runs the Python MCP client tests (`tests/python_mcp/`): the official
 //! Python `mcp` package driving `toolpool serve`. They need the virtual
-//! environment `scripts/test` prepares (TOOLPOOL_TEST_VENV, or
-//! target/pyvenv-test); without the `mcp` package there they are skipped
-//! with a notice, unless TOOLPOOL_TEST_VENV is set, which makes them required.
+//! environment `scripts/test-deps` prepares (target/pyvenv-test, or
+//! TOOLPOOL_TEST_VENV); without the `mcp` package there they are skipped
+//! with a notice, except in CI (`CI` set) or when TOOLPOOL_TEST_VENV is set,
+//! where they are required.
 
 use std::path::PathBuf;
 use std::process::Command;
 
 fn venv_python() -> Option<PathBuf> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let required = std::env::var_os("TOOLPOOL_TEST_VENV");
-    let venv = required
-        .clone()
+    let chosen = std::env::var_os("TOOLPOOL_TEST_VENV");
+    let required = chosen.is_some() || std::env::var_os("CI").is_some();
+    let venv = chosen
         .map(PathBuf::from)
         .unwrap_or_else(|| root.join("target/pyvenv-test"));
     let python = venv.join("bin/python");
@@ -23,12 +24,12 @@ fn venv_python() -> Option<PathBuf> {
         return Some(python);
     }
     assert!(
-        required.is_none(),
-        "{} cannot import the Python `mcp` package (scripts/test installs it)",
+        !required,
+        "{} cannot import the Python `mcp` package (scripts/test-deps installs it)",
         python.display()
     );
     eprintln!(
-        "skipped: no Python `mcp` package in {} (run scripts/test to install it)",
+        "skipped: no Python `mcp` package in {} (run scripts/test-deps to install it)",
         venv.display()
     );
     None

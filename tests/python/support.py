@@ -15,8 +15,9 @@ SHIM_DIR = os.path.join(REPO, "python_shim")
 BOOT_SCRIPT = os.path.join(SHIM_DIR, "toolpool_boot.py")
 FIXTURE_FUNCTIONS = os.path.join(REPO, "tests", "fixtures", "functions")
 E2E_FUNCTIONS = os.path.join(TESTS_DIR, "e2e_project", "functions", "function_calling")
-# A venv with the msgpack C extension: scripts/test's (TOOLPOOL_TEST_VENV), else made on first use.
-MSGPACK_VENV = os.environ.get("TOOLPOOL_TEST_VENV") or os.path.join(REPO, "target", "pyvenv-msgpack")
+# A venv with the msgpack C extension: the one scripts/test-deps prepares
+# (or TOOLPOOL_TEST_VENV), made on first use when missing.
+MSGPACK_VENV = os.environ.get("TOOLPOOL_TEST_VENV") or os.path.join(REPO, "target", "pyvenv-test")
 
 if SHIM_DIR not in sys.path:
     sys.path.insert(0, SHIM_DIR)

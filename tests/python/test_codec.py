@@ -2,7 +2,7 @@
 
 The vectors are written out here, not produced by either codec: the builtin
 codec must give exactly the bytes msgpack.packb(obj, use_bin_type=True) gives.
-The msgpack extension is checked in target/pyvenv-msgpack, a venv with
+The msgpack extension is checked in target/pyvenv-test (scripts/test-deps), a venv with
 msgpack installed (created on first use), since the test interpreter may
 not have it.
 """

@@ -2,7 +2,7 @@
 tools, driven by the official Python `mcp` package.
 
 The Rust test `tests/mcp_python.rs` runs these modules with the virtual
-environment that `scripts/test` prepares, and passes the binary's path in
+environment that `scripts/test-deps` prepares, and passes the binary's path in
 TOOLPOOL_BIN.
 """
 
