@@ -58,7 +58,6 @@ async fn result_under_the_limit_is_delivered_whole() {
 #[tokio::test]
 async fn non_json_results_are_converted() {
     let (pool, _session) = pool(1).await;
-    let mut seen = Vec::new();
     for (tool, check) in [
         (
             "return_bytes",
@@ -79,7 +78,6 @@ async fn non_json_results_are_converted() {
             .await
             .unwrap_or_else(|e| panic!("{tool}: {e}"));
         assert!(check(&value), "{tool} gave {value}");
-        seen.push(value);
     }
     pool.shutdown().await;
 }

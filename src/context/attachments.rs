@@ -687,25 +687,21 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 fn hash_file(path: &Path) -> Result<(String, u64), AttachmentError> {
-    let mut file = File::open(path).map_err(io_error("read", path))?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut size = 0u64;
-    loop {
-        let n = file.read(&mut buf).map_err(io_error("read", path))?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-        size += n as u64;
-    }
-    Ok((hex(&hasher.finalize()), size))
+    hash_while_copying(path, None)
 }
 
 /// Copies `source` to `target`, hashing exactly the bytes copied.
 fn copy_and_hash(source: &Path, target: &Path) -> Result<(String, u64), AttachmentError> {
-    let mut input = File::open(source).map_err(io_error("read", source))?;
     let mut output = File::create(target).map_err(io_error("write", target))?;
+    hash_while_copying(source, Some((&mut output, target)))
+}
+
+/// SHA-256 and size of `source`, read once; each chunk also goes to `copy`.
+fn hash_while_copying(
+    source: &Path,
+    mut copy: Option<(&mut File, &Path)>,
+) -> Result<(String, u64), AttachmentError> {
+    let mut input = File::open(source).map_err(io_error("read", source))?;
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     let mut size = 0u64;
@@ -715,9 +711,11 @@ fn copy_and_hash(source: &Path, target: &Path) -> Result<(String, u64), Attachme
             break;
         }
         hasher.update(&buf[..n]);
-        output
-            .write_all(&buf[..n])
-            .map_err(io_error("write", target))?;
+        if let Some((output, target)) = copy.as_mut() {
+            output
+                .write_all(&buf[..n])
+                .map_err(io_error("write", target))?;
+        }
         size += n as u64;
     }
     Ok((hex(&hasher.finalize()), size))
