@@ -9,6 +9,10 @@ Module map (dependencies point down the list):
     catalog     the catalog reply, from discovery + schema + docstrings
     discovery   finding and importing the tool modules
     invoke      one call: find, check and coerce arguments, run, convert the result
+    content     attachment results (MessageBlock, AttachmentRecord) as content blocks
+    standins    the classes of the _context services: the project's own, or toolpool's
+    proxies     the _context services: attachment store and human prompt, over callbacks
+    records     toolpool's record types (MessageBlock, AttachmentRecord, PromptResult, ...)
     coerce      JSON arguments → the annotated types
     schema      annotations → JSON Schema
     results     return values → JSON-able data

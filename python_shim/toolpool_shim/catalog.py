@@ -5,7 +5,8 @@ import sys
 from . import docstrings, schema
 
 
-def build_catalog(toolset) -> dict:
+def build_catalog(toolset, warnings=()) -> dict:
+    """The catalog reply; `warnings`: what the worker could not do as the project expects (standins.py)."""
     functions = []
     errors = [error.as_dict() for error in toolset.errors]
     for tool in toolset.tools.values():
@@ -28,4 +29,4 @@ def build_catalog(toolset) -> dict:
         })
     functions.sort(key=lambda entry: (entry["module"], entry["name"]))
     errors.sort(key=lambda entry: entry["module"])
-    return {"functions": functions, "errors": errors}
+    return {"functions": functions, "errors": errors, "warnings": list(warnings)}

@@ -5,7 +5,7 @@ import inspect
 import pathlib
 import traceback
 
-from . import results, services
+from . import content, results, standins
 from .coerce import Mismatch, coerce
 
 
@@ -31,16 +31,21 @@ def _safe_str(exc: BaseException) -> str:
 
 
 class Invoker:
-    def __init__(self, toolset, config: dict, transport=None):
+    def __init__(self, toolset, config: dict, transport, classes=None):
         self._toolset = toolset
         self._config = config
         self._loop = None  # the worker's event loop for async tools, made on first use
-        # How the service proxies reach the supervisor (tests pass their own).
+        # How the service proxies reach the supervisor: the worker's channel (tests pass their own).
         self._transport = transport
+        self._classes = classes or standins.own()
         self._attachment_store = None  # made on first use; it holds no state of its own
 
-    def invoke(self, name: str, args, context: dict):
-        """The tool's result as JSON-able data; raises ToolFailure."""
+    def invoke(self, name: str, args, context: dict) -> tuple:
+        """(the tool's result as JSON-able data, its content blocks or None); raises ToolFailure.
+
+        Content blocks are there when the tool returned an attachment result
+        (a MessageBlock, a list of them, an AttachmentRecord).
+        """
         tool = self._find(name)
         try:
             signature = tool.signature
@@ -53,7 +58,10 @@ class Invoker:
             result = tool.func(*positional, **keywords)
             if inspect.isawaitable(result):
                 result = self._run_to_completion(result)
-            return results.to_jsonable(result)
+            blocks = content.blocks_of(result, self._classes)
+            if blocks is not None:
+                return content.value_of(result), blocks
+            return results.to_jsonable(result), None
         except BaseException as exc:
             # SystemExit and KeyboardInterrupt too: a tool never ends the worker.
             # The traceback starts below this frame, at the tool.
@@ -78,15 +86,16 @@ class Invoker:
         """The `_context` a tool receives. Paths are pathlib.Path, as in the original convention.
 
         `attachment_store` and `human_prompt` are proxies that call back to the
-        supervisor (services.py); `human_prompt` is None when the call has no
+        supervisor (proxies.py), instances of the project's own classes where
+        it has them (standins.py); `human_prompt` is None when the call has no
         one to ask, as in the original convention.
         """
         session_id = context.get("session_id") or self._config.get("session_id")
         if self._attachment_store is None:
-            self._attachment_store = services.AttachmentStore(self._config["workspace"], self._transport)
+            self._attachment_store = self._classes.store(self._config["workspace"], self._transport)
         prompt = None
         if context.get("human_prompt"):
-            prompt = services.HumanPromptService(session_id, context.get("node_id"), self._transport)
+            prompt = self._classes.prompt(session_id, context.get("node_id"), self._transport)
         built = {
             "python_workspace_root": pathlib.Path(self._config["workspace"]),
             "graph_directory": pathlib.Path(self._config["session_dir"]),

@@ -8,7 +8,7 @@ import os
 import signal
 import sys
 
-from . import codec, discovery
+from . import codec, discovery, standins
 from .catalog import build_catalog
 from .channel import Channel
 from .frames import FrameTooLarge
@@ -17,23 +17,21 @@ from .invoke import Invoker, ToolFailure
 PROTOCOL_VERSION = 1
 SHIM_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-_channel = None  # the running worker's channel, for callback()
-
-
 def main(config: dict) -> None:
-    global _channel
     frame_in, frame_out = _protect_channel()
-    _channel = Channel(frame_in, frame_out, int(config["max_frame"]))
+    channel = Channel(frame_in, frame_out, int(config["max_frame"]))
     # Watching starts before the tools are imported: a supervisor that goes
     # away during a slow or hanging import still ends this process.
-    _channel.watch_for_hangup()
+    channel.watch_for_hangup()
     _enable_stack_dumps(config.get("dump_fd"))
     for entry in config.get("extra_sys_path") or ():
         sys.path.append(entry)
     # Last, so that a project's own `utils` package wins over the compat one.
     sys.path.append(os.path.join(SHIM_DIR, "compat"))
     toolset = discovery.load_tools(config["functions_dir"])
-    _channel.send({
+    # After the tools' imports: the project's own context classes, if it has them.
+    classes = standins.resolve()
+    channel.send({
         "t": "hello",
         "protocol": PROTOCOL_VERSION,
         "pid": os.getpid(),
@@ -41,14 +39,7 @@ def main(config: dict) -> None:
         "codec": codec.NAME,
         "executable": sys.executable,
     })
-    _serve(_channel, toolset, Invoker(toolset, config))
-
-
-def callback(method: str, params: dict):
-    """Call a supervisor-side context service (attachment store, human prompt) and wait for the answer."""
-    if _channel is None:
-        raise RuntimeError("toolpool context services are only available inside a toolpool worker")
-    return _channel.call(method, params)
+    _serve(channel, toolset, classes, Invoker(toolset, config, channel.call, classes))
 
 
 def _protect_channel() -> tuple:
@@ -79,21 +70,22 @@ def _enable_stack_dumps(dump_fd) -> None:
         faulthandler.register(signal.SIGUSR1, file=dump_fd, all_threads=True)
 
 
-def _serve(channel: Channel, toolset, invoker: Invoker) -> None:
+def _serve(channel: Channel, toolset, classes, invoker: Invoker) -> None:
     catalog = None
     while True:
         request = channel.next_request()
         request_id = request.get("id")
         kind = request.get("t")
+        blocks = None
         try:
             if kind == "ping":
                 value = None  # exercises the whole request path: warms a spare
             elif kind == "catalog":
                 if catalog is None:
-                    catalog = build_catalog(toolset)
+                    catalog = build_catalog(toolset, classes.warnings)
                 value = catalog
             elif kind == "invoke" and isinstance(request.get("name"), str):
-                value = invoker.invoke(request["name"], request.get("args"), request.get("context") or {})
+                value, blocks = invoker.invoke(request["name"], request.get("args"), request.get("context") or {})
             else:
                 raise ToolFailure("ProtocolError", f"not a request this worker understands: {kind!r} (protocol {PROTOCOL_VERSION})")
         except ToolFailure as failure:
@@ -101,14 +93,17 @@ def _serve(channel: Channel, toolset, invoker: Invoker) -> None:
         except Exception as exc:
             _reply_error(channel, request_id, ToolFailure.from_exception(exc).error)
         else:
-            _reply_value(channel, request_id, value)
+            _reply_value(channel, request_id, value, blocks)
         finally:
             _flush_tool_output()
 
 
-def _reply_value(channel: Channel, request_id, value) -> None:
+def _reply_value(channel: Channel, request_id, value, blocks=None) -> None:
+    reply = {"t": "reply", "id": request_id, "ok": True, "value": value}
+    if blocks is not None:
+        reply["content"] = blocks
     try:
-        channel.send({"t": "reply", "id": request_id, "ok": True, "value": value})
+        channel.send(reply)
     except FrameTooLarge as too_large:
         _reply_error(channel, request_id, {
             "type": "ResultTooLarge",

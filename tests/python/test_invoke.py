@@ -25,11 +25,13 @@ class InvokeCase(unittest.TestCase):
         if self.toolset is None:
             with contextlib.redirect_stderr(io.StringIO()):
                 type(self).toolset = support.fixture_toolset()
-        self.invoker = Invoker(self.toolset, CONFIG)
+        self.invoker = Invoker(self.toolset, CONFIG, None)
 
     def call(self, name, args=None, context=None):
         with contextlib.redirect_stderr(io.StringIO()):
-            return self.invoker.invoke(name, {} if args is None else args, context or {})
+            value, blocks = self.invoker.invoke(name, {} if args is None else args, context or {})
+            self.assertIsNone(blocks)  # no attachment results among these tools
+            return value
 
     def failure(self, name, args=None, context=None) -> dict:
         with self.assertRaises(ToolFailure) as failed:
@@ -314,7 +316,7 @@ class UnknownFunctions(InvokeCase):
         )))
 
     def test_no_close_match_and_no_failed_import(self):
-        self.invoker = Invoker(support.toolset_of(needs_path_and_count), CONFIG)
+        self.invoker = Invoker(support.toolset_of(needs_path_and_count), CONFIG, None)
         self.assertEqual(self.failure("zzz")["message"], "function 'zzz' not found under function directory")
 
 

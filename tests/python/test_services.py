@@ -1,4 +1,4 @@
-"""Context services (services.py): the proxies' callbacks, the records they return, the
+"""Context services (proxies.py, standins.py): the proxies' callbacks, the records they return, the
 exceptions failed callbacks raise, the compatibility modules, and the bundled
 install_python_packages' checks."""
 
@@ -12,7 +12,7 @@ import unittest
 from unittest import mock
 
 import support
-from toolpool_shim import services
+from toolpool_shim import proxies, records, standins
 from toolpool_shim.channel import CallbackError
 from toolpool_shim.invoke import Invoker
 
@@ -43,16 +43,16 @@ class FakeSupervisor:
 class AttachmentStoreProxy(unittest.TestCase):
     def setUp(self):
         self.supervisor = FakeSupervisor({
-            services.REGISTER_FILE: RECORD,
-            services.REGISTER_BYTES: RECORD,
-            services.GET: RECORD,
-            services.LIST: [RECORD, {**RECORD, "ref": {**RECORD["ref"], "attachment_id": "def"}, "kind": "image"}],
-            services.EXPORT_MANIFEST: {"abc": RECORD},
+            proxies.REGISTER_FILE: RECORD,
+            proxies.REGISTER_BYTES: RECORD,
+            proxies.GET: RECORD,
+            proxies.LIST: [RECORD, {**RECORD, "ref": {**RECORD["ref"], "attachment_id": "def"}, "kind": "image"}],
+            proxies.EXPORT_MANIFEST: {"abc": RECORD},
         })
-        self.store = services.AttachmentStore("/ws", self.supervisor)
+        self.store = standins.AttachmentStore("/ws", self.supervisor)
 
     def test_register_file_sends_an_absolute_path_and_a_mime_guess(self):
-        record = self.store.register_file("notes/a.md", kind=services.MessageBlockType.IMAGE,
+        record = self.store.register_file("notes/a.md", kind=records.MessageBlockType.IMAGE,
                                           extra={"when": __import__("datetime").date(2024, 5, 1)})
         method, params = self.supervisor.calls[-1]
         self.assertEqual(method, "attachments.register_file")
@@ -61,7 +61,7 @@ class AttachmentStoreProxy(unittest.TestCase):
         self.assertEqual(params["kind"], "image")
         self.assertEqual(params["extra"], {"when": "2024-05-01"})
         self.assertEqual((params["copy_file"], params["persist"], params["deduplicate"]), (True, True, False))
-        self.assertIsInstance(record, services.AttachmentRecord)
+        self.assertIsInstance(record, records.AttachmentRecord)
         self.assertEqual((record.ref.attachment_id, record.ref.size, record.kind), ("abc", 3, "file"))
         self.assertEqual(record.to_dict(), {**RECORD, "ref": {**RECORD["ref"]}})
 
@@ -79,13 +79,13 @@ class AttachmentStoreProxy(unittest.TestCase):
     def test_get_list_and_export(self):
         self.assertEqual(self.store.get("abc").description, "d")
         self.assertIsNone(self.store.get(42))
-        self.supervisor.answers[services.GET] = None
+        self.supervisor.answers[proxies.GET] = None
         self.assertIsNone(self.store.get("nope"))
-        records = self.store.list_records()
-        self.assertEqual(list(records), ["abc", "def"])
-        self.assertIs(records["def"].kind, services.MessageBlockType.IMAGE)
+        listed = self.store.list_records()
+        self.assertEqual(list(listed), ["abc", "def"])
+        self.assertIs(listed["def"].kind, records.MessageBlockType.IMAGE)
         self.assertEqual(self.store.export_manifest(), {"abc": RECORD})
-        block = records["abc"].as_message_block()
+        block = listed["abc"].as_message_block()
         self.assertEqual(block.to_dict()["attachment"]["name"], "a.txt")
         with self.assertRaises(KeyError):
             self.store.to_message_block("nope")
@@ -95,12 +95,12 @@ class AttachmentStoreProxy(unittest.TestCase):
             ("FileNotFoundError", FileNotFoundError),
             ("PermissionError", PermissionError),
             ("ValueError", ValueError),
-            ("HumanPromptUnavailable", services.HumanPromptUnavailable),
-            ("SomethingElse", services.ContextServiceError),
-            ("UnicodeDecodeError", services.ContextServiceError),  # needs other constructor arguments
-            ("SystemExit", services.ContextServiceError),  # not an Exception: never raised into a tool
+            ("HumanPromptUnavailable", proxies.HumanPromptUnavailable),
+            ("SomethingElse", proxies.ContextServiceError),
+            ("UnicodeDecodeError", proxies.ContextServiceError),  # needs other constructor arguments
+            ("SystemExit", proxies.ContextServiceError),  # not an Exception: never raised into a tool
         ]:
-            self.supervisor.answers[services.GET] = {"error": {"type": type_name, "message": "why"}}
+            self.supervisor.answers[proxies.GET] = {"error": {"type": type_name, "message": "why"}}
             with self.assertRaises(expected) as raised:
                 self.store.get("abc")
             self.assertIn("why", str(raised.exception))
@@ -108,8 +108,8 @@ class AttachmentStoreProxy(unittest.TestCase):
 
 class HumanPromptProxy(unittest.TestCase):
     def test_request_sends_the_question_and_merges_metadata(self):
-        supervisor = FakeSupervisor({services.HUMAN_PROMPT: {"text": "yes\udcff", "metadata": {"via": "tty"}}})
-        prompt = services.HumanPromptService("s1", "node-a", supervisor)
+        supervisor = FakeSupervisor({proxies.HUMAN_PROMPT: {"text": "yes\udcff", "metadata": {"via": "tty"}}})
+        prompt = standins.HumanPromptService("s1", "node-a", supervisor)
         result = prompt.request(None, "Decide.", inputs={"options": [1, 2]}, metadata={"source": "t"})
         method, params = supervisor.calls[-1]
         self.assertEqual(method, "human_prompt.request")
@@ -119,16 +119,16 @@ class HumanPromptProxy(unittest.TestCase):
         self.assertEqual(result.text, "yes")
         self.assertEqual(result.metadata, {"via": "tty", "source": "t", "session_id": "s1"})
         self.assertEqual(result.as_message_content()[0].text, "yes")
-        services.HumanPromptService(None, None, supervisor).request(None, "x")
+        standins.HumanPromptService(None, None, supervisor).request(None, "x")
         self.assertEqual(supervisor.calls[-1][1]["node_id"], "model_function_calling")
 
     def test_a_declined_prompt_raises(self):
-        supervisor = FakeSupervisor({services.HUMAN_PROMPT: {"error": {"type": "HumanPromptDeclined", "message": "no"}}})
-        with self.assertRaises(services.HumanPromptDeclined):
-            services.HumanPromptService("s", None, supervisor).request("n", "x")
+        supervisor = FakeSupervisor({proxies.HUMAN_PROMPT: {"error": {"type": "HumanPromptDeclined", "message": "no"}}})
+        with self.assertRaises(proxies.HumanPromptDeclined):
+            standins.HumanPromptService("s", None, supervisor).request("n", "x")
 
     def test_invoker_builds_the_proxies_on_the_given_transport(self):
-        supervisor = FakeSupervisor({services.HUMAN_PROMPT: {"text": "hi"}})
+        supervisor = FakeSupervisor({proxies.HUMAN_PROMPT: {"text": "hi"}})
 
         def asks(_context=None):
             return _context["human_prompt"].request(_context["node_id"], "Say hi.").text
@@ -136,7 +136,7 @@ class HumanPromptProxy(unittest.TestCase):
         toolset = support.toolset_of(asks)
         config = {"workspace": "/ws", "session_dir": "/s", "session_id": "s", "packages_dir": "/s/site-packages"}
         invoker = Invoker(toolset, config, supervisor)
-        self.assertEqual(invoker.invoke("asks", {}, {"node_id": "n1", "human_prompt": True}), "hi")
+        self.assertEqual(invoker.invoke("asks", {}, {"node_id": "n1", "human_prompt": True}), ("hi", None))
         self.assertEqual(supervisor.calls[-1][1]["node_id"], "n1")
         context = invoker._context({})
         self.assertIsNone(context["human_prompt"])
@@ -149,11 +149,11 @@ class CompatibilityModules(unittest.TestCase):
         from utils.attachments import AttachmentRecord, AttachmentStore
         from utils.human_prompt import HumanPromptService, PromptResult
 
-        self.assertIs(AttachmentStore, services.AttachmentStore)
-        self.assertIs(AttachmentRecord, services.AttachmentRecord)
-        self.assertIs(HumanPromptService, services.HumanPromptService)
-        self.assertIs(PromptResult, services.PromptResult)
-        self.assertIs(MessageBlock, services.MessageBlock)
+        self.assertIs(AttachmentStore, standins.AttachmentStore)
+        self.assertIs(AttachmentRecord, records.AttachmentRecord)
+        self.assertIs(HumanPromptService, standins.HumanPromptService)
+        self.assertIs(PromptResult, records.PromptResult)
+        self.assertIs(MessageBlock, records.MessageBlock)
         self.assertIs(MessageBlockType.from_mime_type("video/mp4"), MessageBlockType.VIDEO)
         self.assertEqual(AttachmentRef("x", data_uri="d").to_dict(include_data=False),
                          {"attachment_id": "x", "data_uri": "[omitted]"})
