@@ -28,12 +28,25 @@ pub struct LoadError {
     pub error: String,
 }
 
+/// Something the worker could not do as the project expects, though every
+/// tool loaded: a project class the `_context` services cannot stand in for
+/// (its tools then get toolpool's own class), say.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct LoadWarning {
+    /// The project module (`utils.attachments`).
+    pub module: String,
+    pub file: String,
+    pub warning: String,
+}
+
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Catalog {
     pub functions_dir: PathBuf,
     /// Sorted by module, then name.
     pub functions: Vec<FunctionSpec>,
     pub errors: Vec<LoadError>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<LoadWarning>,
 }
 
 /// One entry of the `list` dropdown.
@@ -48,6 +61,8 @@ pub struct ListOption {
 struct WorkerCatalog {
     functions: Vec<FunctionSpec>,
     errors: Vec<LoadError>,
+    #[serde(default)]
+    warnings: Vec<LoadWarning>,
 }
 
 impl Catalog {
@@ -56,13 +71,18 @@ impl Catalog {
         let WorkerCatalog {
             mut functions,
             errors,
+            warnings,
         } = serde_json::from_value(reply).map_err(|e| format!("malformed catalog reply: {e}"))?;
+        for w in &warnings {
+            tracing::warn!(module = %w.module, "{}", w.warning);
+        }
         // Sorted here too, so the order never depends on the worker.
         functions.sort_by(|a, b| (&a.module, &a.name).cmp(&(&b.module, &b.name)));
         Ok(Catalog {
             functions_dir,
             functions,
             errors,
+            warnings,
         })
     }
 

@@ -14,6 +14,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::{json, Value};
 
 use crate::config::{nodes_json, ToolFormat, Workflow, WorkflowError};
+use crate::content::{result_text, ContentBlock};
 use crate::context::{PromptInput, TerminalPrompt};
 use crate::error::PoolError;
 use crate::pool::{CallReport, InvokeOptions, Pool, PoolBuilder};
@@ -55,14 +56,28 @@ pub struct Cli {
     /// Per-worker address-space limit in MB [default: none]
     #[arg(long, global = true, value_parser = clap::value_parser!(u64).range(16..))]
     pub memory_limit: Option<u64>,
-    /// Pass this environment variable to workers (repeatable)
+    /// Pass these environment variables to workers: a name or a glob pattern such as 'SERPER_*' (repeatable)
     #[arg(long = "pass-env", global = true, value_name = "NAME")]
     pub pass_env: Vec<String>,
+    /// Set variables for workers from a dotenv file (NAME=value lines; repeatable, later files win)
+    #[arg(long = "env-file", global = true, value_name = "FILE", value_parser = parse_env_file)]
+    pub env_file: Vec<EnvFile>,
     /// Warm spare workers that replace a killed or recycled one at once [default: 1; 0 for catalog, list and call]
     #[arg(long, global = true, value_parser = clap::value_parser!(u32).range(0..=64))]
     pub spare_workers: Option<u32>,
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// The variables of one `--env-file`, read when the command line is parsed
+/// (so a bad line is a usage error naming the file and line).
+#[derive(Debug, Clone)]
+pub struct EnvFile(pub Vec<(String, String)>);
+
+fn parse_env_file(path: &str) -> Result<EnvFile, String> {
+    crate::env::read_env_file(std::path::Path::new(path))
+        .map(EnvFile)
+        .map_err(|e| e.to_string())
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -235,7 +250,8 @@ fn builder(cli: &Cli, one_shot_workers: Option<usize>) -> PoolBuilder {
         .session_id(cli.session_id.clone())
         .max_calls_per_worker(cli.max_calls_per_worker)
         .memory_limit_mb(cli.memory_limit)
-        .pass_env(cli.pass_env.iter().cloned());
+        .pass_env(cli.pass_env.iter().cloned())
+        .set_env(cli.env_file.iter().flat_map(|file| file.0.iter().cloned()));
     if let Some(dir) = &cli.functions_dir {
         builder = builder.functions_dir(dir);
     }
@@ -349,7 +365,7 @@ async fn run_command(cli: Cli) -> Result<ExitCode, CliError> {
                 Err(_) => ExitCode::from(1),
             };
             let text = match &report.result {
-                Ok(value) => result_text(value),
+                Ok(value) => result_text(value, report.content.as_deref()),
                 Err(error) => error.to_string(),
             };
             if *json {
@@ -357,6 +373,9 @@ async fn run_command(cli: Cli) -> Result<ExitCode, CliError> {
                 match &report.result {
                     Ok(value) => envelope["result"] = value.clone(),
                     Err(error) => envelope["error"] = error.to_json(),
+                }
+                if let Some(blocks) = &report.content {
+                    envelope["attachments"] = attachments_json(blocks);
                 }
                 envelope["text"] = Value::String(text);
                 envelope["elapsed_ms"] = json!((report.elapsed.as_secs_f64() * 1e4).round() / 10.0);
@@ -523,11 +542,21 @@ async fn call_draining_on_signal(
 
 /// A result as the agent sees it: a string as is, anything else as JSON
 /// (indent 2, non-ASCII kept).
-pub fn result_text(value: &Value) -> String {
-    match value {
-        Value::String(s) => s.clone(),
-        other => pretty(other),
-    }
+/// `call --json`'s `attachments`: one entry per block that refers to a file.
+fn attachments_json(blocks: &[ContentBlock]) -> Value {
+    let attachments = blocks.iter().filter_map(|block| {
+        let a = block.attachment.as_ref()?;
+        Some(json!({
+            "id": a.id,
+            "kind": block.kind,
+            "name": a.name,
+            "mime_type": a.mime_type,
+            "size": a.size,
+            "path": a.path,
+            "remote_file_id": a.remote_file_id,
+        }))
+    });
+    Value::Array(attachments.collect())
 }
 
 fn pretty(value: &Value) -> String {

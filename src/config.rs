@@ -851,7 +851,7 @@ impl Reader {
             return None;
         };
         if prefix.is_empty() {
-            self.problem(path, raw.line, "must not be empty");
+            // As the original runtime reads it: no prefix.
             return None;
         }
         if !prefix
@@ -1645,6 +1645,7 @@ impl NodeTools {
             );
             return CallReport {
                 result: Err(ToolError::new(name, ErrorKind::NotFound, message)),
+                content: None,
                 elapsed: started.elapsed(),
                 queue_wait: Duration::ZERO,
                 worker_pid: None,

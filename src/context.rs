@@ -51,7 +51,10 @@ impl SessionPaths {
         };
         let workspace = dir.join("code_workspace");
         let site_packages = dir.join("site-packages");
-        for path in [&workspace, &site_packages] {
+        // The attachment store's folder too, as the original runtime makes
+        // it up front: tools that list the workspace see the same entries.
+        let attachments = workspace.join(attachments::ATTACHMENTS_DIR);
+        for path in [&attachments, &site_packages] {
             std::fs::create_dir_all(path).map_err(|source| PoolError::SessionDir {
                 path: path.clone(),
                 source,
@@ -253,6 +256,9 @@ pub struct CallbackHandler {
 pub mod methods {
     pub const REGISTER_FILE: &str = "attachments.register_file";
     pub const REGISTER_BYTES: &str = "attachments.register_bytes";
+    pub const REGISTER_REMOTE_FILE: &str = "attachments.register_remote_file";
+    pub const UPDATE_REMOTE_FILE_ID: &str = "attachments.update_remote_file_id";
+    pub const INGEST_RECORD: &str = "attachments.ingest_record";
     pub const GET: &str = "attachments.get";
     pub const LIST: &str = "attachments.list";
     pub const EXPORT_MANIFEST: &str = "attachments.export_manifest";
@@ -300,11 +306,7 @@ impl CallbackHandler {
         };
         match method {
             methods::HUMAN_PROMPT => self.human_prompt(tool, params).await,
-            methods::REGISTER_FILE
-            | methods::REGISTER_BYTES
-            | methods::GET
-            | methods::LIST
-            | methods::EXPORT_MANIFEST => {
+            _ if method.starts_with("attachments.") => {
                 let store = self.services.attachments.clone();
                 let method = method.to_string();
                 tokio::task::spawn_blocking(move || store.handle(&method, params))

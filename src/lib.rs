@@ -9,8 +9,10 @@ pub mod bench;
 pub mod catalog;
 pub mod cli;
 pub mod config;
+pub mod content;
 pub mod context;
 pub mod embedded;
+pub mod env;
 pub mod error;
 pub mod mcp;
 pub mod metrics;
@@ -21,11 +23,12 @@ pub mod signals;
 pub mod watch;
 pub mod worker;
 
-pub use catalog::{Catalog, FunctionSpec, ListOption, LoadError};
+pub use catalog::{Catalog, FunctionSpec, ListOption, LoadError, LoadWarning};
 pub use config::{
     validate, ConfigError, NodeTools, ResolvedWorkflow, ToolFormat, ToolSpec, Workflow,
     WorkflowError,
 };
+pub use content::{Attachment, BlockKind, ContentBlock};
 pub use context::{
     AttachmentRecord, AttachmentStore, HumanPrompt, PromptAnswer, PromptError, PromptRequest,
     TerminalPrompt,

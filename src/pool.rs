@@ -8,7 +8,6 @@
 //! worker that cannot start never turns into a spawn loop.
 
 use std::collections::{BTreeMap, HashMap};
-use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -21,6 +20,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::catalog::Catalog;
+use crate::content::ContentBlock;
 use crate::context::{
     AttachmentStore, CallbackHandler, HumanPrompt, SessionPaths, SessionServices,
 };
@@ -28,9 +28,6 @@ use crate::error::{ErrorKind, PoolError, ToolError};
 use crate::protocol::{CallContext, DEFAULT_MAX_FRAME};
 use crate::worker::{CallOutcome, Spawner, StartError, Worker, WorkerSpec};
 
-/// Environment variables every worker gets (when set here), besides `LC_*`
-/// and the ones passed with `--pass-env`.
-const BASE_ENV: &[&str] = &["PATH", "HOME", "LANG", "TZ"];
 /// How long a promoted spare's successor waits before it starts.
 const SPARE_REFILL_DELAY: Duration = Duration::from_millis(50);
 /// Longest back-off between attempts to start a worker that keeps failing.
@@ -58,6 +55,9 @@ pub struct InvokeContext {
 #[derive(Debug, Clone)]
 pub struct CallReport {
     pub result: Result<Value, ToolError>,
+    /// For an attachment result (the tool returned message blocks or an
+    /// attachment record), its blocks, checked against the session's store.
+    pub content: Option<Vec<ContentBlock>>,
     pub elapsed: Duration,
     /// How long the call waited for a free worker.
     pub queue_wait: Duration,
@@ -76,6 +76,7 @@ pub struct PoolBuilder {
     max_calls_per_worker: Option<u64>,
     memory_limit_mb: Option<u64>,
     pass_env: Vec<String>,
+    set_env: Vec<(String, String)>,
     queue_wait: Option<Duration>,
     max_frame: usize,
     start_timeout: Duration,
@@ -98,6 +99,7 @@ impl Default for PoolBuilder {
             max_calls_per_worker: None,
             memory_limit_mb: None,
             pass_env: Vec::new(),
+            set_env: Vec::new(),
             queue_wait: None,
             max_frame: DEFAULT_MAX_FRAME,
             spare_workers: 1,
@@ -146,9 +148,17 @@ impl PoolBuilder {
         self.memory_limit_mb = mb;
         self
     }
-    /// Environment variables passed to workers besides the minimal set.
+    /// Inherited variables workers get besides the minimal set: names, or
+    /// glob patterns (`SERPER_*`).
     pub fn pass_env(mut self, names: impl IntoIterator<Item = String>) -> Self {
         self.pass_env.extend(names);
+        self
+    }
+
+    /// Variables set for every worker (an `--env-file`'s); they win over
+    /// inherited ones.
+    pub fn set_env(mut self, vars: impl IntoIterator<Item = (String, String)>) -> Self {
+        self.set_env.extend(vars);
         self
     }
     /// How long a call may wait for a free worker before `PoolBusy`.
@@ -229,7 +239,7 @@ impl PoolBuilder {
             boot_script: shim_dir.join("toolpool_boot.py"),
             config_json: config.to_string(),
             workspace: session.workspace.clone(),
-            env: worker_env(&self.pass_env),
+            env: crate::env::worker_env(&self.pass_env, &self.set_env),
             memory_limit_bytes: self.memory_limit_mb.map(|mb| mb * 1024 * 1024),
             max_frame: self.max_frame,
             start_timeout: self.start_timeout,
@@ -344,8 +354,8 @@ async fn warm(worker: &mut Worker) -> bool {
 /// The catalog from a worker's answer to a `catalog` request.
 fn catalog_from(outcome: CallOutcome, functions_dir: PathBuf) -> Result<Catalog, PoolError> {
     match outcome {
-        CallOutcome::Reply(Ok(value)) => {
-            Catalog::from_worker(functions_dir, value).map_err(PoolError::Catalog)
+        CallOutcome::Reply(Ok(reply)) => {
+            Catalog::from_worker(functions_dir, reply.value).map_err(PoolError::Catalog)
         }
         CallOutcome::Reply(Err(e)) => Err(PoolError::Catalog(format!("{}: {}", e.kind, e.message))),
         CallOutcome::TimedOut { .. } => Err(PoolError::Catalog(
@@ -385,19 +395,6 @@ pub async fn resolve_interpreter(python: &str) -> Result<PathBuf, PoolError> {
         return Err(error("it does not report sys.executable".into()));
     }
     Ok(path)
-}
-
-/// The minimal environment of DESIGN.md §2.
-fn worker_env(pass_env: &[String]) -> Vec<(OsString, OsString)> {
-    std::env::vars_os()
-        .filter(|(name, _)| {
-            let name = name.to_string_lossy();
-            let passed = BASE_ENV.contains(&name.as_ref())
-                || name.starts_with("LC_")
-                || pass_env.iter().any(|p| *p == name);
-            passed && (!name.starts_with("PYTHON") || pass_env.iter().any(|p| *p == name))
-        })
-        .collect()
 }
 
 #[derive(Default)]
@@ -729,6 +726,20 @@ impl Shared {
         }
     }
 
+    /// An attachment result's blocks as the session's store knows them (the
+    /// store reads files: on a blocking thread).
+    async fn check_content(&self, blocks: Vec<crate::protocol::WireBlock>) -> Vec<ContentBlock> {
+        let store = self.services.attachments.clone();
+        tokio::task::spawn_blocking(move || {
+            blocks
+                .into_iter()
+                .map(|block| ContentBlock::from_wire(block, &store))
+                .collect()
+        })
+        .await
+        .unwrap_or_default()
+    }
+
     fn count_error(&self, error: &ToolError) {
         match error.kind {
             ErrorKind::Timeout => self.counters.timeouts.fetch_add(1, Ordering::Relaxed),
@@ -933,7 +944,7 @@ impl Pool {
         let shared = &self.shared;
         shared.counters.calls.fetch_add(1, Ordering::Relaxed);
         let started = Instant::now();
-        let (result, worker_pid, queue_wait) = self.run_call(name, &args, options).await;
+        let (result, content, worker_pid, queue_wait) = self.run_call(name, &args, options).await;
         match &result {
             Ok(_) => {
                 shared.counters.succeeded.fetch_add(1, Ordering::Relaxed);
@@ -953,6 +964,7 @@ impl Pool {
         }
         CallReport {
             result,
+            content,
             elapsed,
             queue_wait,
             worker_pid,
@@ -964,14 +976,19 @@ impl Pool {
         name: &str,
         args: &Value,
         options: InvokeOptions,
-    ) -> (Result<Value, ToolError>, Option<i32>, Duration) {
+    ) -> (
+        Result<Value, ToolError>,
+        Option<Vec<ContentBlock>>,
+        Option<i32>,
+        Duration,
+    ) {
         let shared = &self.shared;
         let queued = Instant::now();
         let checkout = shared.checkout(name).await;
         let queue_wait = queued.elapsed();
         let mut lease = match checkout {
             Ok(lease) => lease,
-            Err(e) => return (Err(e), None, queue_wait),
+            Err(e) => return (Err(e), None, None, queue_wait),
         };
         let timeout = options.timeout.unwrap_or(shared.default_timeout);
         let callbacks = CallbackHandler::new(shared.services.clone(), options.human_prompt);
@@ -998,8 +1015,12 @@ impl Pool {
             Box::pin(worker.invoke(name, args, &context, deadline, Some(&callbacks))).await;
         drop(busy);
         let closing = shared.is_closed.load(Ordering::Acquire);
+        let mut content = None;
         let (result, kept) = match outcome {
-            CallOutcome::Reply(Ok(value)) => (Ok(value), true),
+            CallOutcome::Reply(Ok(reply)) => {
+                content = reply.content;
+                (Ok(reply.value), true)
+            }
             CallOutcome::Reply(Err(remote)) => {
                 let mut error =
                     ToolError::new(name, ErrorKind::from_remote(&remote.kind), remote.message);
@@ -1043,7 +1064,11 @@ impl Pool {
             }
         };
         lease.finish(kept);
-        (result, Some(pid), queue_wait)
+        let content = match content {
+            Some(blocks) => Some(shared.check_content(blocks).await),
+            None => None,
+        };
+        (result, content, Some(pid), queue_wait)
     }
 
     pub fn stats(&self) -> PoolStats {
@@ -1202,22 +1227,5 @@ mod tests {
         assert_eq!(format_secs(Duration::from_secs(1)), "1");
         assert_eq!(format_secs(Duration::from_millis(200)), "0.2");
         assert_eq!(format_secs(Duration::from_millis(2500)), "2.5");
-    }
-
-    #[test]
-    fn worker_environment_is_minimal() {
-        std::env::set_var("TOOLPOOL_TEST_SECRET", "x");
-        std::env::set_var("LC_TOOLPOOL_TEST", "y");
-        let env = worker_env(&[]);
-        let names: Vec<String> = env
-            .iter()
-            .map(|(k, _)| k.to_string_lossy().into_owned())
-            .collect();
-        assert!(!names.contains(&"TOOLPOOL_TEST_SECRET".to_string()));
-        assert!(names.contains(&"LC_TOOLPOOL_TEST".to_string()));
-        let env = worker_env(&["TOOLPOOL_TEST_SECRET".into()]);
-        assert!(env
-            .iter()
-            .any(|(k, v)| k == "TOOLPOOL_TEST_SECRET" && v == "x"));
     }
 }

@@ -111,6 +111,35 @@ pub struct RemoteError {
     pub traceback: Option<String>,
 }
 
+/// One content block of an attachment result, as the worker describes it
+/// (a `MessageBlock`: docs/protocol.md, "Content"). Nothing in it is trusted:
+/// the supervisor checks each attachment against its own store
+/// (`crate::content`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct WireBlock {
+    /// `text`, `image`, `audio`, `video`, `file` or `data`.
+    #[serde(rename = "type", default)]
+    pub kind: String,
+    #[serde(default)]
+    pub text: Option<String>,
+    /// The block's `AttachmentRef.to_dict()`.
+    #[serde(default)]
+    pub attachment: Option<serde_json::Map<String, Value>>,
+    #[serde(default)]
+    pub data: serde_json::Map<String, Value>,
+    /// What the original runtime shows the model for the block (`describe()`).
+    #[serde(default)]
+    pub summary: String,
+}
+
+/// A successful reply: the result's JSON value and, when the tool returned
+/// an attachment result (message blocks, an attachment record), its blocks.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ReplyValue {
+    pub value: Value,
+    pub content: Option<Vec<WireBlock>>,
+}
+
 /// Worker → supervisor.
 #[derive(Debug, Deserialize)]
 #[serde(tag = "t", rename_all = "lowercase")]
@@ -130,6 +159,8 @@ pub enum Message {
         value: Value,
         #[serde(default)]
         error: Option<RemoteError>,
+        #[serde(default)]
+        content: Option<Vec<WireBlock>>,
     },
     /// A callback from a running tool (context services); answered by a reply.
     Call {

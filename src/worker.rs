@@ -28,7 +28,7 @@ use tokio::time::{timeout, timeout_at, Instant};
 use crate::context::{CallbackError, CallbackHandler};
 use crate::protocol::{
     encode_frame, read_message, write_frame, CallContext, CallbackReply, FrameReader, Message,
-    ProtocolError, RemoteError, Request, PROTOCOL_VERSION,
+    ProtocolError, RemoteError, ReplyValue, Request, PROTOCOL_VERSION,
 };
 
 /// The fd on which the worker's `faulthandler` writes stack dumps.
@@ -260,7 +260,7 @@ async fn pump_stderr(
 #[derive(Debug)]
 pub enum CallOutcome {
     /// The worker answered; it is still usable.
-    Reply(Result<Value, RemoteError>),
+    Reply(Result<ReplyValue, RemoteError>),
     /// The deadline passed; the worker's group was killed (the guardian
     /// finishes the clean-up, and is reaped, when the `Worker` is dropped).
     TimedOut {
@@ -572,9 +572,10 @@ impl Worker {
                     ok,
                     value,
                     error,
+                    content,
                 })) if got == id => {
                     return Exchange::Reply(if ok {
-                        Ok(value)
+                        Ok(ReplyValue { value, content })
                     } else {
                         Err(error.unwrap_or_else(|| RemoteError {
                             kind: "WorkerDied".into(),
@@ -796,7 +797,7 @@ impl Drop for Worker {
 }
 
 enum Exchange {
-    Reply(Result<Value, RemoteError>),
+    Reply(Result<ReplyValue, RemoteError>),
     Timeout,
     Broken(ProtocolError),
 }

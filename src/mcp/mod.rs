@@ -30,6 +30,7 @@
 //! stdout carries only the MCP transport; logs, including what tools print,
 //! go to stderr.
 
+mod content;
 mod elicit;
 mod http;
 mod stdio;
@@ -40,20 +41,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CustomRequest,
-    CustomResult, ErrorCode, Implementation, JsonObject, ListToolsResult, MetaObject,
-    PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CustomRequest, CustomResult, ErrorCode,
+    Implementation, JsonObject, ListToolsResult, MetaObject, PaginatedRequestParams,
+    ProtocolVersion, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{json, Value};
 use tokio::sync::Notify;
 
-use crate::cli::result_text;
 use crate::config::NodeTools;
 use crate::context::HumanPrompt;
 use crate::error::{ErrorKind, ToolError};
-use crate::pool::{InvokeOptions, Pool};
+use crate::pool::{CallReport, InvokeOptions, Pool};
+use content::call_result;
 
 pub use http::parse_http_addr;
 
@@ -147,24 +148,15 @@ impl ToolpoolServer {
 
     /// Calls one tool by the name the client sees; its human prompts go to
     /// `human`.
-    async fn invoke(
-        &self,
-        name: &str,
-        args: Value,
-        human: Arc<dyn HumanPrompt>,
-    ) -> Result<Value, ToolError> {
+    async fn invoke(&self, name: &str, args: Value, human: Arc<dyn HumanPrompt>) -> CallReport {
         let inner = &self.inner;
         let options = InvokeOptions {
             human_prompt: Some(human),
             ..InvokeOptions::default()
         };
         match &inner.tools {
-            ToolSet::Catalog => inner.pool.invoke(name, args, options).await,
-            ToolSet::Node(node) => {
-                node.invoke_report(&inner.pool, name, args, options)
-                    .await
-                    .result
-            }
+            ToolSet::Catalog => inner.pool.invoke_report(name, args, options).await,
+            ToolSet::Node(node) => node.invoke_report(&inner.pool, name, args, options).await,
         }
     }
 
@@ -283,15 +275,6 @@ fn seconds(duration: Duration) -> Value {
     }
 }
 
-/// A call's outcome as an MCP result: the result as text (a string as is,
-/// anything else as JSON), or the agent-facing error text with `isError`.
-pub fn call_result(result: Result<Value, ToolError>) -> CallToolResult {
-    match result {
-        Ok(value) => CallToolResult::success(vec![ContentBlock::text(result_text(&value))]),
-        Err(error) => CallToolResult::error(vec![ContentBlock::text(error.to_string())]),
-    }
-}
-
 impl ServerHandler for ToolpoolServer {
     fn get_info(&self) -> ServerConfig {
         let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build());
@@ -361,7 +344,7 @@ impl ServerHandler for ToolpoolServer {
             ErrorKind::InvalidArguments,
             format!("the arguments must be a JSON object, got {got}"),
         );
-        let mut result = call_result(Err(error));
+        let mut result = call_result(Err(error), None);
         result.result_type = None;
         let result = serde_json::to_value(result)
             .map_err(|e| McpError::internal_error(e.to_string(), None))?;
@@ -377,13 +360,15 @@ impl ServerHandler for ToolpoolServer {
         let name = request.name.to_string();
         if self.inner.closing.load(Ordering::Acquire) {
             let error = ToolError::new(&name, ErrorKind::PoolClosed, "the server is shutting down");
-            return Ok(CallToolResponse::Complete(call_result(Err(error))));
+            return Ok(CallToolResponse::Complete(call_result(Err(error), None)));
         }
         let args = Value::Object(request.arguments.unwrap_or_default());
         let human = elicit::for_peer(&context.peer);
         let call = self.invoke(&name, args, human);
         tokio::select! {
-            result = call => Ok(CallToolResponse::Complete(call_result(result))),
+            report = call => Ok(CallToolResponse::Complete(
+                call_result(report.result, report.content.as_deref()),
+            )),
             _ = context.ct.cancelled() => {
                 // Dropping `call` killed its worker (or took it out of the
                 // queue). rmcp sends no response to a cancelled request, so

@@ -1,166 +1,45 @@
 //! The session's attachment store, owned by the supervisor.
 //!
-//! Files live under `<workspace>/attachments/<id>/`; the records of the
-//! persisted ones in `<workspace>/attachments_manifest.json`, in the original
-//! convention's format (`{id: {"ref": {...}, "kind", "description", "extra"}}`),
-//! so a manifest written by either reads in the other.
+//! The layout is the original convention's, so a session directory is shared
+//! with its runtime: files under `<workspace>/attachments/<id>/`, the records
+//! of the persisted ones in `<workspace>/attachments/attachments_manifest.json`
+//! (`{id: {"ref": {...}, "kind", "description", "extra"}}`). A manifest at the
+//! workspace root, where earlier toolpool versions kept it, is moved there
+//! once (merged into one that is already there).
 //!
 //! One writer: every worker reaches the store through callbacks to the
-//! supervisor, where a mutex serialises changes. The manifest is rewritten
-//! whole on each change, to a temporary file renamed over it, so a reader
-//! never sees half of it. Another process on the same session directory (a
-//! second `toolpool call`, say) is covered too: writes take an advisory lock
-//! on `<session>/.attachments.lock` and merge what is on disk first, and
-//! reads pick up a manifest that changed on disk.
+//! supervisor (`callbacks.rs`), where a mutex serialises changes. The manifest
+//! is rewritten whole on each change, to a temporary file renamed over it, so
+//! a reader never sees half of it. Another process on the same session
+//! directory (a second `toolpool call`, say) is covered too: writes take an
+//! advisory lock on `<session>/.attachments.lock` and merge what is on disk
+//! first, and reads pick up a manifest that changed on disk.
+
+mod callbacks;
+mod files;
+mod records;
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use sha2::{Digest, Sha256};
 
-/// Name of the folder under the workspace that holds the attachments' files.
+use files::{
+    check_id, copy_and_hash, default_file_name, guess_mime, hash_file, random_id, safe_file_name,
+};
+use records::{default_kind, io_error};
+pub use records::{AttachmentError, AttachmentRecord, AttachmentRef, RegisterOptions};
+
+/// Name of the folder under the workspace that holds the attachments' files
+/// and the manifest.
 pub const ATTACHMENTS_DIR: &str = "attachments";
-/// Name of the manifest file at the workspace root.
+/// Name of the manifest file, in [`ATTACHMENTS_DIR`].
 pub const MANIFEST_FILE: &str = "attachments_manifest.json";
-/// Largest attachment id accepted from a caller.
-const MAX_ID_LEN: usize = 128;
-
-/// Where an attachment's bytes are and what they are (`record.ref`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct AttachmentRef {
-    pub attachment_id: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mime_type: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub name: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub size: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sha256: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub local_path: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub remote_file_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub data_uri: Option<String>,
-    #[serde(default, skip_serializing_if = "Map::is_empty")]
-    pub metadata: Map<String, Value>,
-}
-
-/// One attachment: its [`AttachmentRef`] plus what the registering tool said.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct AttachmentRecord {
-    #[serde(rename = "ref")]
-    pub reference: AttachmentRef,
-    /// `text`, `image`, `audio`, `video`, `file` or `data` (the original's
-    /// `MessageBlockType` values); `file` by default.
-    #[serde(default = "default_kind")]
-    pub kind: String,
-    #[serde(default)]
-    pub description: Option<String>,
-    #[serde(default)]
-    pub extra: Map<String, Value>,
-}
-
-fn default_kind() -> String {
-    "file".into()
-}
-
-impl AttachmentRecord {
-    pub fn id(&self) -> &str {
-        &self.reference.attachment_id
-    }
-
-    pub fn to_json(&self) -> Value {
-        serde_json::to_value(self).unwrap_or(Value::Null)
-    }
-}
-
-/// How to register an attachment; `Default` is the original's defaults
-/// (copy the file, persist the record, no deduplication).
-#[derive(Debug, Clone, PartialEq)]
-pub struct RegisterOptions {
-    pub kind: Option<String>,
-    pub display_name: Option<String>,
-    pub mime_type: Option<String>,
-    /// A caller-chosen id (letters, digits, `-`, `_`); random when `None`.
-    pub attachment_id: Option<String>,
-    /// Copy the file into `attachments/<id>/` (else the record points at it).
-    pub copy_file: bool,
-    pub description: Option<String>,
-    pub extra: Map<String, Value>,
-    /// Write the record to the manifest (else it lives as long as the pool).
-    pub persist: bool,
-    /// Return an existing record with the same content instead (with
-    /// `copy_file: false`, only one that points at the same file).
-    pub deduplicate: bool,
-}
-
-impl Default for RegisterOptions {
-    fn default() -> Self {
-        RegisterOptions {
-            kind: None,
-            display_name: None,
-            mime_type: None,
-            attachment_id: None,
-            copy_file: true,
-            description: None,
-            extra: Map::new(),
-            persist: true,
-            deduplicate: false,
-        }
-    }
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum AttachmentError {
-    #[error("path {path:?} is outside the workspace ({workspace}){detail}")]
-    OutsideWorkspace {
-        path: String,
-        workspace: PathBuf,
-        detail: String,
-    },
-    #[error("no such file: {0:?}")]
-    NotFound(String),
-    #[error("{0:?} is not a regular file")]
-    NotAFile(String),
-    #[error("{0}")]
-    InvalidArgument(String),
-    #[error("{0}")]
-    WrongType(String),
-    #[error("cannot {what} {path}: {source}")]
-    Io {
-        what: &'static str,
-        path: PathBuf,
-        source: std::io::Error,
-    },
-}
-
-impl AttachmentError {
-    /// The Python exception type the tool sees.
-    pub fn type_name(&self) -> &'static str {
-        match self {
-            AttachmentError::OutsideWorkspace { .. } => "PermissionError",
-            AttachmentError::NotFound(_) => "FileNotFoundError",
-            AttachmentError::NotAFile(_) => "IsADirectoryError",
-            AttachmentError::InvalidArgument(_) => "ValueError",
-            AttachmentError::WrongType(_) => "TypeError",
-            AttachmentError::Io { .. } => "OSError",
-        }
-    }
-}
-
-fn io_error(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> AttachmentError {
-    let path = path.to_path_buf();
-    move |source| AttachmentError::Io { what, path, source }
-}
 
 /// What the manifest on disk looked like when last read or written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -239,11 +118,14 @@ impl AttachmentStore {
         let store = AttachmentStore {
             workspace: workspace.to_path_buf(),
             root: workspace.join(ATTACHMENTS_DIR),
-            manifest: workspace.join(MANIFEST_FILE),
+            manifest: workspace.join(ATTACHMENTS_DIR).join(MANIFEST_FILE),
             lock_file: session_dir.join(".attachments.lock"),
             state: Mutex::new(State::default()),
             temp_counter: AtomicU64::new(0),
         };
+        if let Err(e) = store.move_earlier_manifest() {
+            tracing::warn!("the attachment manifest of an earlier version was not moved: {e}");
+        }
         let mut state = store.lock_state();
         store.refresh(&mut state);
         drop(state);
@@ -255,7 +137,7 @@ impl AttachmentStore {
         &self.root
     }
 
-    /// `<workspace>/attachments_manifest.json`.
+    /// `<workspace>/attachments/attachments_manifest.json`.
     pub fn manifest_path(&self) -> &Path {
         &self.manifest
     }
@@ -391,18 +273,165 @@ impl AttachmentStore {
         self.register_file(&target, options)
     }
 
+    /// Registers a file already uploaded to a provider (`remote_file_id`);
+    /// the store holds no bytes of it.
+    pub fn register_remote_file(
+        &self,
+        remote_file_id: &str,
+        size: Option<u64>,
+        options: RegisterOptions,
+    ) -> Result<AttachmentRecord, AttachmentError> {
+        let id = match &options.attachment_id {
+            Some(id) => check_id(id)?,
+            None => random_id(),
+        };
+        let record = AttachmentRecord {
+            reference: AttachmentRef {
+                attachment_id: id,
+                mime_type: options.mime_type,
+                name: options.display_name,
+                size,
+                sha256: None,
+                local_path: None,
+                remote_file_id: Some(remote_file_id.to_string()),
+                data_uri: None,
+                metadata: Map::new(),
+            },
+            kind: options.kind.unwrap_or_else(default_kind),
+            description: options.description,
+            extra: options.extra,
+        };
+        self.commit(record, options.persist)
+    }
+
+    /// Sets the provider file id of a record (`UnknownId` when there is none);
+    /// the manifest is rewritten when the record is in it.
+    pub fn update_remote_file_id(
+        &self,
+        id: &str,
+        remote_file_id: &str,
+    ) -> Result<(), AttachmentError> {
+        let persisted = {
+            let mut state = self.lock_state();
+            self.refresh(&mut state);
+            state.persistent.contains(id)
+        };
+        self.change(persisted, |state| {
+            let i = *state
+                .index
+                .get(id)
+                .ok_or_else(|| AttachmentError::UnknownId(id.to_string()))?;
+            state.records[i].reference.remote_file_id = Some(remote_file_id.to_string());
+            Ok(())
+        })
+    }
+
+    /// Imports a record made elsewhere (a session upload, another store).
+    /// Its file, when it has one that exists, must be in the workspace; with
+    /// `copy_file` it is copied to `attachments/<id>/`.
+    pub fn ingest_record(
+        &self,
+        mut record: AttachmentRecord,
+        copy_file: bool,
+        persist: bool,
+    ) -> Result<AttachmentRecord, AttachmentError> {
+        let id = match record.reference.attachment_id.as_str() {
+            "" => random_id(),
+            id => check_id(id)?,
+        };
+        record.reference.attachment_id = id.clone();
+        if let Some(local) = record.reference.local_path.clone() {
+            let path = Path::new(&local);
+            if path.exists() {
+                let source = self.resolve_in_workspace(path)?;
+                let mut kept = source.clone();
+                if copy_file && source.is_file() {
+                    let dir = self.root.join(&id);
+                    std::fs::create_dir_all(&dir).map_err(io_error("create", &dir))?;
+                    let name = source.file_name().map(|n| n.to_string_lossy().into_owned());
+                    let target = dir.join(safe_file_name(name.as_deref().unwrap_or_default()));
+                    if target != source {
+                        copy_and_hash(&source, &target)?;
+                    }
+                    kept = target;
+                }
+                record.reference.local_path = Some(kept.to_string_lossy().into_owned());
+            }
+        }
+        self.commit(record, persist)
+    }
+
+    /// The canonical path of `path` when it is a regular file inside the
+    /// workspace (also through symbolic links); `None` otherwise.
+    pub fn confine(&self, path: &str) -> Option<PathBuf> {
+        let real = self.resolve_in_workspace(Path::new(path)).ok()?;
+        real.is_file().then_some(real)
+    }
+
     fn commit(
         &self,
         record: AttachmentRecord,
         persist: bool,
     ) -> Result<AttachmentRecord, AttachmentError> {
+        self.change(persist, |state| {
+            state.insert(record.clone(), persist);
+            Ok(())
+        })?;
+        Ok(record)
+    }
+
+    /// Applies `change` to the records as they are on disk now; with
+    /// `persist`, under the cross-process lock, then writes the manifest.
+    fn change<T>(
+        &self,
+        persist: bool,
+        change: impl FnOnce(&mut State) -> Result<T, AttachmentError>,
+    ) -> Result<T, AttachmentError> {
+        let _guard = if persist {
+            Some(self.lock_session()?)
+        } else {
+            None
+        };
         let mut state = self.lock_state();
         self.refresh(&mut state);
-        state.insert(record.clone(), persist);
+        let value = change(&mut state)?;
         if persist {
-            self.save(&mut state)?;
+            self.write_manifest(&mut state)?;
         }
-        Ok(record)
+        Ok(value)
+    }
+
+    /// Moves a manifest at the workspace root (where earlier versions kept
+    /// it) into `attachments/`, merging it into one already there.
+    fn move_earlier_manifest(&self) -> Result<(), AttachmentError> {
+        let earlier = self.workspace.join(MANIFEST_FILE);
+        if !earlier.is_file() {
+            return Ok(());
+        }
+        let _guard = self.lock_session()?;
+        if !earlier.is_file() {
+            return Ok(()); // another process moved it meanwhile
+        }
+        std::fs::create_dir_all(&self.root).map_err(io_error("create", &self.root))?;
+        if !self.manifest.exists() {
+            std::fs::rename(&earlier, &self.manifest).map_err(io_error("move", &earlier))?;
+        } else {
+            let records = read_manifest(&earlier).map_err(AttachmentError::InvalidArgument)?;
+            let mut state = self.lock_state();
+            self.refresh(&mut state);
+            for record in records {
+                if state.get(record.id()).is_none() {
+                    state.insert(record, true);
+                }
+            }
+            self.write_manifest(&mut state)?;
+            std::fs::remove_file(&earlier).map_err(io_error("remove", &earlier))?;
+        }
+        tracing::info!(
+            "attachment manifest moved to {}, where the original convention keeps it",
+            self.manifest.display()
+        );
+        Ok(())
     }
 
     /// The canonical path of `path` if it is inside the workspace.
@@ -476,24 +505,28 @@ impl AttachmentStore {
         state.seen = now;
     }
 
-    /// Writes the persisted records: under the cross-process lock, after
-    /// merging what another process wrote, to a temporary file renamed over
-    /// the manifest.
-    fn save(&self, state: &mut State) -> Result<(), AttachmentError> {
+    /// The advisory lock that serialises writers of this session's manifest
+    /// across processes.
+    fn lock_session(&self) -> Result<nix::fcntl::Flock<File>, AttachmentError> {
         let lock = File::options()
             .create(true)
             .truncate(false)
             .write(true)
             .open(&self.lock_file)
             .map_err(io_error("open", &self.lock_file))?;
-        let _guard = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive)
-            .map_err(|(_, errno)| io_error("lock", &self.lock_file)(errno.into()))?;
-        self.refresh(state);
+        nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive)
+            .map_err(|(_, errno)| io_error("lock", &self.lock_file)(errno.into()))
+    }
+
+    /// Writes the persisted records to a temporary file renamed over the
+    /// manifest; the caller holds the cross-process lock.
+    fn write_manifest(&self, state: &mut State) -> Result<(), AttachmentError> {
+        std::fs::create_dir_all(&self.root).map_err(io_error("create", &self.root))?;
         let text =
             serde_json::to_string_pretty(&Value::Object(manifest_of(state))).map_err(|e| {
                 AttachmentError::InvalidArgument(format!("record cannot be written: {e}"))
             })?;
-        let temp = self.workspace.join(format!(
+        let temp = self.root.join(format!(
             ".{MANIFEST_FILE}.{}.{}.tmp",
             std::process::id(),
             self.temp_counter.fetch_add(1, Ordering::Relaxed)
@@ -511,48 +544,6 @@ impl AttachmentStore {
         }
         state.seen = Fingerprint::of(&self.manifest);
         Ok(())
-    }
-
-    /// Serves one callback (`attachments.*`, see `docs/protocol.md`).
-    pub fn handle(
-        &self,
-        method: &str,
-        mut params: Map<String, Value>,
-    ) -> Result<Value, AttachmentError> {
-        use super::methods;
-        match method {
-            methods::REGISTER_FILE => {
-                let path = take_string(&mut params, "path")?
-                    .ok_or_else(|| AttachmentError::WrongType("path is required".into()))?;
-                let options = take_options(&mut params)?;
-                Ok(self.register_file(Path::new(&path), options)?.to_json())
-            }
-            methods::REGISTER_BYTES => {
-                use base64::Engine as _;
-                let encoded = take_string(&mut params, "data_base64")?
-                    .ok_or_else(|| AttachmentError::WrongType("data_base64 is required".into()))?;
-                let data = base64::engine::general_purpose::STANDARD
-                    .decode(encoded.as_bytes())
-                    .map_err(|e| {
-                        AttachmentError::InvalidArgument(format!("data_base64 is not base64: {e}"))
-                    })?;
-                let options = take_options(&mut params)?;
-                Ok(self.register_bytes(&data, options)?.to_json())
-            }
-            methods::GET => {
-                let id = take_string(&mut params, "attachment_id")?.ok_or_else(|| {
-                    AttachmentError::WrongType("attachment_id is required".into())
-                })?;
-                Ok(self.get(&id).map(|r| r.to_json()).unwrap_or(Value::Null))
-            }
-            methods::LIST => Ok(Value::Array(
-                self.list().iter().map(|r| r.to_json()).collect(),
-            )),
-            methods::EXPORT_MANIFEST => Ok(Value::Object(self.export_manifest())),
-            other => Err(AttachmentError::InvalidArgument(format!(
-                "unknown attachment store method '{other}'"
-            ))),
-        }
     }
 }
 
@@ -582,230 +573,6 @@ fn read_manifest(path: &Path) -> Result<Vec<AttachmentRecord>, String> {
         }
     }
     Ok(records)
-}
-
-fn take_string(
-    params: &mut Map<String, Value>,
-    key: &str,
-) -> Result<Option<String>, AttachmentError> {
-    match params.remove(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s)),
-        Some(other) => Err(AttachmentError::WrongType(format!(
-            "{key} must be a string, got {other}"
-        ))),
-    }
-}
-
-fn take_bool(
-    params: &mut Map<String, Value>,
-    key: &str,
-    default: bool,
-) -> Result<bool, AttachmentError> {
-    match params.remove(key) {
-        None | Some(Value::Null) => Ok(default),
-        Some(Value::Bool(b)) => Ok(b),
-        Some(other) => Err(AttachmentError::WrongType(format!(
-            "{key} must be a boolean, got {other}"
-        ))),
-    }
-}
-
-fn take_options(params: &mut Map<String, Value>) -> Result<RegisterOptions, AttachmentError> {
-    let extra = match params.remove("extra") {
-        None | Some(Value::Null) => Map::new(),
-        Some(Value::Object(map)) => map,
-        Some(other) => {
-            return Err(AttachmentError::WrongType(format!(
-                "extra must be a dict, got {other}"
-            )))
-        }
-    };
-    let display_name = match take_string(params, "display_name")? {
-        Some(name) => Some(name),
-        None => take_string(params, "name")?,
-    };
-    Ok(RegisterOptions {
-        kind: take_string(params, "kind")?,
-        display_name,
-        mime_type: take_string(params, "mime_type")?,
-        attachment_id: take_string(params, "attachment_id")?,
-        copy_file: take_bool(params, "copy_file", true)?,
-        description: take_string(params, "description")?,
-        extra,
-        persist: take_bool(params, "persist", true)?,
-        deduplicate: take_bool(params, "deduplicate", false)?,
-    })
-}
-
-fn check_id(id: &str) -> Result<String, AttachmentError> {
-    let ok = !id.is_empty()
-        && id.len() <= MAX_ID_LEN
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        && !id.starts_with('-');
-    if ok {
-        Ok(id.to_string())
-    } else {
-        Err(AttachmentError::InvalidArgument(format!(
-            "attachment id {id:?} must be 1 to {MAX_ID_LEN} letters, digits, '-' or '_'"
-        )))
-    }
-}
-
-/// 32 hex digits, as the original's `uuid4().hex`.
-fn random_id() -> String {
-    let mut bytes = [0u8; 16];
-    let filled = File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .is_ok();
-    if !filled {
-        // No /dev/urandom: the time, the pid and a counter, hashed with
-        // std's randomly keyed hasher, are unique enough for an id.
-        use std::hash::{BuildHasher, Hasher};
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let state = std::collections::hash_map::RandomState::new();
-        for half in bytes.chunks_mut(8) {
-            let mut hasher = state.build_hasher();
-            hasher.write_u128(
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_nanos())
-                    .unwrap_or(0),
-            );
-            hasher.write_u32(std::process::id());
-            hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-            half.copy_from_slice(&hasher.finish().to_be_bytes());
-        }
-    }
-    hex(&bytes)
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn hash_file(path: &Path) -> Result<(String, u64), AttachmentError> {
-    hash_while_copying(path, None)
-}
-
-/// Copies `source` to `target`, hashing exactly the bytes copied.
-fn copy_and_hash(source: &Path, target: &Path) -> Result<(String, u64), AttachmentError> {
-    let mut output = File::create(target).map_err(io_error("write", target))?;
-    hash_while_copying(source, Some((&mut output, target)))
-}
-
-/// SHA-256 and size of `source`, read once; each chunk also goes to `copy`.
-fn hash_while_copying(
-    source: &Path,
-    mut copy: Option<(&mut File, &Path)>,
-) -> Result<(String, u64), AttachmentError> {
-    let mut input = File::open(source).map_err(io_error("read", source))?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut size = 0u64;
-    loop {
-        let n = input.read(&mut buf).map_err(io_error("read", source))?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-        if let Some((output, target)) = copy.as_mut() {
-            output
-                .write_all(&buf[..n])
-                .map_err(io_error("write", target))?;
-        }
-        size += n as u64;
-    }
-    Ok((hex(&hasher.finalize()), size))
-}
-
-/// A name usable as one path component: no separators, not `.` or `..`.
-fn safe_file_name(name: &str) -> String {
-    let cleaned: String = name
-        .chars()
-        .map(|c| if c == '/' || c == '\0' { '_' } else { c })
-        .collect();
-    let cleaned = cleaned.trim();
-    if cleaned.is_empty() || cleaned == "." || cleaned == ".." {
-        "attachment.bin".into()
-    } else {
-        cleaned.chars().take(200).collect()
-    }
-}
-
-fn default_file_name(mime_type: Option<&str>) -> String {
-    let extension = mime_type.and_then(|mime| {
-        MIME_TYPES
-            .iter()
-            .find(|(_, m)| *m == mime)
-            .map(|(ext, _)| *ext)
-    });
-    match extension {
-        Some(ext) => format!("attachment.{ext}"),
-        None => "attachment.bin".into(),
-    }
-}
-
-/// Extension → MIME type, for registrations that do not give one (the
-/// shim's proxy sends Python's `mimetypes` guess).
-const MIME_TYPES: &[(&str, &str)] = &[
-    ("txt", "text/plain"),
-    ("md", "text/markdown"),
-    ("csv", "text/csv"),
-    ("html", "text/html"),
-    ("htm", "text/html"),
-    ("css", "text/css"),
-    ("xml", "application/xml"),
-    ("json", "application/json"),
-    ("yaml", "application/yaml"),
-    ("yml", "application/yaml"),
-    ("py", "text/x-python"),
-    ("js", "text/javascript"),
-    ("pdf", "application/pdf"),
-    ("zip", "application/zip"),
-    ("gz", "application/gzip"),
-    ("tar", "application/x-tar"),
-    ("png", "image/png"),
-    ("jpg", "image/jpeg"),
-    ("jpeg", "image/jpeg"),
-    ("gif", "image/gif"),
-    ("webp", "image/webp"),
-    ("svg", "image/svg+xml"),
-    ("bmp", "image/bmp"),
-    ("mp3", "audio/mpeg"),
-    ("wav", "audio/wav"),
-    ("ogg", "audio/ogg"),
-    ("mp4", "video/mp4"),
-    ("webm", "video/webm"),
-    ("mov", "video/quicktime"),
-    (
-        "docx",
-        "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
-    ),
-    (
-        "xlsx",
-        "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
-    ),
-    (
-        "pptx",
-        "application/vnd.openxmlformats-officedocument.presentationml.presentation",
-    ),
-];
-
-fn guess_mime(file_name: &str) -> &'static str {
-    let extension = file_name
-        .rsplit_once('.')
-        .map(|(_, ext)| ext.to_ascii_lowercase());
-    extension
-        .and_then(|ext| {
-            MIME_TYPES
-                .iter()
-                .find(|(e, _)| *e == ext)
-                .map(|(_, mime)| *mime)
-        })
-        .unwrap_or("application/octet-stream")
 }
 
 #[cfg(test)]

@@ -1,0 +1,147 @@
+//! What a call returns besides its JSON value: content blocks for attachment
+//! results, and the text an agent sees.
+//!
+//! A tool that returns a `MessageBlock`, a list of them, or an
+//! `AttachmentRecord` (toolpool's classes or the project's own) returns
+//! *attachments*, as the original runtime hands them to the model. The worker
+//! describes each block ([`WireBlock`]); nothing in that description is
+//! trusted: an attachment the session's store knows is described by the
+//! store's record, and a file path is kept only when it resolves inside the
+//! session's workspace. Front ends turn the blocks into what they have (MCP
+//! image, audio and resource content; `call --json` attachments).
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::context::AttachmentStore;
+use crate::protocol::WireBlock;
+
+/// The kind of a content block (the original's `MessageBlockType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum BlockKind {
+    Text,
+    Image,
+    Audio,
+    Video,
+    File,
+    Data,
+}
+
+impl BlockKind {
+    fn parse(kind: &str) -> BlockKind {
+        match kind {
+            "text" => BlockKind::Text,
+            "image" => BlockKind::Image,
+            "audio" => BlockKind::Audio,
+            "video" => BlockKind::Video,
+            "file" => BlockKind::File,
+            _ => BlockKind::Data,
+        }
+    }
+}
+
+/// A file (or a provider's file id) a content block refers to.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Attachment {
+    pub id: String,
+    pub name: String,
+    pub mime_type: String,
+    pub size: Option<u64>,
+    pub sha256: Option<String>,
+    /// The file, inside the session's workspace; `None` when the block
+    /// named no file there (a remote file, or a path that led outside).
+    pub path: Option<PathBuf>,
+    pub remote_file_id: Option<String>,
+    /// Whether the session's attachment store holds this attachment (else
+    /// it is only what the tool said).
+    pub registered: bool,
+}
+
+/// One block of an attachment result.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ContentBlock {
+    pub kind: BlockKind,
+    pub text: Option<String>,
+    pub attachment: Option<Attachment>,
+    pub data: Map<String, Value>,
+    /// The block as text, as the original runtime shows it to the model.
+    pub summary: String,
+}
+
+impl ContentBlock {
+    /// Checks one block the worker described against the session's store.
+    pub fn from_wire(block: WireBlock, store: &AttachmentStore) -> ContentBlock {
+        let attachment = block.attachment.as_ref().and_then(|claimed| {
+            let id = claimed.get("attachment_id")?.as_str()?.to_string();
+            Some(match store.get(&id) {
+                Some(record) => {
+                    let r = record.reference;
+                    Attachment {
+                        name: r.name.clone().unwrap_or_else(|| id.clone()),
+                        mime_type: r.mime_type.unwrap_or_else(|| DEFAULT_MIME.into()),
+                        size: r.size,
+                        sha256: r.sha256,
+                        path: r.local_path.and_then(|p| store.confine(&p)),
+                        remote_file_id: r.remote_file_id,
+                        registered: true,
+                        id,
+                    }
+                }
+                None => unregistered(id, claimed, store),
+            })
+        });
+        ContentBlock {
+            kind: BlockKind::parse(&block.kind),
+            text: block.text,
+            attachment,
+            data: block.data,
+            summary: block.summary,
+        }
+    }
+}
+
+const DEFAULT_MIME: &str = "application/octet-stream";
+
+/// An attachment the store does not know: what the tool said, with the path
+/// only where it leads to a file inside the workspace.
+fn unregistered(id: String, claimed: &Map<String, Value>, store: &AttachmentStore) -> Attachment {
+    let text = |key: &str| claimed.get(key).and_then(Value::as_str).map(str::to_string);
+    let path = text("local_path").and_then(|p| store.confine(&p));
+    // The size is the file's, when there is one, not what the tool claimed.
+    let size = match &path {
+        Some(p) => std::fs::metadata(p).ok().map(|m| m.len()),
+        None => claimed.get("size").and_then(Value::as_u64),
+    };
+    Attachment {
+        name: text("name").unwrap_or_else(|| id.clone()),
+        mime_type: text("mime_type").unwrap_or_else(|| DEFAULT_MIME.into()),
+        size,
+        sha256: text("sha256"),
+        path,
+        remote_file_id: text("remote_file_id"),
+        registered: false,
+        id,
+    }
+}
+
+/// The text an agent sees for a result: a string as is, anything else as
+/// JSON (indent 2, non-ASCII kept); for an attachment result the blocks'
+/// summaries, one a line, as the original runtime joins them.
+pub fn result_text(value: &Value, content: Option<&[ContentBlock]>) -> String {
+    if let Some(blocks) = content {
+        return blocks
+            .iter()
+            .map(|b| b.summary.as_str())
+            .filter(|s| !s.is_empty())
+            .collect::<Vec<_>>()
+            .join("\n");
+    }
+    match value {
+        Value::String(s) => s.clone(),
+        other => serde_json::to_string_pretty(other).unwrap_or_else(|_| other.to_string()),
+    }
+}

@@ -1,0 +1,99 @@
+//! A call's outcome as MCP content: text, or for an attachment result the
+//! content types the protocol has.
+//!
+//! - a text block (or a block with no file) → `text` content;
+//! - an image or audio attachment of at most [`INLINE_LIMIT`] bytes → `image`
+//!   / `audio` content, base64 with its MIME type;
+//! - any other attachment with a file → a `resource_link` (`file://` URI,
+//!   name, MIME type, size); one the store knows only by a provider's file id
+//!   → text naming it.
+
+use base64::Engine as _;
+use rmcp::model::{CallToolResult, ContentBlock as McpContent, Resource};
+use serde_json::Value;
+
+use crate::content::{result_text, BlockKind, ContentBlock};
+use crate::error::ToolError;
+
+/// Largest image or audio file sent inline (base64) over MCP; larger ones
+/// are sent as a `resource_link`.
+pub const INLINE_LIMIT: u64 = 4 * 1024 * 1024;
+
+/// The MCP result of a call: its content, or the agent-facing error text
+/// with `isError`.
+pub fn call_result(
+    result: Result<Value, ToolError>,
+    content: Option<&[ContentBlock]>,
+) -> CallToolResult {
+    match (result, content) {
+        (Ok(_), Some(blocks)) => CallToolResult::success(blocks.iter().map(mcp_block).collect()),
+        (Ok(value), None) => {
+            CallToolResult::success(vec![McpContent::text(result_text(&value, None))])
+        }
+        (Err(error), _) => CallToolResult::error(vec![McpContent::text(error.to_string())]),
+    }
+}
+
+fn mcp_block(block: &ContentBlock) -> McpContent {
+    let text = || {
+        McpContent::text(
+            block
+                .text
+                .clone()
+                .filter(|t| !t.is_empty())
+                .unwrap_or_else(|| block.summary.clone()),
+        )
+    };
+    let Some(attachment) = &block.attachment else {
+        return text();
+    };
+    let Some(path) = &attachment.path else {
+        return text();
+    };
+    let inline = matches!(block.kind, BlockKind::Image | BlockKind::Audio)
+        && attachment.size.is_some_and(|size| size <= INLINE_LIMIT);
+    if inline {
+        // Read here, not trusted from the worker: the path is the store's,
+        // inside the workspace.
+        if let Ok(bytes) = std::fs::read(path) {
+            let data = base64::engine::general_purpose::STANDARD.encode(bytes);
+            return match block.kind {
+                BlockKind::Audio => McpContent::audio(data, attachment.mime_type.clone()),
+                _ => McpContent::image(data, attachment.mime_type.clone()),
+            };
+        }
+    }
+    let mut resource = Resource::new(file_uri(path), attachment.name.clone());
+    resource.mime_type = Some(attachment.mime_type.clone());
+    resource.size = attachment.size;
+    resource.description = block.text.clone().filter(|t| !t.is_empty());
+    McpContent::resource_link(resource)
+}
+
+/// `file://` URI of an absolute path, with the bytes a URI may not hold
+/// percent-encoded.
+fn file_uri(path: &std::path::Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let mut uri = String::from("file://");
+    for &b in path.as_os_str().as_bytes() {
+        if b.is_ascii_alphanumeric() || b"/-._~".contains(&b) {
+            uri.push(b as char);
+        } else {
+            uri.push_str(&format!("%{b:02X}"));
+        }
+    }
+    uri
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_uris_percent_encode_what_a_uri_cannot_hold() {
+        assert_eq!(
+            file_uri(std::path::Path::new("/ws/a b/ü#1.png")),
+            "file:///ws/a%20b/%C3%BC%231.png"
+        );
+    }
+}
