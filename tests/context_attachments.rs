@@ -18,6 +18,7 @@ fn manifest_path(session: &tempfile::TempDir) -> PathBuf {
     session
         .path()
         .join("code_workspace")
+        .join("attachments")
         .join("attachments_manifest.json")
 }
 
@@ -205,7 +206,10 @@ async fn register_file_refuses_paths_outside_the_workspace() {
     // Refused callbacks are exceptions in the tool, not a dead worker.
     assert_eq!(call(&pool, "getpid", json!({})).await.unwrap(), before);
     assert!(pool.attachments().list().is_empty());
-    assert!(!workspace.join("attachments_manifest.json").exists());
+    assert!(!workspace
+        .join("attachments")
+        .join("attachments_manifest.json")
+        .exists());
     pool.shutdown().await;
 }
 

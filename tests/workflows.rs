@@ -328,7 +328,9 @@ fn an_alias_bomb_is_refused_quickly() {
     let started = Instant::now();
     let result = Workflow::load(fixtures().join("alias_bomb.yaml"));
     let elapsed = started.elapsed();
-    assert!(elapsed < Duration::from_secs(2), "took {elapsed:?}");
+    // A bound that only a guard meets (without one the expansion takes
+    // minutes and gigabytes), loose enough for a debug build on a busy machine.
+    assert!(elapsed < Duration::from_secs(15), "took {elapsed:?}");
     match result {
         Err(WorkflowError::Yaml { message, .. }) => {
             assert!(message.contains("alias bomb"), "{message}")
@@ -642,5 +644,5 @@ fn check_refuses_unreadable_and_broken_yaml_without_starting_python() {
     let run = toolpool(&["--python", "/nonexistent/python3", "check", arg(&bomb)]);
     assert_eq!(run.code, 2);
     assert!(run.stderr.contains("possible alias bomb"), "{}", run.stderr);
-    assert!(run.elapsed < Duration::from_secs(2), "{:?}", run.elapsed);
+    assert!(run.elapsed < Duration::from_secs(15), "{:?}", run.elapsed);
 }
