@@ -109,13 +109,17 @@ impl Catalog {
         close_matches(name, self.functions.iter().map(|f| f.name.as_str()))
     }
 
-    /// `catalog --format json`.
+    /// `catalog --format json` (`warnings` only when there are some).
     pub fn to_json(&self) -> Value {
-        json!({
+        let mut value = json!({
             "functions_dir": self.functions_dir,
             "functions": self.functions,
             "errors": self.errors,
-        })
+        });
+        if !self.warnings.is_empty() {
+            value["warnings"] = json!(self.warnings);
+        }
+        value
     }
 
     /// `catalog --format openai`.

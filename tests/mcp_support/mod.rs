@@ -103,10 +103,15 @@ pub struct Served {
 
 /// `toolpool --functions-dir <fixtures> --session-dir <session> <args...>`.
 pub fn command(session: &Path, args: &[&str]) -> Command {
+    command_in(&fixtures(), session, args)
+}
+
+/// `toolpool --functions-dir <functions> --session-dir <session> <args...>`.
+pub fn command_in(functions: &Path, session: &Path, args: &[&str]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_toolpool"));
     command
         .arg("--functions-dir")
-        .arg(fixtures())
+        .arg(functions)
         .arg("--session-dir")
         .arg(session)
         .args(args)
@@ -117,8 +122,13 @@ pub fn command(session: &Path, args: &[&str]) -> Command {
 
 /// Starts `toolpool <args>` (args include `serve`) and connects `client`.
 pub async fn serve_with(args: &[&str], client: TestClient) -> Served {
+    serve_in(&fixtures(), args, client).await
+}
+
+/// [`serve_with`] on the tools of `functions`.
+pub async fn serve_in(functions: &Path, args: &[&str], client: TestClient) -> Served {
     let session = tempfile::tempdir().expect("temp dir");
-    let mut child = command(session.path(), args)
+    let mut child = command_in(functions, session.path(), args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
