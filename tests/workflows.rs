@@ -248,6 +248,12 @@ fn duplicates_are_refused_also_through_module_all() {
 }
 
 #[test]
+fn an_empty_prefix_is_no_prefix() {
+    let out = resolved_json(&golden("empty_prefix"));
+    assert_eq!(tool_names(&out["nodes"][0]), ["save_file", "add"]);
+}
+
+#[test]
 fn prefix_clashes_and_bad_prefixes_are_refused() {
     let out = golden("prefix_clash");
     assert!(out.contains(

@@ -395,7 +395,7 @@ def read_file_segment(
 def load_file(
     path_or_id: Annotated[str, ParamMeta(description="An attachment id, or the workspace-relative path of a file to register as an attachment")],
     _context: dict | None = None,
-) -> list[dict]:
+) -> list:
     """Load an attachment by its id, or register a workspace file as an attachment, and return it as a content block.
 
     A registered workspace file is referenced where it is (not copied) and
@@ -424,7 +424,9 @@ def load_file(
                 "storage": "reference",
             },
         )
-    return [record.as_message_block().to_dict()]
+    # A message block: the agent gets the file as an attachment (an image as
+    # an image), its text is "[file attachment: name]".
+    return [record.as_message_block()]
 
 
 def _kind_for_mime(mime_type: str) -> str:

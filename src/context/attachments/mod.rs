@@ -723,4 +723,120 @@ mod tests {
         }
         assert!(other.get(c.id()).is_some());
     }
+
+    fn manifest_with(record_id: &str, name: &str) -> String {
+        serde_json::json!({record_id: {"ref": {"attachment_id": record_id, "name": name}, "kind": "file",
+                                        "description": null, "extra": {}}})
+        .to_string()
+    }
+
+    #[test]
+    fn a_manifest_where_earlier_versions_kept_it_is_moved_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let workspace = dir.path().join("code_workspace");
+        std::fs::create_dir_all(&workspace).unwrap();
+        let workspace = workspace.canonicalize().unwrap();
+        std::fs::write(
+            workspace.join(MANIFEST_FILE),
+            manifest_with("old-1", "a.txt"),
+        )
+        .unwrap();
+        let store = AttachmentStore::open(&workspace, dir.path());
+        assert!(!workspace.join(MANIFEST_FILE).exists());
+        assert_eq!(
+            store.manifest_path(),
+            workspace.join("attachments").join(MANIFEST_FILE)
+        );
+        assert!(store.manifest_path().is_file());
+        assert_eq!(
+            store.get("old-1").unwrap().reference.name.as_deref(),
+            Some("a.txt")
+        );
+
+        // One at the old place beside one at the new: merged, the new one's records kept.
+        std::fs::write(
+            workspace.join(MANIFEST_FILE),
+            manifest_with("old-2", "b.txt"),
+        )
+        .unwrap();
+        store
+            .register_remote_file(
+                "file-9",
+                None,
+                RegisterOptions {
+                    attachment_id: Some("new-1".into()),
+                    ..RegisterOptions::default()
+                },
+            )
+            .unwrap();
+        let reopened = AttachmentStore::open(&workspace, dir.path());
+        assert!(!workspace.join(MANIFEST_FILE).exists());
+        for id in ["old-1", "old-2", "new-1"] {
+            assert!(reopened.export_manifest().contains_key(id), "{id}");
+        }
+    }
+
+    #[test]
+    fn remote_files_get_provider_ids_and_unknown_ids_are_key_errors() {
+        let (_dir, store) = store();
+        let record = store
+            .register_remote_file(
+                "file-1",
+                Some(10),
+                RegisterOptions {
+                    display_name: Some("r.pdf".into()),
+                    ..RegisterOptions::default()
+                },
+            )
+            .unwrap();
+        assert_eq!(record.reference.local_path, None);
+        store.update_remote_file_id(record.id(), "file-2").unwrap();
+        let manifest = store.export_manifest();
+        assert_eq!(manifest[record.id()]["ref"]["remote_file_id"], "file-2");
+        let error = store.update_remote_file_id("nope", "x").unwrap_err();
+        assert_eq!(
+            (error.type_name(), error.to_string().as_str()),
+            ("KeyError", "Attachment 'nope' not found")
+        );
+    }
+
+    #[test]
+    fn ingested_records_copy_workspace_files_and_refuse_others() {
+        let (dir, store) = store();
+        let workspace = dir.path().join("code_workspace").canonicalize().unwrap();
+        std::fs::write(workspace.join("up.txt"), b"upload").unwrap();
+        let record: AttachmentRecord = serde_json::from_value(serde_json::json!({
+            "ref": {"attachment_id": "up-1", "name": "up.txt",
+                    "local_path": workspace.join("up.txt")}, "kind": "file"}))
+        .unwrap();
+        let ingested = store.ingest_record(record.clone(), true, true).unwrap();
+        let copied = workspace.join("attachments").join("up-1").join("up.txt");
+        assert_eq!(ingested.reference.local_path.as_deref(), copied.to_str());
+        assert_eq!(std::fs::read(&copied).unwrap(), b"upload");
+
+        let outside = dir.path().join("secret.txt");
+        std::fs::write(&outside, b"secret").unwrap();
+        let mut foreign = record;
+        foreign.reference.local_path = Some(outside.to_string_lossy().into_owned());
+        let error = store.ingest_record(foreign, true, true).unwrap_err();
+        assert_eq!(error.type_name(), "PermissionError", "{error}");
+    }
+
+    #[test]
+    fn confine_keeps_only_files_inside_the_workspace() {
+        let (dir, store) = store();
+        let workspace = dir.path().join("code_workspace").canonicalize().unwrap();
+        std::fs::write(workspace.join("in.txt"), b"x").unwrap();
+        std::fs::write(dir.path().join("out.txt"), b"x").unwrap();
+        std::os::unix::fs::symlink(dir.path().join("out.txt"), workspace.join("link.txt")).unwrap();
+        assert_eq!(store.confine("in.txt"), Some(workspace.join("in.txt")));
+        assert_eq!(
+            store.confine(&workspace.join("in.txt").to_string_lossy()),
+            Some(workspace.join("in.txt"))
+        );
+        assert_eq!(store.confine("link.txt"), None);
+        assert_eq!(store.confine("../out.txt"), None);
+        assert_eq!(store.confine("/etc/passwd"), None);
+        assert_eq!(store.confine("."), None);
+    }
 }
