@@ -27,13 +27,16 @@ BIN = os.environ.get("TOOLPOOL_BIN") or str(REPO / "target" / "debug" / "toolpoo
 VERSION = os.environ.get("TOOLPOOL_VERSION")
 
 
-def base_args(session_dir: str, *args: str) -> list[str]:
-    return ["--functions-dir", str(FIXTURES), "--session-dir", session_dir, *args]
+DROPIN_PROJECT = REPO / "tests" / "fixtures" / "original_project" / "functions" / "function_calling"
+
+
+def base_args(session_dir: str, *args: str, functions: Path = FIXTURES) -> list[str]:
+    return ["--functions-dir", str(functions), "--session-dir", session_dir, *args]
 
 
 @contextlib.asynccontextmanager
-async def served(*args: str, **client_options):
-    """A connected `Client` on `toolpool <args>` (args end with `serve ...`).
+async def served(*args: str, functions: Path = FIXTURES, **client_options):
+    """A connected `Client` on `toolpool <args>` (args end with `serve ...`) over the tools in `functions`.
 
     The server's stderr goes to a file; on failure it is printed.
     """
@@ -41,7 +44,7 @@ async def served(*args: str, **client_options):
         stderr_path = Path(tmp) / "stderr.txt"
         params = StdioServerParameters(
             command=BIN,
-            args=base_args(str(Path(tmp) / "session"), *args),
+            args=base_args(str(Path(tmp) / "session"), *args, functions=functions),
             env={"RUST_LOG": "info"},
         )
         with open(stderr_path, "w") as errlog:
