@@ -24,13 +24,55 @@ fn percentile(samples: &mut [f64], p: f64) -> f64 {
 }
 
 async fn pool(workers: usize, session: &Path) -> Pool {
+    pool_on("python3", workers, session).await
+}
+
+async fn pool_on(python: &str, workers: usize, session: &Path) -> Pool {
     Pool::builder()
+        .python(python)
         .functions_dir(tools_dir())
         .workers(workers)
         .session_dir(session)
         .build()
         .await
         .expect("pool starts")
+}
+
+/// The 10 000 / 2 000 small records of P8 and P9, as the peers build them.
+fn records(count: usize) -> Value {
+    Value::Array(
+        (0..count)
+            .map(|i| json!({"id": i, "name": format!("item-{i}"), "score": i as f64 * 0.5, "tags": ["a", "b"]}))
+            .collect(),
+    )
+}
+
+/// P8 and P9 on `python`: serial p50 (ms) of a 10 000-record result and of a
+/// 2 000-record argument, one worker.
+async fn payloads(python: &str, session: &Path, calls: usize) -> (f64, f64) {
+    let pool = pool_on(python, 1, session).await;
+    let result_args = json!({"count": 10_000});
+    let argument = json!({"rows": records(2_000)});
+    let time = |name: &'static str, args: Value| {
+        let pool = &pool;
+        async move {
+            let mut samples = Vec::with_capacity(calls);
+            for i in 0..(calls + 5) {
+                let started = Instant::now();
+                pool.invoke(name, args.clone(), InvokeOptions::default())
+                    .await
+                    .expect("payload call succeeds");
+                if i >= 5 {
+                    samples.push(started.elapsed().as_secs_f64() * 1e3);
+                }
+            }
+            median(samples)
+        }
+    };
+    let p8 = time("records", result_args).await;
+    let p9 = time("take_records", argument).await;
+    pool.shutdown().await;
+    (p8, p9)
 }
 
 async fn noop(pool: &Pool) {
@@ -243,6 +285,14 @@ async fn main() {
         four.push(cold_start(session, 4).await);
     }
     let p7 = big_catalog(session).await;
+    let payload_calls = (50 / scale).max(3);
+    let (p8, p9) = payloads("python3", session, payload_calls).await;
+    // With the msgpack C extension: the interpreter of a venv that has it
+    // (benches/peers passes the bench venv's).
+    let c_ext = match std::env::var("TOOLPOOL_BENCH_C_EXT_PYTHON") {
+        Ok(python) => Some(payloads(&python, session, payload_calls).await),
+        Err(_) => None,
+    };
 
     let (one, four) = (median(one), median(four));
     let figures = json!({
@@ -255,6 +305,8 @@ async fn main() {
         "P5": {"toolpool_ms": four, "one_worker_ms": one, "ratio_vs_one_worker": four / one},
         "P6": {"toolpool_mb": p6},
         "P7": {"toolpool_s": p7},
+        "P8": {"toolpool_p50_ms": p8, "toolpool_p50_ms_c_ext": c_ext.map(|c| c.0)},
+        "P9": {"toolpool_p50_ms": p9, "toolpool_p50_ms_c_ext": c_ext.map(|c| c.1)},
     });
     println!(
         "{}",

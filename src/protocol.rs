@@ -58,6 +58,9 @@ pub enum Request<'a> {
     Invoke {
         id: u64,
         name: &'a str,
+        /// Sent as JSON text (`args_json`): the shim parses it with the
+        /// standard library's C decoder, not value by value.
+        #[serde(rename = "args_json", serialize_with = "as_json_text")]
         args: &'a Value,
         context: &'a CallContext,
     },
@@ -140,6 +143,67 @@ pub struct ReplyValue {
     pub content: Option<Vec<WireBlock>>,
 }
 
+/// Deepest nesting of lists and maps a result may have (the shim refuses
+/// deeper ones it walks; this holds it for the JSON text it does not).
+pub const MAX_RESULT_DEPTH: usize = 100;
+
+impl ReplyValue {
+    /// A reply's value: `value_json` (JSON text, parsed here) when the shim
+    /// sent one, else the MessagePack `value`. A result nested deeper than
+    /// [`MAX_RESULT_DEPTH`] or text that is not JSON is the tool's
+    /// `ValueError`, as the shim names it for what it walks.
+    pub fn decode(
+        value: Value,
+        value_json: Option<String>,
+        content: Option<Vec<WireBlock>>,
+    ) -> Result<ReplyValue, RemoteError> {
+        let value_error = |message: String| RemoteError {
+            kind: "ValueError".into(),
+            message,
+            traceback: None,
+        };
+        let too_deep = || {
+            value_error(format!(
+                "the result is nested deeper than {MAX_RESULT_DEPTH} levels of lists and dicts"
+            ))
+        };
+        let value = match value_json {
+            None => value,
+            Some(text) => match serde_json::from_str(&text) {
+                Ok(value) => value,
+                // serde_json's own guard (128 levels) trips first on very deep text.
+                Err(e) if e.to_string().contains("recursion limit") => return Err(too_deep()),
+                Err(e) => return Err(value_error(format!("the result is not valid JSON: {e}"))),
+            },
+        };
+        if depth(&value) > MAX_RESULT_DEPTH {
+            return Err(too_deep());
+        }
+        Ok(ReplyValue { value, content })
+    }
+}
+
+/// Levels of lists and maps in `value` (a scalar is 0), without recursion.
+fn depth(value: &Value) -> usize {
+    let mut deepest = 0;
+    let mut stack = vec![(value, 0usize)];
+    while let Some((value, level)) = stack.pop() {
+        let children: Box<dyn Iterator<Item = &Value>> = match value {
+            Value::Array(items) => Box::new(items.iter()),
+            Value::Object(map) => Box::new(map.values()),
+            _ => continue,
+        };
+        deepest = deepest.max(level + 1);
+        stack.extend(children.map(|child| (child, level + 1)));
+    }
+    deepest
+}
+
+fn as_json_text<S: serde::Serializer>(value: &&Value, serializer: S) -> Result<S::Ok, S::Error> {
+    let text = serde_json::to_string(*value).map_err(serde::ser::Error::custom)?;
+    serializer.serialize_str(&text)
+}
+
 /// Worker → supervisor.
 #[derive(Debug, Deserialize)]
 #[serde(tag = "t", rename_all = "lowercase")]
@@ -159,6 +223,9 @@ pub enum Message {
         value: Value,
         #[serde(default)]
         error: Option<RemoteError>,
+        /// The result as JSON text, instead of `value` (see [`ReplyValue::decode`]).
+        #[serde(default)]
+        value_json: Option<String>,
         #[serde(default)]
         content: Option<Vec<WireBlock>>,
     },
@@ -400,6 +467,47 @@ impl FrameReader {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_result_sent_as_json_text_is_parsed_and_held_to_the_depth_limit() {
+        let parsed =
+            ReplyValue::decode(Value::Null, Some(r#"{"a":[1,2.5,"x"]}"#.into()), None).unwrap();
+        assert_eq!(parsed.value, serde_json::json!({"a": [1, 2.5, "x"]}));
+        let plain = ReplyValue::decode(serde_json::json!(7), None, None).unwrap();
+        assert_eq!(plain.value, serde_json::json!(7));
+        let nest = |levels: usize| "[".repeat(levels) + &"]".repeat(levels);
+        assert!(ReplyValue::decode(Value::Null, Some(nest(MAX_RESULT_DEPTH)), None).is_ok());
+        for levels in [MAX_RESULT_DEPTH + 1, 5000] {
+            let error = ReplyValue::decode(Value::Null, Some(nest(levels)), None).unwrap_err();
+            assert_eq!(error.kind, "ValueError");
+            assert_eq!(
+                error.message,
+                "the result is nested deeper than 100 levels of lists and dicts"
+            );
+        }
+        let error = ReplyValue::decode(Value::Null, Some("{not json".into()), None).unwrap_err();
+        assert!(
+            error.message.starts_with("the result is not valid JSON"),
+            "{}",
+            error.message
+        );
+    }
+
+    #[test]
+    fn invoke_arguments_travel_as_json_text() {
+        let args = serde_json::json!({"rows": [{"id": 1}]});
+        let context = CallContext::default();
+        let request = Request::Invoke {
+            id: 3,
+            name: "t",
+            args: &args,
+            context: &context,
+        };
+        let frame = encode_frame(&request, DEFAULT_MAX_FRAME).unwrap();
+        let decoded: Value = rmp_serde::from_slice(&frame[4..]).unwrap();
+        assert_eq!(decoded["args_json"], r#"{"rows":[{"id":1}]}"#);
+        assert!(decoded.get("args").is_none());
+    }
+
     #[tokio::test]
     async fn request_round_trips_through_a_frame() {
         let args = serde_json::json!({"a": 1, "b": [true, null, "x"]});
@@ -419,7 +527,8 @@ mod tests {
         let value: Value = rmp_serde::from_slice(&body).unwrap();
         assert_eq!(value["t"], "invoke");
         assert_eq!(value["id"], 7);
-        assert_eq!(value["args"], args);
+        let sent: Value = serde_json::from_str(value["args_json"].as_str().unwrap()).unwrap();
+        assert_eq!(sent, args);
     }
 
     #[tokio::test]

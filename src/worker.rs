@@ -572,10 +572,11 @@ impl Worker {
                     ok,
                     value,
                     error,
+                    value_json,
                     content,
                 })) if got == id => {
                     return Exchange::Reply(if ok {
-                        Ok(ReplyValue { value, content })
+                        ReplyValue::decode(value, value_json, content)
                     } else {
                         Err(error.unwrap_or_else(|| RemoteError {
                             kind: "WorkerDied".into(),

@@ -12,3 +12,13 @@ def sleep(seconds: float) -> str:
     """Sleep, for timeout figures."""
     time.sleep(seconds)
     return "slept"
+
+
+def records(count: int) -> list:
+    """A table-shaped result: `count` small records (P8)."""
+    return [{"id": i, "name": f"item-{i}", "score": i * 0.5, "tags": ["a", "b"]} for i in range(count)]
+
+
+def take_records(rows: list) -> int:
+    """A table-shaped argument (P9): how many rows arrived."""
+    return len(rows)

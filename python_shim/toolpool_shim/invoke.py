@@ -41,7 +41,7 @@ class Invoker:
         self._attachment_store = None  # made on first use; it holds no state of its own
 
     def invoke(self, name: str, args, context: dict) -> tuple:
-        """(the tool's result as JSON-able data, its content blocks or None); raises ToolFailure.
+        """(the tool's result encoded for the reply (results.Encoded), its content blocks or None); raises ToolFailure.
 
         Content blocks are there when the tool returned an attachment result
         (a MessageBlock, a list of them, an AttachmentRecord).
@@ -60,8 +60,8 @@ class Invoker:
                 result = self._run_to_completion(result)
             blocks = content.blocks_of(result, self._classes)
             if blocks is not None:
-                return content.value_of(result), blocks
-            return results.to_jsonable(result), None
+                return results.encode(content.value_of(result)), blocks
+            return results.encode(result), None
         except BaseException as exc:
             # SystemExit and KeyboardInterrupt too: a tool never ends the worker.
             # The traceback starts below this frame, at the tool.

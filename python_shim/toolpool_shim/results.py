@@ -6,7 +6,9 @@ import dataclasses
 import datetime
 import decimal
 import enum
+import json
 import pathlib
+import re
 import sys
 import uuid
 
@@ -16,6 +18,70 @@ _UINT_MAX = 2**64 - 1     # anything wider is sent as its decimal string
 # messages nested deeper than 128 levels (src/protocol.rs, MAX_DEPTH): a
 # deeper result is this clear error instead of a killed worker.
 MAX_DEPTH = 100
+
+
+class Encoded:
+    """A result ready for its reply: JSON text from the standard library's C
+    encoder (one pass in C, parsed by serde_json on the other side), or, where
+    only the walk below converts it exactly, the walked value."""
+
+    __slots__ = ("json_text", "value")
+
+    def __init__(self, json_text=None, value=None):
+        self.json_text = json_text
+        self.value = value
+
+    def reply_fields(self) -> dict:
+        return {"value_json": self.json_text} if self.json_text is not None else {"value": self.value}
+
+    def data(self):
+        """The JSON-able data either way (for tests and logs)."""
+        return json.loads(self.json_text) if self.json_text is not None else self.value
+
+
+def encode(value) -> Encoded:
+    """The result as one encoded blob when the C encoder can give exactly what
+    to_jsonable gives, else the walked value; raises what to_jsonable raises."""
+    text = _json_text(value)
+    return Encoded(json_text=text) if text is not None else Encoded(value=to_jsonable(value))
+
+
+def _default(value):
+    """The C encoder's hook for what JSON has no type for: as _convert converts it."""
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, (datetime.date, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, (uuid.UUID, decimal.Decimal, pathlib.PurePath)):
+        return str(value)
+    if _is_pydantic_model(value):
+        return value.model_dump(mode="json")
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {field.name: getattr(value, field.name) for field in dataclasses.fields(value)}
+    if isinstance(value, collections.abc.Mapping):
+        return dict(value)
+    if isinstance(value, (set, frozenset)):
+        return list(value)
+    return str(value)
+
+
+_ENCODER = json.JSONEncoder(default=_default, ensure_ascii=False, allow_nan=False,
+                            check_circular=True, separators=(",", ":"))
+# Nineteen digits in a row: possibly an integer outside 64 bits, which
+# to_jsonable sends as a string (the value is then walked instead).
+_WIDE_INT = re.compile(r"\d{19}")
+
+
+def _json_text(value):
+    try:
+        text = _ENCODER.encode(value)
+    except (TypeError, ValueError, RecursionError):
+        # Keys JSON cannot have, NaN, a container inside itself, very deep
+        # nesting: the walk converts these or names the problem.
+        return None
+    return None if _WIDE_INT.search(text) else text
 
 
 def to_jsonable(value):

@@ -4,6 +4,7 @@ Started by toolpool_boot.py in the forked child; see docs/protocol.md.
 """
 
 import faulthandler
+import json
 import os
 import signal
 import sys
@@ -13,6 +14,7 @@ from .catalog import build_catalog
 from .channel import Channel
 from .frames import FrameTooLarge
 from .invoke import Invoker, ToolFailure
+from .results import Encoded
 
 PROTOCOL_VERSION = 1
 SHIM_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -79,13 +81,13 @@ def _serve(channel: Channel, toolset, classes, invoker: Invoker) -> None:
         blocks = None
         try:
             if kind == "ping":
-                value = None  # exercises the whole request path: warms a spare
+                value = Encoded()  # null; exercises the whole request path: warms a spare
             elif kind == "catalog":
                 if catalog is None:
                     catalog = build_catalog(toolset, classes.warnings)
-                value = catalog
+                value = Encoded(value=catalog)
             elif kind == "invoke" and isinstance(request.get("name"), str):
-                value, blocks = invoker.invoke(request["name"], request.get("args"), request.get("context") or {})
+                value, blocks = invoker.invoke(request["name"], _arguments(request), request.get("context") or {})
             else:
                 raise ToolFailure("ProtocolError", f"not a request this worker understands: {kind!r} (protocol {PROTOCOL_VERSION})")
         except ToolFailure as failure:
@@ -98,8 +100,19 @@ def _serve(channel: Channel, toolset, classes, invoker: Invoker) -> None:
             _flush_tool_output()
 
 
-def _reply_value(channel: Channel, request_id, value, blocks=None) -> None:
-    reply = {"t": "reply", "id": request_id, "ok": True, "value": value}
+def _arguments(request: dict):
+    """The call's arguments: JSON text (parsed by the C decoder), or a MessagePack value."""
+    text = request.get("args_json")
+    if isinstance(text, str):
+        try:
+            return json.loads(text)
+        except ValueError as exc:
+            raise ToolFailure("InvalidArguments", f"the arguments are not JSON: {exc}") from None
+    return request.get("args")
+
+
+def _reply_value(channel: Channel, request_id, value: Encoded, blocks=None) -> None:
+    reply = {"t": "reply", "id": request_id, "ok": True, **value.reply_fields()}
     if blocks is not None:
         reply["content"] = blocks
     try:

@@ -9,6 +9,7 @@ import unittest
 import support  # noqa: F401  (puts the shim on sys.path)
 from toolpool_shim import codec, frames, worker
 from toolpool_shim.channel import CallbackError, Channel
+from toolpool_shim.results import Encoded
 
 MAX_FRAME = 1 << 20
 
@@ -90,11 +91,11 @@ class Replies(ChannelCase):
         self.addCleanup(self.channel._in.close)  # no reader thread uses it here
 
     def test_a_value_reply(self):
-        worker._reply_value(self.channel, 3, [1, "a"])
+        worker._reply_value(self.channel, 3, Encoded(value=[1, "a"]))
         self.assertEqual(self.read_from_worker(), {"t": "reply", "id": 3, "ok": True, "value": [1, "a"]})
 
     def test_a_result_over_the_frame_limit_is_a_result_too_large_error(self):
-        worker._reply_value(self.channel, 4, "x" * (2 * MAX_FRAME))
+        worker._reply_value(self.channel, 4, Encoded(value="x" * (2 * MAX_FRAME)))
         self.assertEqual(self.read_from_worker(), {"t": "reply", "id": 4, "ok": False, "error": {
             "type": "ResultTooLarge",
             "message": "result is 2.0 MB encoded, over the 1.0 MB frame limit",
@@ -102,7 +103,7 @@ class Replies(ChannelCase):
         }})
 
     def test_a_result_msgpack_cannot_encode_is_an_error(self):
-        worker._reply_value(self.channel, 5, "bad \ud800 text")
+        worker._reply_value(self.channel, 5, Encoded(value="bad \ud800 text"))
         reply = self.read_from_worker()
         self.assertEqual((reply["id"], reply["ok"], reply["error"]["type"]), (5, False, "UnicodeEncodeError"))
         self.assertTrue(reply["error"]["message"].startswith("the result cannot be encoded: "))

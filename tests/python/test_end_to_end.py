@@ -80,6 +80,8 @@ class Guardian:
         self.send({"t": kind, "id": request_id, **fields})
         reply = self.receive()
         assert reply is not None and reply["id"] == request_id, reply
+        if "value_json" in reply:  # results travel as JSON text
+            reply["value"] = json.loads(reply.pop("value_json"))
         return reply
 
     def invoke(self, name: str, args: dict, context: dict | None = None) -> dict:

@@ -31,7 +31,7 @@ class InvokeCase(unittest.TestCase):
         with contextlib.redirect_stderr(io.StringIO()):
             value, blocks = self.invoker.invoke(name, {} if args is None else args, context or {})
             self.assertIsNone(blocks)  # no attachment results among these tools
-            return value
+            return value.data()
 
     def failure(self, name, args=None, context=None) -> dict:
         with self.assertRaises(ToolFailure) as failed:

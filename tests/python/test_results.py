@@ -10,7 +10,9 @@ import unittest
 import uuid
 
 import support  # noqa: F401  (puts the shim on sys.path)
-from toolpool_shim.results import to_jsonable
+import json
+
+from toolpool_shim.results import encode, to_jsonable
 
 
 class Shade(enum.Enum):
@@ -123,6 +125,43 @@ class ResultConversion(unittest.TestCase):
             items: set[int]
 
         self.assertEqual(to_jsonable(Model(when="2024-01-02", items={1})), {"when": "2024-01-02", "items": [1]})
+
+
+class OneEncodedBlob(unittest.TestCase):
+    """encode(): the C encoder's JSON text where it gives exactly what the walk gives, else the walk."""
+
+    def test_the_c_encoder_gives_what_the_walk_gives(self):
+        table = [{"id": i, "name": f"item-{i}", "score": i * 0.5, "tags": ["a", "b"]} for i in range(100)]
+        moment = datetime.datetime(2024, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
+        for value in [
+            table, "text", 42, 10**18 - 1, -(10**18) + 1, 2.5, None, True, {"a": [1, {"b": ()}]},
+            b"hi\x00", moment, datetime.date(2024, 1, 2), datetime.time(10, 20), uuid.UUID(int=1),
+            decimal.Decimal("1.10"), pathlib.Path("/tmp/x"), Shade.DARK, Rank.ONE, (1, (2, 3)), {3},
+            frozenset({"a"}), Outer("o", Inner(datetime.date(2024, 1, 2), Shade.DARK), (1, b"\x01")),
+            {7: "a", 2.5: "b", True: "c", None: "d"}, Opaque(), [Opaque()], "ünï \u2603",
+        ]:
+            encoded = encode(value)
+            self.assertIsNotNone(encoded.json_text, repr(value))
+            self.assertEqual(json.loads(encoded.json_text), to_jsonable(value), repr(value))
+
+    def test_what_only_the_walk_converts_exactly_is_walked(self):
+        shared = [1]
+        for value in [2**64, -(2**63) - 1, {Shade.DARK: "e"}, {("t", 1): "f"}, [shared, shared, {(1,): 2}]]:
+            encoded = encode(value)
+            self.assertIsNone(encoded.json_text, repr(value))
+            self.assertEqual(encoded.value, to_jsonable(value))
+        self.assertTrue(math.isnan(encode(float("nan")).value))
+        loop = [1]
+        loop.append(loop)
+        with self.assertRaisesRegex(ValueError, "contains itself"):
+            encode(loop)
+
+    def test_deep_results_are_left_to_the_supervisors_depth_check_or_named_by_the_walk(self):
+        value = None
+        for _ in range(5000):
+            value = [value]
+        with self.assertRaisesRegex(ValueError, "nested deeper"):
+            encode(value)
 
 
 if __name__ == "__main__":

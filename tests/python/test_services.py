@@ -136,7 +136,8 @@ class HumanPromptProxy(unittest.TestCase):
         toolset = support.toolset_of(asks)
         config = {"workspace": "/ws", "session_dir": "/s", "session_id": "s", "packages_dir": "/s/site-packages"}
         invoker = Invoker(toolset, config, supervisor)
-        self.assertEqual(invoker.invoke("asks", {}, {"node_id": "n1", "human_prompt": True}), ("hi", None))
+        value, blocks = invoker.invoke("asks", {}, {"node_id": "n1", "human_prompt": True})
+        self.assertEqual((value.data(), blocks), ("hi", None))
         self.assertEqual(supervisor.calls[-1][1]["node_id"], "n1")
         context = invoker._context({})
         self.assertIsNone(context["human_prompt"])
