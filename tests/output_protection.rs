@@ -26,3 +26,30 @@ async fn megabyte_written_to_fd_1_does_not_corrupt_the_channel() {
     assert_serves(&pool).await;
     pool.shutdown().await;
 }
+
+/// What a tool prints is not lost either: every line reaches toolpool's log
+/// on stderr, tagged with the call that printed it, and stdout carries only
+/// the result.
+#[test]
+fn printed_output_reaches_the_log_tagged_with_its_call() {
+    for (tool, line) in [
+        ("print_spam", "x".repeat(1023)),
+        ("write_spam", "y".repeat(1023)),
+    ] {
+        let session = tempfile::tempdir().unwrap();
+        let out = run(toolpool_command(session.path())
+            .args(["call", tool, "--args", r#"{"megabytes": 1}"#])
+            .env("RUST_LOG", "info"));
+        assert_eq!((out.code, out.stdout.as_str()), (0, "done\n"), "{tool}");
+        let logged: Vec<&str> = out.stderr.lines().filter(|l| l.contains(&line)).collect();
+        assert_eq!(
+            logged.len(),
+            1024,
+            "{tool}: every 1 KB line of the megabyte is logged"
+        );
+        assert!(
+            logged.iter().all(|l| l.contains(&format!("{tool}#"))),
+            "{tool}: each line names its call"
+        );
+    }
+}
