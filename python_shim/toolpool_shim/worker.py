@@ -14,7 +14,7 @@ from .channel import Channel
 from .frames import FrameTooLarge
 from .invoke import Invoker, ToolFailure
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 SHIM_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 _channel = None  # the running worker's channel, for callback()
@@ -32,7 +32,7 @@ def main(config: dict) -> None:
         sys.path.append(entry)
     # Last, so that a project's own `utils` package wins over the compat one.
     sys.path.append(os.path.join(SHIM_DIR, "compat"))
-    toolset = discovery.load_tools(config["functions_dir"])
+    toolset = _import_tools(_channel, config)
     _channel.send({
         "t": "hello",
         "protocol": PROTOCOL_VERSION,
@@ -42,6 +42,33 @@ def main(config: dict) -> None:
         "executable": sys.executable,
     })
     _serve(_channel, toolset, Invoker(toolset, config))
+
+
+def _import_tools(channel: Channel, config: dict):
+    """Import the tool modules, each announced first and bounded in time.
+
+    A module that hangs past `import_timeout` gets every thread's stack
+    written to the dump fd and the process ended (faulthandler's watchdog
+    runs without the GIL, so a C loop cannot stop it); one that exits or
+    kills the process does so after its `importing` message. Either way the
+    supervisor knows which module it was, and the next worker skips it.
+    """
+    limit = config.get("import_timeout")
+    dump_fd = config.get("dump_fd")
+    dump_to = dump_fd if dump_fd is not None else sys.stderr
+
+    def before(module: str, file: str) -> None:
+        channel.send({"t": "importing", "module": module, "file": file})
+        if limit:
+            faulthandler.dump_traceback_later(float(limit), exit=True, file=dump_to)
+
+    def after() -> None:
+        if limit:
+            faulthandler.cancel_dump_traceback_later()
+
+    return discovery.load_tools(
+        config["functions_dir"], before, after, config.get("skip_modules") or (),
+    )
 
 
 def callback(method: str, params: dict):
@@ -93,6 +120,9 @@ def _serve(channel: Channel, toolset, invoker: Invoker) -> None:
                     catalog = build_catalog(toolset)
                 value = catalog
             elif kind == "invoke" and isinstance(request.get("name"), str):
+                # Proof that this worker was sound when the call began: one
+                # that dies before this was broken by an earlier call.
+                channel.send({"t": "started", "id": request_id})
                 value = invoker.invoke(request["name"], request.get("args"), request.get("context") or {})
             else:
                 raise ToolFailure("ProtocolError", f"not a request this worker understands: {kind!r} (protocol {PROTOCOL_VERSION})")
