@@ -9,7 +9,9 @@ pub fn report(pool: &Pool) -> String {
     let limits = pool.limits();
     let codec = match info.codec.as_str() {
         "msgpack" => "msgpack (the C extension)".to_string(),
-        "builtin" => "builtin (the shim's pure-Python codec; install msgpack for speed)".to_string(),
+        "builtin" => {
+            "builtin (the shim's pure-Python codec; install msgpack for speed)".to_string()
+        }
         other => other.to_string(),
     };
     let kill = match info.kill_mechanism {
@@ -21,7 +23,10 @@ pub fn report(pool: &Pool) -> String {
         }
     };
     let mut lines = vec![
-        format!("interpreter: {} (Python {})", info.executable, info.python_version),
+        format!(
+            "interpreter: {} (Python {})",
+            info.executable, info.python_version
+        ),
         format!("codec: {codec}"),
         format!("kill mechanism: {kill}"),
         format!(
@@ -38,10 +43,17 @@ pub fn report(pool: &Pool) -> String {
         value => format!("{value}{unit}"),
     };
     lines.push(format!("workers: {}", limits["workers"]));
-    lines.push(format!("timeout: {}", show(&limits["timeout_secs"], " s", "none")));
+    lines.push(format!(
+        "timeout: {}",
+        show(&limits["timeout_secs"], " s", "none")
+    ));
     lines.push(format!(
         "import timeout: {}",
-        show(&limits["import_timeout_secs"], " s per module", "none (only the start timeout)")
+        show(
+            &limits["import_timeout_secs"],
+            " s per module",
+            "none (only the start timeout)"
+        )
     ));
     lines.push(format!(
         "human timeout: {}",
@@ -49,7 +61,11 @@ pub fn report(pool: &Pool) -> String {
     ));
     lines.push(format!(
         "memory limit: {}",
-        show(&limits["memory_limit_bytes"], " bytes of address space per worker", "none")
+        show(
+            &limits["memory_limit_bytes"],
+            " bytes of address space per worker",
+            "none"
+        )
     ));
     lines.push(format!(
         "max calls per worker: {}",

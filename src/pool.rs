@@ -26,7 +26,9 @@ use crate::context::{
 };
 use crate::error::{ErrorKind, PoolError, ToolError};
 use crate::protocol::{CallContext, DEFAULT_MAX_FRAME};
-use crate::worker::{CallOutcome, Spawner, StartError, Worker, WorkerInfo, WorkerKiller, WorkerSpec};
+use crate::worker::{
+    CallOutcome, Spawner, StartError, Worker, WorkerInfo, WorkerKiller, WorkerSpec,
+};
 
 /// Environment variables every worker gets (when set here), besides `LC_*`
 /// and the ones passed with `--pass-env`.
@@ -88,6 +90,7 @@ pub struct PoolBuilder {
     subreaper: bool,
     human_timeout: Option<Duration>,
     import_timeout: Option<Duration>,
+    pid_namespace: bool,
 }
 
 impl Default for PoolBuilder {
@@ -112,6 +115,7 @@ impl Default for PoolBuilder {
             subreaper: false,
             human_timeout: None,
             import_timeout: Some(DEFAULT_IMPORT_TIMEOUT),
+            pid_namespace: true,
         }
     }
 }
@@ -202,6 +206,15 @@ impl PoolBuilder {
         self.human_timeout = limit;
         self
     }
+    /// Run each worker as init of a PID namespace of its own where the
+    /// kernel allows (the default): killing it then kills every process of
+    /// its calls. `false` keeps workers in this namespace, killed by their
+    /// group and a sweep of their guardian's descendants (`toolpool doctor`
+    /// says which is in use).
+    pub fn pid_namespace(mut self, on: bool) -> Self {
+        self.pid_namespace = on;
+        self
+    }
     /// Bound on each tool module's import (default 10 s): a module that
     /// takes longer is a catalog error naming where it was, and the others
     /// are served. `None`: only the start timeout bounds the imports.
@@ -247,7 +260,7 @@ impl PoolBuilder {
             "import_timeout": self.import_timeout.map(|t| t.as_secs_f64()),
             // Each worker is made init of a PID namespace of its own where
             // the kernel allows: killing it then kills everything it started.
-            "pid_namespace": true,
+            "pid_namespace": self.pid_namespace,
         });
         let memory_limit_bytes = match self.memory_limit_mb {
             None => None,
@@ -385,7 +398,10 @@ impl PoolBuilder {
 /// Starts a worker; a tool module that kills or hangs it at import is
 /// quarantined (reported as a load error by the next workers, not imported)
 /// and the start tried again.
-async fn start_quarantining(spawner: &Spawner, spec: &Arc<WorkerSpec>) -> Result<Worker, StartError> {
+async fn start_quarantining(
+    spawner: &Spawner,
+    spec: &Arc<WorkerSpec>,
+) -> Result<Worker, StartError> {
     for _ in 0..MAX_QUARANTINED {
         match Worker::start(spawner, spec.clone()).await {
             Err(StartError::Import {
@@ -394,7 +410,11 @@ async fn start_quarantining(spawner: &Spawner, spec: &Arc<WorkerSpec>) -> Result
                 reason,
             }) => {
                 tracing::warn!(%module, "tool module not loaded: importing it {reason}");
-                spec.quarantine(&module, &file, format!("ImportHazard: importing {file} {reason}"));
+                spec.quarantine(
+                    &module,
+                    &file,
+                    format!("ImportHazard: importing {file} {reason}"),
+                );
             }
             other => return other,
         }
@@ -770,7 +790,9 @@ impl Shared {
                     tokio::time::sleep(backoff).await;
                 }
                 let generation = shared.generation.load(Ordering::Acquire);
-                match start_quarantining(&shared.spawner, &shared.spec).await {
+                // Not quarantining: the catalog lists every module these
+                // workers must serve; one that breaks them now is a failed start.
+                match Worker::start(&shared.spawner, shared.spec.clone()).await {
                     Ok(mut worker) => {
                         if let Destination::Spare = destination {
                             if !warm(&mut worker).await {
@@ -916,7 +938,10 @@ impl Shared {
 enum Attempt {
     Done(Result<Value, ToolError>, i32),
     /// The worker was broken before it started the call.
-    NotStarted { pid: i32, reason: String },
+    NotStarted {
+        pid: i32,
+        reason: String,
+    },
 }
 
 /// A worker checked out for one call. Dropped mid-call (the caller gave up),
@@ -1135,8 +1160,7 @@ impl Pool {
         let deadline = Instant::now() + timeout;
         // Boxed: the exchange's state is large, and a call's future is moved
         // whenever a task is spawned around it.
-        let outcome =
-            Box::pin(worker.invoke(name, args, context, deadline, Some(callbacks))).await;
+        let outcome = Box::pin(worker.invoke(name, args, context, deadline, Some(callbacks))).await;
         drop(busy);
         let closing = shared.is_closed.load(Ordering::Acquire);
         let (result, kept) = match outcome {

@@ -27,8 +27,8 @@ use tokio::time::{timeout, timeout_at, Instant};
 use crate::context::{CallbackError, CallbackHandler};
 use crate::process::{kill_descendants, KillMechanism, ProcessId, Tracked};
 use crate::protocol::{
-    encode_frame, write_frame, CallContext, CallbackReply, FrameReader, Message,
-    ProtocolError, RemoteError, Request, PROTOCOL_VERSION,
+    encode_frame, write_frame, CallContext, CallbackReply, FrameReader, Message, ProtocolError,
+    RemoteError, Request, PROTOCOL_VERSION,
 };
 
 /// The fd on which the worker's `faulthandler` writes stack dumps.
@@ -251,7 +251,11 @@ fn close_other_fds_on_exec() {
 impl WorkerSpec {
     /// The boot config, with the modules quarantined so far.
     fn config_with_quarantine(&self) -> String {
-        let quarantined = self.quarantined.lock().map(|q| q.clone()).unwrap_or_default();
+        let quarantined = self
+            .quarantined
+            .lock()
+            .map(|q| q.clone())
+            .unwrap_or_default();
         if quarantined.is_empty() {
             return self.config_json.clone();
         }
@@ -407,7 +411,9 @@ impl Worker {
                     source,
                 })?;
         let Some(guardian) = child.id().and_then(ProcessId::from_u32) else {
-            return Err(StartError::Handshake("the guardian has no process id".into()));
+            return Err(StartError::Handshake(
+                "the guardian has no process id".into(),
+            ));
         };
         let (Some(stdin), Some(stdout), Some(stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
@@ -491,8 +497,9 @@ impl Worker {
                                 "took longer than the import timeout and was stopped; it was at {at}"
                             ),
                             None => format!(
-                                "made the worker end: it {}",
-                                describe_exit(status_raw, true)
+                                "made the worker end: it {}{}",
+                                describe_exit(status_raw, true),
+                                worker.stderr_text()
                             ),
                         };
                         return Err(StartError::Import {
@@ -515,7 +522,9 @@ impl Worker {
                     worker.kill().await;
                     let _ = timeout(Duration::from_millis(200), pump).await;
                     if let Some((module, file)) = importing {
-                        let place = stuck_at.map(|at| format!("; it was at {at}")).unwrap_or_default();
+                        let place = stuck_at
+                            .map(|at| format!("; it was at {at}"))
+                            .unwrap_or_default();
                         return Err(StartError::Import {
                             module,
                             file,
