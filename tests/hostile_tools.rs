@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use serde_json::{json, Value};
+use serde_json::json;
 use toolpool::context::prompt_fn;
 use toolpool::{ErrorKind, InvokeOptions, Pool, PoolBuilder, PromptAnswer};
 
@@ -257,6 +257,8 @@ async fn a_tool_that_closes_the_channel_after_returning_fails_no_other_call() {
     damage_then_call("close_channel_after_returning").await;
 }
 
+type Progress = (Option<u64>, Option<u64>);
+
 fn progress(path: &Path) -> Option<u64> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
@@ -266,7 +268,8 @@ async fn a_tool_cannot_run_on_while_its_timer_is_paused_for_a_human() {
     let session = tempfile::tempdir().unwrap();
     let progress_file = session.path().join("progress");
     let watched = progress_file.clone();
-    let observed: Arc<std::sync::Mutex<Option<(Option<u64>, Option<u64>)>>> = Default::default();
+    // The tool's progress counter half a second into the wait, and a second later.
+    let observed: Arc<std::sync::Mutex<Option<Progress>>> = Default::default();
     let seen = observed.clone();
     let prompt = prompt_fn(move |_request| {
         let (watched, seen) = (watched.clone(), seen.clone());
@@ -356,7 +359,6 @@ async fn only_stdio_and_the_dump_pipe_reach_a_worker() {
     pool.shutdown().await;
     // SAFETY: the fd opened above.
     unsafe { libc::close(fd) };
-    let _ = Value::Null;
 }
 
 #[test]
