@@ -408,3 +408,96 @@ fn a_session_id_is_one_path_component() {
     let made: Vec<_> = std::fs::read_dir(cwd.path()).unwrap().collect();
     assert!(made.is_empty(), "{made:?}");
 }
+
+/// A world-writable folder holding copies of the binary and the hostile
+/// tools, to run `toolpool` as the unprivileged user `nobody` (through
+/// `setpriv`) with the system's own interpreter (the test's may live under
+/// /root). `None` where that cannot be arranged (not root, no setpriv, no
+/// /usr/bin/python3).
+fn nobodys_folder() -> Option<tempfile::TempDir> {
+    use std::os::unix::fs::PermissionsExt;
+    let have = |path: &str| Path::new(path).exists();
+    if !nix::unistd::geteuid().is_root() || !have("/usr/bin/python3") || !have("/usr/bin/setpriv") {
+        eprintln!("skipped: needs root, /usr/bin/setpriv and /usr/bin/python3");
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let functions = dir.path().join("functions");
+    std::fs::create_dir(&functions).unwrap();
+    std::fs::copy(env!("CARGO_BIN_EXE_toolpool"), dir.path().join("toolpool")).unwrap();
+    std::fs::copy(
+        hostile("calls").join("attacks.py"),
+        functions.join("attacks.py"),
+    )
+    .unwrap();
+    for path in [
+        dir.path().to_path_buf(),
+        functions.clone(),
+        functions.join("attacks.py"),
+        dir.path().join("toolpool"),
+    ] {
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    Some(dir)
+}
+
+fn run_as_nobody(dir: &Path, args: &[&str]) -> Run {
+    run(std::process::Command::new("/usr/bin/setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(dir.join("toolpool"))
+        .env("HOME", dir)
+        .env("TOOLPOOL_CACHE_DIR", dir.join("cache"))
+        .args(["--python", "/usr/bin/python3", "--functions-dir"])
+        .arg(dir.join("functions"))
+        .arg("--session-dir")
+        .arg(dir.join("session"))
+        .args(args)
+        .stdin(Stdio::null()))
+}
+
+#[test]
+fn an_unprivileged_user_gets_a_pid_namespace_through_a_user_namespace() {
+    let Some(dir) = nobodys_folder() else {
+        return;
+    };
+    let out = run_as_nobody(dir.path(), &["doctor"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stdout.contains("kill mechanism: pid-namespace"),
+        "{}",
+        out.stdout
+    );
+}
+
+#[test]
+fn an_unprivileged_users_escaping_tool_dies_entirely_before_call_exits() {
+    let Some(dir) = nobodys_folder() else {
+        return;
+    };
+    let pid_file = dir.path().join("escape.pids");
+    let args = json!({ "pid_file": pid_file }).to_string();
+    let out = run_as_nobody(
+        dir.path(),
+        &[
+            "call",
+            "escape_and_hold_the_gil",
+            "--args",
+            &args,
+            "--timeout",
+            "2",
+        ],
+    );
+    let pids = pids_in(&pid_file);
+    assert_eq!(pids.len(), 2, "the tool wrote its pids: {}", out.stderr);
+    let left: Vec<i32> = pids.iter().copied().filter(|p| alive(*p)).collect();
+    assert!(
+        left.is_empty(),
+        "alive after call exited: {}",
+        describe_pids(&left)
+    );
+    assert_eq!(
+        out.code, 124,
+        "stdout: {}\nstderr: {}",
+        out.stdout, out.stderr
+    );
+}
