@@ -225,7 +225,30 @@ async fn a_stopped_supervisor_does_not_invent_timeouts() {
     assert_eq!(stdout.trim(), "slept 0.3");
 }
 
-async fn damage_then_call(tool: &str) {
+/// Collects what the pool logs, to check what it blames.
+#[derive(Clone, Default)]
+struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// `culprit`: the call the death is logged against, the one before the
+/// call that found the worker broken.
+async fn damage_then_call(tool: &str, culprit: &str) {
+    let log = Captured::default();
+    let writer = log.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let _logging = tracing::subscriber::set_default(subscriber);
     let session = tempfile::tempdir().unwrap();
     let pool = calls_pool(&session).build().await.unwrap();
     let damaging = pool.invoke(tool, json!({}), InvokeOptions::default()).await;
@@ -240,21 +263,34 @@ async fn damage_then_call(tool: &str) {
         assert_eq!(sum.unwrap(), json!(5), "after {tool}");
     }
     pool.shutdown().await;
+    // The death is put down to the call that caused it.
+    let log = String::from_utf8_lossy(&log.0.lock().unwrap()).into_owned();
+    assert!(
+        log.contains(&format!("the worker was found broken after {culprit}#")),
+        "{log}"
+    );
+    assert!(log.contains("before it started add"), "{log}");
 }
 
 #[tokio::test]
 async fn a_tool_that_ends_its_worker_after_returning_fails_no_other_call() {
-    damage_then_call("exit_soon_after_returning").await;
+    damage_then_call("exit_soon_after_returning", "exit_soon_after_returning").await;
 }
 
 #[tokio::test]
 async fn a_tool_that_writes_garbage_after_returning_fails_no_other_call() {
-    damage_then_call("garbage_soon_after_returning").await;
+    damage_then_call(
+        "garbage_soon_after_returning",
+        "garbage_soon_after_returning",
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn a_tool_that_closes_the_channel_after_returning_fails_no_other_call() {
-    damage_then_call("close_channel_after_returning").await;
+    // The main thread was already reading when the fd was closed: that read
+    // completes, so the first `add` runs; the next read fails.
+    damage_then_call("close_channel_after_returning", "add").await;
 }
 
 type Progress = (Option<u64>, Option<u64>);
