@@ -55,6 +55,16 @@ const STDERR_LINE_MAX: usize = 16 * 1024;
 /// (it was readable, or the supervisor was not running to read it).
 const DEADLINE_DRAIN: Duration = Duration::from_millis(20);
 
+/// A tool module that broke a worker's start, as the boot config's
+/// `skip_modules` lists it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct QuarantinedModule {
+    pub module: String,
+    pub file: String,
+    /// The catalog error reported for it.
+    pub error: String,
+}
+
 /// Everything needed to launch a worker; shared by all workers of a pool.
 #[derive(Debug)]
 pub struct WorkerSpec {
@@ -71,7 +81,7 @@ pub struct WorkerSpec {
     pub human_timeout: Option<Duration>,
     /// Modules that killed or hung a worker at import, with why: the next
     /// workers report them as load errors instead of importing them.
-    pub quarantined: Mutex<Vec<(String, String, String)>>,
+    pub quarantined: Mutex<Vec<QuarantinedModule>>,
     /// Canonical functions directory, to report stack frames relative to it.
     pub functions_dir: PathBuf,
 }
@@ -261,19 +271,22 @@ impl WorkerSpec {
         }
         let mut config: serde_json::Map<String, Value> =
             serde_json::from_str(&self.config_json).unwrap_or_default();
-        let skipped: Vec<Value> = quarantined
-            .into_iter()
-            .map(|(module, file, error)| serde_json::json!({"module": module, "file": file, "error": error}))
-            .collect();
-        config.insert("skip_modules".into(), Value::Array(skipped));
+        config.insert(
+            "skip_modules".into(),
+            serde_json::to_value(quarantined).unwrap_or_default(),
+        );
         Value::Object(config).to_string()
     }
 
     /// Records a module that broke a worker's start.
     pub fn quarantine(&self, module: &str, file: &str, error: String) {
         if let Ok(mut quarantined) = self.quarantined.lock() {
-            if !quarantined.iter().any(|(m, _, _)| m == module) {
-                quarantined.push((module.to_string(), file.to_string(), error));
+            if !quarantined.iter().any(|q| q.module == module) {
+                quarantined.push(QuarantinedModule {
+                    module: module.to_string(),
+                    file: file.to_string(),
+                    error,
+                });
             }
         }
     }
@@ -489,8 +502,6 @@ impl Worker {
                     let status = worker.reap().await;
                     // Let the pump collect what the worker said on its way out.
                     let _ = timeout(Duration::from_millis(500), pump).await;
-                    let status_raw = status;
-                    let status = describe_exit(status, false);
                     if let Some((module, file)) = importing {
                         let reason = match worker.read_dump().await {
                             Some(at) => format!(
@@ -498,7 +509,7 @@ impl Worker {
                             ),
                             None => format!(
                                 "made the worker end: it {}{}",
-                                describe_exit(status_raw, true),
+                                describe_exit(status, true),
                                 worker.stderr_text()
                             ),
                         };
@@ -509,14 +520,17 @@ impl Worker {
                         });
                     }
                     return Err(StartError::Died {
-                        status,
+                        status: describe_exit(status, false),
                         stderr: worker.stderr_text(),
                     });
                 }
                 Ok(Err(e)) => break StartError::Handshake(e.to_string()),
                 Err(_) => {
                     let stuck_at = match importing {
-                        Some(_) => worker.stack_dump().await,
+                        Some(_) => {
+                            worker.identify();
+                            worker.stack_dump().await
+                        }
                         None => None,
                     };
                     worker.kill().await;
