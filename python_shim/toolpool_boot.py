@@ -6,9 +6,13 @@ outlives the worker, then ends the same way the worker did: same exit code,
 or same signal. The supervisor's waitpid on the guardian therefore tells how
 the worker ended. The guardian runs no tool code. See docs/protocol.md.
 
-It is also the child subreaper of the worker's tree: a process the tools
-started that left the worker's group (setsid, a daemon's double fork) is
-adopted by the guardian when its parent dies, and is killed with the rest.
+Where the kernel allows (as root, or through a user namespace), the worker
+is forked into a PID namespace of its own, as its init: when the worker dies
+the kernel kills every process of the namespace, whatever they did with
+process groups and sessions. Otherwise the guardian is the child subreaper of
+the worker's tree: a process the tools started that left the worker's group
+(setsid, a daemon's double fork) is adopted by the guardian when its parent
+dies, and is killed with the rest.
 """
 
 import json
@@ -20,6 +24,8 @@ import sys
 SHIM_DIR = os.path.dirname(os.path.abspath(__file__))
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
 # SIGTERM and SIGHUP: the supervisor died (its parent-death signal) or is
 # stopping us. SIGINT is treated alike so that a stray Ctrl-C cannot leave the
 # worker's group behind.
@@ -37,6 +43,8 @@ def main() -> None:
 
     guardian = os.getpid()
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    if config.get("pid_namespace"):
+        _enter_pid_namespace()
     # Blocked across the fork: a stop signal that arrives before the handler
     # knows the worker's pid waits until it does.
     signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
@@ -68,6 +76,35 @@ def main() -> None:
     _kill_group(worker)
     _kill_adopted()
     _mirror(status)
+
+
+def _enter_pid_namespace() -> None:
+    """Make the next child the init of a new PID namespace, if the kernel lets us.
+
+    As root a PID namespace alone; otherwise a user namespace first (mapping
+    only our own uid and gid), which unprivileged users may create where the
+    kernel allows it. Failing both, the worker runs in ours (the supervisor
+    sees which from /proc and says so).
+    """
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    unshare = getattr(libc, "unshare", None)
+    if unshare is None:
+        return
+    if unshare(CLONE_NEWPID) == 0:
+        return
+    uid, gid = os.geteuid(), os.getegid()
+    if unshare(CLONE_NEWUSER | CLONE_NEWPID) != 0:
+        return
+    try:
+        for path, text in (("/proc/self/setgroups", "deny"),
+                           ("/proc/self/uid_map", f"{uid} {uid} 1"),
+                           ("/proc/self/gid_map", f"{gid} {gid} 1")):
+            with open(path, "w") as handle:
+                handle.write(text)
+    except OSError:
+        pass  # unmapped ids show as nobody; the namespace still holds the tree
 
 
 def _wait_for(worker: int) -> int:
@@ -128,7 +165,7 @@ def _run_worker(config: dict, guardian: int) -> None:
     try:
         os.setpgid(0, 0)
         _die_with_parent()
-        if os.getppid() != guardian:
+        if _parent_pid() != guardian:
             os._exit(1)  # the guardian died before the parent-death signal was armed
         sys.path.insert(0, SHIM_DIR)  # -I leaves the script's own folder off sys.path
         from toolpool_shim import worker
@@ -141,6 +178,20 @@ def _run_worker(config: dict, guardian: int) -> None:
         sys.stderr.flush()
     finally:
         os._exit(1)  # worker.main only ends through os._exit: getting here is a failure
+
+
+def _parent_pid() -> int:
+    """The parent's pid as the guardian knows it.
+
+    In a PID namespace of its own the worker's getppid() is 0 (its parent is
+    outside); /proc, mounted from the guardian's namespace, still names it.
+    """
+    try:
+        with open("/proc/self/stat", "rb") as handle:
+            stat = handle.read()
+        return int(stat[stat.rfind(b")") + 2:].split()[1])
+    except (OSError, ValueError, IndexError):
+        return os.getppid()
 
 
 def _die_with_parent() -> None:

@@ -53,9 +53,15 @@ pub struct Cli {
     /// Recycle a worker after this many calls [default: unlimited]
     #[arg(long, global = true, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_calls_per_worker: Option<u64>,
-    /// Per-worker address-space limit in MB [default: none]
-    #[arg(long, global = true, value_parser = clap::value_parser!(u64).range(16..))]
+    /// Per-worker address-space limit in MB (16 to 4294967296) [default: none]
+    #[arg(long, global = true, value_parser = clap::value_parser!(u64).range(16..=MAX_MEMORY_LIMIT_MB))]
     pub memory_limit: Option<u64>,
+    /// Seconds one human wait may take before the tool gets HumanPromptUnavailable [default: unbounded]
+    #[arg(long, global = true, value_name = "SECS", value_parser = parse_seconds)]
+    pub human_timeout: Option<Duration>,
+    /// Seconds one tool module's import may take before it is a catalog error [default: 10]
+    #[arg(long, global = true, value_name = "SECS", value_parser = parse_seconds)]
+    pub import_timeout: Option<Duration>,
     /// Pass these environment variables to workers: a name or a glob pattern such as 'SERPER_*' (repeatable)
     #[arg(long = "pass-env", global = true, value_name = "NAME")]
     pub pass_env: Vec<String>,
@@ -178,7 +184,12 @@ pub enum Command {
         #[arg(long)]
         watch: bool,
     },
+    /// Interpreter, codec, kill mechanism, subreaper and limits in force
+    Doctor,
 }
+
+/// 4 PiB: more than any address space, far below where MB → bytes overflows.
+const MAX_MEMORY_LIMIT_MB: u64 = 1 << 32;
 
 fn parse_seconds(text: &str) -> Result<Duration, String> {
     let secs: f64 = text
@@ -214,6 +225,7 @@ pub async fn run(cli: Cli) -> ExitCode {
             let code = match error {
                 PoolError::FunctionsDir(_)
                 | PoolError::Interpreter { .. }
+                | PoolError::Setting(_)
                 | PoolError::SessionDir { .. } => EXIT_USAGE,
                 _ => 1,
             };
@@ -250,8 +262,12 @@ fn builder(cli: &Cli, one_shot_workers: Option<usize>) -> PoolBuilder {
         .session_id(cli.session_id.clone())
         .max_calls_per_worker(cli.max_calls_per_worker)
         .memory_limit_mb(cli.memory_limit)
+        .human_timeout(cli.human_timeout)
         .pass_env(cli.pass_env.iter().cloned())
         .set_env(cli.env_file.iter().flat_map(|file| file.0.iter().cloned()));
+    if let Some(limit) = cli.import_timeout {
+        builder = builder.import_timeout(Some(limit));
+    }
     if let Some(dir) = &cli.functions_dir {
         builder = builder.functions_dir(dir);
     }
@@ -277,7 +293,8 @@ async fn run_command(cli: Cli) -> Result<ExitCode, CliError> {
         | Command::List { .. }
         | Command::Call { .. }
         | Command::Resolve { .. }
-        | Command::Check { .. } => StopSignals::new().ok(),
+        | Command::Check { .. }
+        | Command::Doctor => StopSignals::new().ok(),
         _ => None,
     };
     if !matches!(cli.command, Command::Bench { .. })
@@ -467,6 +484,13 @@ async fn run_command(cli: Cli) -> Result<ExitCode, CliError> {
             crate::mcp::serve(pool, options)
                 .await
                 .map_err(|e| CliError::Usage(e.to_string()))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Doctor => {
+            let pool = build_unless_stopped(builder(&cli, Some(1)), &mut signals).await?;
+            let report = crate::doctor::report(&pool);
+            pool.shutdown().await;
+            print_out(&report);
             Ok(ExitCode::SUCCESS)
         }
         Command::Check { workflow } => {

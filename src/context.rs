@@ -45,6 +45,7 @@ pub struct SessionPaths {
 impl SessionPaths {
     /// `dir` defaults to `.toolpool/sessions/<id>` under the current directory.
     pub fn prepare(id: &str, dir: Option<&Path>) -> Result<SessionPaths, PoolError> {
+        check_session_id(id)?;
         let dir = match dir {
             Some(dir) => dir.to_path_buf(),
             None => PathBuf::from(".toolpool").join("sessions").join(id),
@@ -73,6 +74,22 @@ impl SessionPaths {
             site_packages: canonical(&site_packages)?,
         })
     }
+}
+
+/// A session id names one directory under `.toolpool/sessions` (and is
+/// what tools see): one path component, so it can never point elsewhere.
+fn check_session_id(id: &str) -> Result<(), PoolError> {
+    let refused = id.is_empty()
+        || id == "."
+        || id == ".."
+        || id.contains(['/', '\\', '\0'])
+        || id.len() > 255;
+    if refused {
+        return Err(PoolError::Setting(format!(
+            "session id {id:?} must be one path component: not empty, '.' or '..', no '/', '\\' or NUL, at most 255 bytes"
+        )));
+    }
+    Ok(())
 }
 
 /// A boxed future, for object-safe async traits such as [`HumanPrompt`].

@@ -127,4 +127,8 @@ pub enum PoolError {
     WorkerStart(#[from] crate::worker::StartError),
     #[error("the catalog could not be built: {0}")]
     Catalog(String),
+    /// A setting that cannot be used as given (an overflowing limit, a
+    /// session id that is not one path component).
+    #[error("{0}")]
+    Setting(String),
 }

@@ -25,13 +25,19 @@ use crate::context::{
     AttachmentStore, CallbackHandler, HumanPrompt, SessionPaths, SessionServices,
 };
 use crate::error::{ErrorKind, PoolError, ToolError};
-use crate::protocol::{CallContext, DEFAULT_MAX_FRAME};
-use crate::worker::{CallOutcome, Spawner, StartError, Worker, WorkerSpec};
+use crate::protocol::{CallContext, WireBlock, DEFAULT_MAX_FRAME};
+use crate::worker::{
+    CallOutcome, Spawner, StartError, Worker, WorkerInfo, WorkerKiller, WorkerSpec,
+};
 
 /// How long a promoted spare's successor waits before it starts.
 const SPARE_REFILL_DELAY: Duration = Duration::from_millis(50);
 /// Longest back-off between attempts to start a worker that keeps failing.
 const MAX_RESTART_BACKOFF: Duration = Duration::from_secs(10);
+/// Default bound on one tool module's import (`--import-timeout`).
+pub const DEFAULT_IMPORT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Most modules one start may quarantine before it gives up.
+const MAX_QUARANTINED: usize = 1000;
 
 /// Per-call options.
 #[derive(Debug, Clone, Default)]
@@ -83,6 +89,9 @@ pub struct PoolBuilder {
     spare_workers: usize,
     human_prompt: Option<Arc<dyn HumanPrompt>>,
     subreaper: bool,
+    human_timeout: Option<Duration>,
+    import_timeout: Option<Duration>,
+    pid_namespace: bool,
 }
 
 impl Default for PoolBuilder {
@@ -106,6 +115,9 @@ impl Default for PoolBuilder {
             human_prompt: None,
             start_timeout: Duration::from_secs(60),
             subreaper: false,
+            human_timeout: None,
+            import_timeout: Some(DEFAULT_IMPORT_TIMEOUT),
+            pid_namespace: true,
         }
     }
 }
@@ -198,6 +210,28 @@ impl PoolBuilder {
         self.subreaper = on;
         self
     }
+    /// Bound on each human wait of a call (then the tool gets
+    /// `HumanPromptUnavailable: no answer within ...`); `None`: unbounded.
+    pub fn human_timeout(mut self, limit: Option<Duration>) -> Self {
+        self.human_timeout = limit;
+        self
+    }
+    /// Run each worker as init of a PID namespace of its own where the
+    /// kernel allows (the default): killing it then kills every process of
+    /// its calls. `false` keeps workers in this namespace, killed by their
+    /// group and a sweep of their guardian's descendants (`toolpool doctor`
+    /// says which is in use).
+    pub fn pid_namespace(mut self, on: bool) -> Self {
+        self.pid_namespace = on;
+        self
+    }
+    /// Bound on each tool module's import (default 10 s): a module that
+    /// takes longer is a catalog error naming where it was, and the others
+    /// are served. `None`: only the start timeout bounds the imports.
+    pub fn import_timeout(mut self, limit: Option<Duration>) -> Self {
+        self.import_timeout = limit;
+        self
+    }
 
     /// Starts the workers (in parallel) and builds the catalog.
     pub async fn build(self) -> Result<Pool, PoolError> {
@@ -233,16 +267,34 @@ impl PoolBuilder {
             // worker's sys.path from the start, so later installs are seen.
             "extra_sys_path": [session.site_packages],
             "packages_dir": session.site_packages,
+            "import_timeout": self.import_timeout.map(|t| t.as_secs_f64()),
+            // Each worker is made init of a PID namespace of its own where
+            // the kernel allows: killing it then kills everything it started.
+            "pid_namespace": self.pid_namespace,
         });
+        let memory_limit_bytes = match self.memory_limit_mb {
+            None => None,
+            Some(mb) => Some(
+                mb.checked_mul(1024 * 1024)
+                    .filter(|bytes| *bytes < libc::RLIM_INFINITY)
+                    .ok_or_else(|| {
+                        PoolError::Setting(format!(
+                            "memory limit of {mb} MB is more bytes than a 64-bit number holds"
+                        ))
+                    })?,
+            ),
+        };
         let spec = Arc::new(WorkerSpec {
             python,
             boot_script: shim_dir.join("toolpool_boot.py"),
             config_json: config.to_string(),
             workspace: session.workspace.clone(),
             env: crate::env::worker_env(&self.pass_env, &self.set_env),
-            memory_limit_bytes: self.memory_limit_mb.map(|mb| mb * 1024 * 1024),
+            memory_limit_bytes,
             max_frame: self.max_frame,
             start_timeout: self.start_timeout,
+            human_timeout: self.human_timeout,
+            quarantined: Mutex::new(Vec::new()),
             functions_dir: functions_dir.clone(),
         });
         let spawner = Spawner::new().map_err(|e| PoolError::Interpreter {
@@ -254,7 +306,7 @@ impl PoolBuilder {
         let spawner = Arc::new(spawner);
         for _ in 0..self.workers {
             let (spawner, spec) = (spawner.clone(), spec.clone());
-            starting.spawn(async move { Worker::start(&spawner, spec).await });
+            starting.spawn(async move { start_quarantining(&spawner, &spec).await });
         }
         let mut workers = Vec::new();
         let mut first_error = None;
@@ -287,6 +339,14 @@ impl PoolBuilder {
             .await
             .map_err(|e| PoolError::Catalog(e.to_string()))?;
         let catalog = catalog_from(outcome, functions_dir)?;
+        let info = first.info().clone();
+        tracing::info!(
+            python = %info.python_version,
+            codec = %info.codec,
+            kill = %info.kill_mechanism,
+            "workers started; kill mechanism: {}",
+            info.kill_mechanism
+        );
         workers.push(first);
         for error in &catalog.errors {
             tracing::warn!(module = %error.module, "tool module not loaded: {}", error.error);
@@ -319,6 +379,10 @@ impl PoolBuilder {
             start_failed: tokio::sync::Notify::new(),
             restart_failures: AtomicU64::new(0),
             spares: Mutex::new(Vec::new()),
+            dying: tokio_util::task::TaskTracker::new(),
+            info,
+            import_timeout: self.import_timeout,
+            subreaper: self.subreaper,
         });
         let missing = self.workers - workers.len();
         for worker in workers {
@@ -341,6 +405,35 @@ impl PoolBuilder {
     }
 }
 
+/// Starts a worker; a tool module that kills or hangs it at import is
+/// quarantined (reported as a load error by the next workers, not imported)
+/// and the start tried again.
+async fn start_quarantining(
+    spawner: &Spawner,
+    spec: &Arc<WorkerSpec>,
+) -> Result<Worker, StartError> {
+    for _ in 0..MAX_QUARANTINED {
+        match Worker::start(spawner, spec.clone()).await {
+            Err(StartError::Import {
+                module,
+                file,
+                reason,
+            }) => {
+                tracing::warn!(%module, "tool module not loaded: importing it {reason}");
+                spec.quarantine(
+                    &module,
+                    &file,
+                    format!("ImportHazard: importing {file} {reason}"),
+                );
+            }
+            other => return other,
+        }
+    }
+    Err(StartError::Handshake(format!(
+        "more than {MAX_QUARANTINED} tool modules broke the worker at import"
+    )))
+}
+
 /// Pings a fresh worker twice (see [`Worker::ping`]); false if it failed.
 async fn warm(worker: &mut Worker) -> bool {
     for _ in 0..2 {
@@ -361,7 +454,9 @@ fn catalog_from(outcome: CallOutcome, functions_dir: PathBuf) -> Result<Catalog,
         CallOutcome::TimedOut { .. } => Err(PoolError::Catalog(
             "the worker did not answer in time".into(),
         )),
-        CallOutcome::Died { reason } => Err(PoolError::Catalog(format!("the worker {reason}"))),
+        CallOutcome::Died { reason } | CallOutcome::NotStarted { reason } => {
+            Err(PoolError::Catalog(format!("the worker {reason}")))
+        }
     }
 }
 
@@ -551,14 +646,23 @@ struct Shared {
     restart_failures: AtomicU64,
     /// Started workers waiting to replace one that is killed or retired.
     spares: Mutex<Vec<Worker>>,
+    /// Killed workers whose trees are being finished off and reaped;
+    /// shutdown waits for them, so no process of a call outlives the pool.
+    dying: tokio_util::task::TaskTracker,
+    /// What the first worker said about itself (for `toolpool doctor`).
+    info: WorkerInfo,
+    import_timeout: Option<Duration>,
+    subreaper: bool,
 }
 
 /// What the pool tracks of each live worker.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct LiveWorker {
     calls_served: u64,
     /// The reload generation whose code it imported.
     generation: u64,
+    /// Kills it at the end of a shutdown's grace period.
+    killer: WorkerKiller,
 }
 
 impl Shared {
@@ -570,6 +674,7 @@ impl Shared {
                 LiveWorker {
                     calls_served,
                     generation,
+                    killer: worker.killer(),
                 },
             );
         }
@@ -588,6 +693,22 @@ impl Shared {
     fn unregister(&self, pid: i32) {
         if let Ok(mut live) = self.live.lock() {
             live.remove(&pid);
+        }
+    }
+
+    /// Finishes killing a worker in the background (its guardian's clean-up,
+    /// the sweep of what is left, the reaping); shutdown waits for it.
+    fn finish_off(&self, mut worker: Worker) {
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                self.dying.spawn_on(
+                    async move {
+                        worker.kill().await;
+                    },
+                    &runtime,
+                );
+            }
+            Err(_) => drop(worker),
         }
     }
 
@@ -666,6 +787,8 @@ impl Shared {
                     tokio::time::sleep(backoff).await;
                 }
                 let generation = shared.generation.load(Ordering::Acquire);
+                // Not quarantining: the catalog lists every module these
+                // workers must serve; one that breaks them now is a failed start.
                 match Worker::start(&shared.spawner, shared.spec.clone()).await {
                     Ok(mut worker) => {
                         if let Destination::Spare = destination {
@@ -728,7 +851,7 @@ impl Shared {
 
     /// An attachment result's blocks as the session's store knows them (the
     /// store reads files: on a blocking thread).
-    async fn check_content(&self, blocks: Vec<crate::protocol::WireBlock>) -> Vec<ContentBlock> {
+    async fn check_content(&self, blocks: Vec<WireBlock>) -> Vec<ContentBlock> {
         let store = self.services.attachments.clone();
         tokio::task::spawn_blocking(move || {
             blocks
@@ -822,6 +945,14 @@ impl Shared {
     }
 }
 
+/// How one attempt of a call on a worker ended.
+enum Attempt {
+    /// The call's result, an attachment result's blocks, the worker's pid.
+    Done(Result<Value, ToolError>, Option<Vec<WireBlock>>, i32),
+    /// The worker was broken before it started the call.
+    NotStarted { pid: i32, reason: String },
+}
+
 /// A worker checked out for one call. Dropped mid-call (the caller gave up),
 /// it kills the worker — a call in flight leaves it in an unknown state — and
 /// starts a replacement.
@@ -845,7 +976,7 @@ impl Lease {
         let shared = &self.shared;
         if !outcome_kept_worker {
             shared.unregister(worker.pid());
-            drop(worker);
+            shared.finish_off(worker);
             shared.replace();
             return;
         }
@@ -875,7 +1006,8 @@ impl Drop for Lease {
                 .cancelled
                 .fetch_add(1, Ordering::Relaxed);
             self.shared.unregister(worker.pid());
-            drop(worker);
+            worker.kill_now();
+            self.shared.finish_off(worker);
             self.shared.replace();
         }
     }
@@ -983,13 +1115,6 @@ impl Pool {
         Duration,
     ) {
         let shared = &self.shared;
-        let queued = Instant::now();
-        let checkout = shared.checkout(name).await;
-        let queue_wait = queued.elapsed();
-        let mut lease = match checkout {
-            Ok(lease) => lease,
-            Err(e) => return (Err(e), None, None, queue_wait),
-        };
         let timeout = options.timeout.unwrap_or(shared.default_timeout);
         let callbacks = CallbackHandler::new(shared.services.clone(), options.human_prompt);
         let context = CallContext {
@@ -998,6 +1123,51 @@ impl Pool {
             vars: options.context.vars,
             human_prompt: callbacks.has_human_prompt(),
         };
+        let queued = Instant::now();
+        let mut moved = false;
+        loop {
+            let checkout = shared.checkout(name).await;
+            let queue_wait = queued.elapsed();
+            let lease = match checkout {
+                Ok(lease) => lease,
+                Err(e) => return (Err(e), None, None, queue_wait),
+            };
+            match self
+                .run_on(lease, name, args, &context, &callbacks, timeout)
+                .await
+            {
+                // An earlier call broke that worker: this one moves to a
+                // fresh worker, once.
+                Attempt::NotStarted { .. } if !moved => moved = true,
+                Attempt::NotStarted { pid, reason } => {
+                    let message = format!(
+                        "the worker (pid {pid}) was found broken before it started '{name}', twice: it {reason}"
+                    );
+                    let error = ToolError::new(name, ErrorKind::WorkerDied, message);
+                    return (Err(error), None, Some(pid), queue_wait);
+                }
+                Attempt::Done(result, content, pid) => {
+                    let content = match content {
+                        Some(blocks) => Some(shared.check_content(blocks).await),
+                        None => None,
+                    };
+                    return (result, content, Some(pid), queue_wait);
+                }
+            }
+        }
+    }
+
+    /// One attempt of a call on the worker of `lease`.
+    async fn run_on(
+        &self,
+        mut lease: Lease,
+        name: &str,
+        args: &Value,
+        context: &CallContext,
+        callbacks: &CallbackHandler,
+        timeout: Duration,
+    ) -> Attempt {
+        let shared = &self.shared;
         let worker = lease.worker();
         let pid = worker.pid();
         if shared
@@ -1011,8 +1181,7 @@ impl Pool {
         let deadline = Instant::now() + timeout;
         // Boxed: the exchange's state is large, and a call's future is moved
         // whenever a task is spawned around it.
-        let outcome =
-            Box::pin(worker.invoke(name, args, &context, deadline, Some(&callbacks))).await;
+        let outcome = Box::pin(worker.invoke(name, args, context, deadline, Some(callbacks))).await;
         drop(busy);
         let closing = shared.is_closed.load(Ordering::Acquire);
         let mut content = None;
@@ -1049,6 +1218,10 @@ impl Pool {
                 )),
                 false,
             ),
+            CallOutcome::NotStarted { reason } => {
+                lease.finish(false);
+                return Attempt::NotStarted { pid, reason };
+            }
             CallOutcome::Died { reason } => {
                 let mut message = format!("the worker (pid {pid}) running '{name}' {reason}");
                 if let Some(bytes) = shared.spec.memory_limit_bytes {
@@ -1064,11 +1237,7 @@ impl Pool {
             }
         };
         lease.finish(kept);
-        let content = match content {
-            Some(blocks) => Some(shared.check_content(blocks).await),
-            None => None,
-        };
-        (result, content, Some(pid), queue_wait)
+        Attempt::Done(result, content, pid)
     }
 
     pub fn stats(&self) -> PoolStats {
@@ -1126,7 +1295,9 @@ impl Pool {
     pub async fn reload(&self) -> Result<Arc<Catalog>, PoolError> {
         let shared = &self.shared;
         shared.generation.fetch_add(1, Ordering::AcqRel);
-        let mut probe = Worker::start(&shared.spawner, shared.spec.clone()).await?;
+        // The modules quarantined may have been fixed: every one is tried again.
+        shared.spec.clear_quarantine();
+        let mut probe = start_quarantining(&shared.spawner, &shared.spec).await?;
         let outcome = probe.catalog().await;
         tokio::spawn(probe.retire());
         let catalog = Arc::new(catalog_from(outcome, shared.spec.functions_dir.clone())?);
@@ -1183,18 +1354,44 @@ impl Pool {
         }
         // Whatever is still busy after the grace period is killed; its call
         // returns PoolClosed.
-        let remaining: Vec<i32> = shared
+        let remaining: Vec<WorkerKiller> = shared
             .live
             .lock()
-            .map(|live| live.keys().copied().collect())
+            .map(|live| live.values().map(|w| w.killer.clone()).collect())
             .unwrap_or_default();
-        for pid in remaining {
-            let _ = nix::sys::signal::killpg(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
+        for killer in remaining {
+            killer.kill();
         }
         while retiring.join_next().await.is_some() {}
+        // The calls just killed hand their workers to `dying` as they return.
+        while shared.live_workers() > 0 && Instant::now() < deadline + Duration::from_secs(5) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        shared.dying.close();
+        shared.dying.wait().await;
+    }
+
+    /// What the workers run on and how they are killed (`toolpool doctor`).
+    pub fn worker_info(&self) -> &WorkerInfo {
+        &self.shared.info
+    }
+
+    /// The limits in force, for `toolpool doctor`.
+    pub fn limits(&self) -> Value {
+        let shared = &self.shared;
+        let secs = |d: Option<Duration>| d.map(|d| d.as_secs_f64());
+        json!({
+            "workers": shared.size,
+            "timeout_secs": shared.default_timeout.as_secs_f64(),
+            "import_timeout_secs": secs(shared.import_timeout),
+            "human_timeout_secs": secs(shared.spec.human_timeout),
+            "start_timeout_secs": shared.spec.start_timeout.as_secs_f64(),
+            "queue_wait_secs": secs(shared.queue_wait),
+            "memory_limit_bytes": shared.spec.memory_limit_bytes,
+            "max_calls_per_worker": shared.max_calls_per_worker,
+            "max_frame_bytes": shared.spec.max_frame,
+            "subreaper": shared.subreaper,
+        })
     }
 
     /// [`Pool::shutdown_with_grace`] with a 10 s grace period.

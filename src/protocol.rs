@@ -9,7 +9,7 @@ use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Version of the wire protocol; the worker's hello must carry the same.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// Default largest frame body either side sends or accepts (64 MiB).
 pub const DEFAULT_MAX_FRAME: usize = 64 * 1024 * 1024;
@@ -208,9 +208,10 @@ fn as_json_text<S: serde::Serializer>(value: &&Value, serializer: S) -> Result<S
 #[derive(Debug, Deserialize)]
 #[serde(tag = "t", rename_all = "lowercase")]
 pub enum Message {
+    /// The worker imported its tools. Its `pid` field is ignored: which
+    /// process to signal comes from the kernel (`crate::process`).
     Hello {
         protocol: u32,
-        pid: i32,
         python: String,
         codec: String,
         #[serde(default)]
@@ -229,6 +230,12 @@ pub enum Message {
         #[serde(default)]
         content: Option<Vec<WireBlock>>,
     },
+    /// The worker took request `id` and is about to run it: a worker that
+    /// dies before this was broken by an earlier call, not by this one.
+    Started { id: u64 },
+    /// Sent before each tool module's import: a worker that dies or hangs
+    /// during its start names the module that did it.
+    Importing { module: String, file: String },
     /// A callback from a running tool (context services); answered by a reply.
     Call {
         id: u64,

@@ -139,15 +139,15 @@ pub fn sweep() -> usize {
     handled
 }
 
-struct Stat {
-    pid: i32,
-    parent: i32,
-    state: char,
-    start_time: u64,
-    command: String,
+pub(crate) struct Stat {
+    pub pid: i32,
+    pub parent: i32,
+    pub state: char,
+    pub start_time: u64,
+    pub command: String,
 }
 
-fn stat(pid: i32) -> Option<Stat> {
+pub(crate) fn stat(pid: i32) -> Option<Stat> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let open = text.find('(')?;
     let close = text.rfind(')')?;
@@ -163,15 +163,42 @@ fn stat(pid: i32) -> Option<Stat> {
     })
 }
 
-fn children_of(parent: i32) -> Vec<Stat> {
+/// The parent of `pid`, from /proc.
+pub(crate) fn parent_of(pid: i32) -> Option<i32> {
+    stat(pid).map(|s| s.parent)
+}
+
+fn every_process() -> Vec<Stat> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
     entries
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
         .filter_map(stat)
+        .collect()
+}
+
+pub(crate) fn children_of(parent: i32) -> Vec<Stat> {
+    every_process()
+        .into_iter()
         .filter(|s| s.parent == parent)
         .collect()
+}
+
+/// Every process below `root` (children, their children, ...), from one
+/// reading of /proc.
+pub(crate) fn descendants_of(root: i32) -> Vec<Stat> {
+    let mut rest = every_process();
+    let mut found: Vec<Stat> = Vec::new();
+    let mut parents = vec![root];
+    while let Some(parent) = parents.pop() {
+        let (children, others): (Vec<Stat>, Vec<Stat>) =
+            rest.into_iter().partition(|s| s.parent == parent);
+        rest = others;
+        parents.extend(children.iter().map(|c| c.pid));
+        found.extend(children);
+    }
+    found
 }
 
 #[cfg(test)]

@@ -15,8 +15,7 @@ use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use nix::sys::signal::{kill, killpg, Signal};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::net::unix::pipe;
@@ -26,9 +25,10 @@ use tokio::task::JoinSet;
 use tokio::time::{timeout, timeout_at, Instant};
 
 use crate::context::{CallbackError, CallbackHandler};
+use crate::process::{kill_descendants, KillMechanism, ProcessId, Tracked};
 use crate::protocol::{
-    encode_frame, read_message, write_frame, CallContext, CallbackReply, FrameReader, Message,
-    ProtocolError, RemoteError, ReplyValue, Request, PROTOCOL_VERSION,
+    encode_frame, write_frame, CallContext, CallbackReply, FrameReader, Message, ProtocolError,
+    RemoteError, ReplyValue, Request, PROTOCOL_VERSION,
 };
 
 /// The fd on which the worker's `faulthandler` writes stack dumps.
@@ -51,6 +51,19 @@ const GUARDIAN_EXIT_WAIT: Duration = Duration::from_millis(500);
 const MAX_OPEN_CALLBACKS: usize = 256;
 /// Longest stderr line logged as one event; longer ones are split.
 const STDERR_LINE_MAX: usize = 16 * 1024;
+/// At a deadline, how long a reply already on its way may take to be read
+/// (it was readable, or the supervisor was not running to read it).
+const DEADLINE_DRAIN: Duration = Duration::from_millis(20);
+
+/// A tool module that broke a worker's start, as the boot config's
+/// `skip_modules` lists it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct QuarantinedModule {
+    pub module: String,
+    pub file: String,
+    /// The catalog error reported for it.
+    pub error: String,
+}
 
 /// Everything needed to launch a worker; shared by all workers of a pool.
 #[derive(Debug)]
@@ -64,6 +77,11 @@ pub struct WorkerSpec {
     pub memory_limit_bytes: Option<u64>,
     pub max_frame: usize,
     pub start_timeout: Duration,
+    /// Bound on one human wait (`--human-timeout`); `None`: unbounded.
+    pub human_timeout: Option<Duration>,
+    /// Modules that killed or hung a worker at import, with why: the next
+    /// workers report them as load errors instead of importing them.
+    pub quarantined: Mutex<Vec<QuarantinedModule>>,
     /// Canonical functions directory, to report stack frames relative to it.
     pub functions_dir: PathBuf,
 }
@@ -85,6 +103,14 @@ pub enum StartError {
     Handshake(String),
     #[error("the spawner thread is gone (the pool is shutting down)")]
     SpawnerGone,
+    /// The worker died or hung while importing one tool module; the next
+    /// start skips it (see [`WorkerSpec::quarantined`]).
+    #[error("importing {file} {reason}")]
+    Import {
+        module: String,
+        file: String,
+        reason: String,
+    },
 }
 
 /// A worker's last stderr output, shown after an error message.
@@ -149,7 +175,7 @@ fn spawn_process(spec: &WorkerSpec) -> std::io::Result<Spawned> {
     command
         .arg("-I")
         .arg(&spec.boot_script)
-        .arg(&spec.config_json)
+        .arg(spec.config_with_quarantine())
         .current_dir(&spec.workspace)
         .env_clear()
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
@@ -161,7 +187,8 @@ fn spawn_process(spec: &WorkerSpec) -> std::io::Result<Spawned> {
     let dump_fd = dump_write.as_raw_fd();
     let memory_limit = spec.memory_limit_bytes;
     // SAFETY: the closure runs between fork and exec and only makes
-    // async-signal-safe system calls (prctl, getppid, fcntl, dup2, setrlimit, _exit).
+    // async-signal-safe system calls (prctl, getppid, fcntl, dup2, setrlimit,
+    // close_range, _exit).
     unsafe {
         command.pre_exec(move || {
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM, 0, 0, 0) != 0 {
@@ -178,6 +205,7 @@ fn spawn_process(spec: &WorkerSpec) -> std::io::Result<Spawned> {
             } else if libc::dup2(dump_fd, DUMP_FD) < 0 {
                 return Err(std::io::Error::last_os_error());
             }
+            close_other_fds_on_exec();
             if let Some(bytes) = memory_limit {
                 let limit = libc::rlimit {
                     rlim_cur: bytes as libc::rlim_t,
@@ -196,6 +224,79 @@ fn spawn_process(spec: &WorkerSpec) -> std::io::Result<Spawned> {
         child,
         dump: dump_read,
     })
+}
+
+/// Marks every descriptor above the dump fd close-on-exec, so that only
+/// stdio and the dump pipe reach the worker, whatever toolpool's process
+/// (or the program embedding it) left inheritable. Runs between fork and exec.
+fn close_other_fds_on_exec() {
+    // SAFETY: plain system calls on integers.
+    unsafe {
+        let first = (DUMP_FD + 1) as libc::c_uint;
+        if libc::syscall(
+            libc::SYS_close_range,
+            first,
+            libc::c_uint::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        ) == 0
+        {
+            return;
+        }
+        // Kernels before 5.11: one fcntl per possible descriptor.
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        let top = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {
+            limit.rlim_cur.min(65_536) as i32
+        } else {
+            1024
+        };
+        for fd in (DUMP_FD + 1)..top {
+            libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+        }
+    }
+}
+
+impl WorkerSpec {
+    /// The boot config, with the modules quarantined so far.
+    fn config_with_quarantine(&self) -> String {
+        let quarantined = self
+            .quarantined
+            .lock()
+            .map(|q| q.clone())
+            .unwrap_or_default();
+        if quarantined.is_empty() {
+            return self.config_json.clone();
+        }
+        let mut config: serde_json::Map<String, Value> =
+            serde_json::from_str(&self.config_json).unwrap_or_default();
+        config.insert(
+            "skip_modules".into(),
+            serde_json::to_value(quarantined).unwrap_or_default(),
+        );
+        Value::Object(config).to_string()
+    }
+
+    /// Records a module that broke a worker's start.
+    pub fn quarantine(&self, module: &str, file: &str, error: String) {
+        if let Ok(mut quarantined) = self.quarantined.lock() {
+            if !quarantined.iter().any(|q| q.module == module) {
+                quarantined.push(QuarantinedModule {
+                    module: module.to_string(),
+                    file: file.to_string(),
+                    error,
+                });
+            }
+        }
+    }
+
+    /// Forgets the quarantine (the code may have been fixed: a reload).
+    pub fn clear_quarantine(&self) {
+        if let Ok(mut quarantined) = self.quarantined.lock() {
+            quarantined.clear();
+        }
+    }
 }
 
 /// The last bytes a worker wrote to stderr.
@@ -269,14 +370,33 @@ pub enum CallOutcome {
     },
     /// The worker died or broke the protocol; it is gone.
     Died { reason: String },
+    /// The worker was found dead or broken before it started the request
+    /// (it never acknowledged it): an earlier call damaged it. It is gone;
+    /// the request may run elsewhere.
+    NotStarted { reason: String },
+}
+
+/// What a worker said about itself in its hello, and how it is killed.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct WorkerInfo {
+    pub python_version: String,
+    pub executable: String,
+    /// `msgpack` (the C extension) or `builtin` (the shim's own codec).
+    pub codec: String,
+    pub kill_mechanism: KillMechanism,
 }
 
 /// A running worker, exclusively owned by whoever is using it.
 pub struct Worker {
     child: Child,
-    /// The worker's pid, which is also its process group.
-    pid: i32,
-    guardian_pid: i32,
+    /// What `spawn` returned; it leads its own process group.
+    guardian: ProcessId,
+    /// The guardian's child as the kernel lists it, once it said hello; it
+    /// leads its own group. `None` for a guardian that forked no worker:
+    /// then the guardian itself speaks the protocol.
+    process: Option<Tracked>,
+    /// The call it ran last, blamed when the next finds it broken.
+    last_call: Option<String>,
     /// `None` once the worker is being retired (closing stdin tells it to exit).
     stdin: Option<ChildStdin>,
     stdout: BufReader<ChildStdout>,
@@ -288,7 +408,7 @@ pub struct Worker {
     spec: Arc<WorkerSpec>,
     next_id: u64,
     calls_served: u64,
-    python_version: String,
+    info: WorkerInfo,
     reaped: bool,
 }
 
@@ -303,7 +423,11 @@ impl Worker {
                     python: spec.python.display().to_string(),
                     source,
                 })?;
-        let guardian_pid = child.id().unwrap_or(0);
+        let Some(guardian) = child.id().and_then(ProcessId::from_u32) else {
+            return Err(StartError::Handshake(
+                "the guardian has no process id".into(),
+            ));
+        };
         let (Some(stdin), Some(stdout), Some(stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
@@ -315,22 +439,17 @@ impl Worker {
         let call_tag: CallTag = Arc::new(Mutex::new(None));
         let pump = tokio::spawn(pump_stderr(
             stderr,
-            guardian_pid,
+            guardian.raw() as u32,
             stderr_tail.clone(),
             call_tag.clone(),
         ));
-        let mut stdout = BufReader::new(stdout);
-        let hello = timeout(
-            spec.start_timeout,
-            read_message(&mut stdout, spec.max_frame),
-        )
-        .await;
         let mut worker = Worker {
             child,
-            pid: 0,
-            guardian_pid: guardian_pid as i32,
+            guardian,
+            process: None,
+            last_call: None,
             stdin: Some(stdin),
-            stdout,
+            stdout: BufReader::new(stdout),
             frames: FrameReader::default(),
             dump,
             stderr_tail,
@@ -338,49 +457,139 @@ impl Worker {
             spec: spec.clone(),
             next_id: 1,
             calls_served: 0,
-            python_version: String::new(),
+            info: WorkerInfo {
+                python_version: String::new(),
+                executable: String::new(),
+                codec: String::new(),
+                kill_mechanism: KillMechanism::ProcessTree,
+            },
             reaped: false,
         };
-        let failure = match hello {
-            Ok(Ok(Message::Hello {
-                protocol,
-                pid,
-                python,
-                ..
-            })) => {
-                worker.pid = pid;
-                if protocol == PROTOCOL_VERSION {
-                    worker.python_version = python;
+        // The module being imported, from the worker's `importing` messages.
+        let mut importing: Option<(String, String)> = None;
+        let deadline = Instant::now() + spec.start_timeout;
+        let failure = loop {
+            let message = timeout_at(
+                deadline,
+                worker
+                    .frames
+                    .read_message(&mut worker.stdout, spec.max_frame),
+            )
+            .await;
+            match message {
+                Ok(Ok(Message::Importing { module, file })) => {
+                    importing = Some((module, file));
+                }
+                Ok(Ok(Message::Hello {
+                    protocol,
+                    python,
+                    codec,
+                    executable,
+                })) => {
+                    if protocol != PROTOCOL_VERSION {
+                        break StartError::Protocol { got: protocol };
+                    }
+                    worker.identify();
+                    worker.info.python_version = python;
+                    worker.info.codec = codec;
+                    worker.info.executable = executable;
                     return Ok(worker);
                 }
-                StartError::Protocol { got: protocol }
-            }
-            Ok(Ok(other)) => StartError::Handshake(format!("expected hello, got {other:?}")),
-            Ok(Err(ProtocolError::Closed)) => {
-                let status = worker.reap().await;
-                // Let the pump collect what the worker said on its way out.
-                let _ = timeout(Duration::from_millis(500), pump).await;
-                return Err(StartError::Died {
-                    status: describe_exit(status, false),
-                    stderr: worker.stderr_text(),
-                });
-            }
-            Ok(Err(e)) => StartError::Handshake(e.to_string()),
-            Err(_) => {
-                worker.kill().await;
-                let _ = timeout(Duration::from_millis(200), pump).await;
-                return Err(StartError::Timeout {
-                    secs: spec.start_timeout.as_secs_f64(),
-                    stderr: worker.stderr_text(),
-                });
+                Ok(Ok(other)) => {
+                    break StartError::Handshake(format!("expected hello, got {other:?}"))
+                }
+                Ok(Err(ProtocolError::Closed)) | Ok(Err(ProtocolError::Io(_))) => {
+                    let status = worker.reap().await;
+                    // Let the pump collect what the worker said on its way out.
+                    let _ = timeout(Duration::from_millis(500), pump).await;
+                    if let Some((module, file)) = importing {
+                        let reason = match worker.read_dump().await {
+                            Some(at) => format!(
+                                "took longer than the import timeout and was stopped; it was at {at}"
+                            ),
+                            None => format!(
+                                "made the worker end: it {}{}",
+                                describe_exit(status, true),
+                                worker.stderr_text()
+                            ),
+                        };
+                        return Err(StartError::Import {
+                            module,
+                            file,
+                            reason,
+                        });
+                    }
+                    return Err(StartError::Died {
+                        status: describe_exit(status, false),
+                        stderr: worker.stderr_text(),
+                    });
+                }
+                Ok(Err(e)) => break StartError::Handshake(e.to_string()),
+                Err(_) => {
+                    let stuck_at = match importing {
+                        Some(_) => {
+                            worker.identify();
+                            worker.stack_dump().await
+                        }
+                        None => None,
+                    };
+                    worker.kill().await;
+                    let _ = timeout(Duration::from_millis(200), pump).await;
+                    if let Some((module, file)) = importing {
+                        let place = stuck_at
+                            .map(|at| format!("; it was at {at}"))
+                            .unwrap_or_default();
+                        return Err(StartError::Import {
+                            module,
+                            file,
+                            reason: format!(
+                                "did not finish within {} s{place}",
+                                spec.start_timeout.as_secs_f64()
+                            ),
+                        });
+                    }
+                    return Err(StartError::Timeout {
+                        secs: spec.start_timeout.as_secs_f64(),
+                        stderr: worker.stderr_text(),
+                    });
+                }
             }
         };
         worker.kill().await;
         Err(failure)
     }
 
+    /// Learns the worker process from the kernel (the guardian's child) and
+    /// how its tree can be killed.
+    fn identify(&mut self) {
+        self.process = Tracked::child_of(self.guardian);
+        self.info.kill_mechanism = match &self.process {
+            Some(process) if process.own_pid_namespace(self.guardian) => {
+                KillMechanism::PidNamespace
+            }
+            _ => KillMechanism::ProcessTree,
+        };
+    }
+
+    pub fn info(&self) -> &WorkerInfo {
+        &self.info
+    }
+
+    /// The worker's process as the kernel knows it, for killing it from
+    /// elsewhere (shutdown). `None` when the guardian is the worker.
+    pub fn killer(&self) -> WorkerKiller {
+        WorkerKiller {
+            guardian: self.guardian,
+            process: self.process.clone(),
+        }
+    }
+
+    /// The worker's pid as the kernel names it (the guardian's when the
+    /// guardian is the worker).
     pub fn pid(&self) -> i32 {
-        self.pid
+        self.process
+            .as_ref()
+            .map_or(self.guardian.raw(), |p| p.pid.raw())
     }
 
     pub fn calls_served(&self) -> u64 {
@@ -388,7 +597,7 @@ impl Worker {
     }
 
     pub fn python_version(&self) -> &str {
-        &self.python_version
+        &self.info.python_version
     }
 
     fn stderr_text(&self) -> StderrText {
@@ -464,25 +673,51 @@ impl Worker {
                 }));
             }
         };
+        let call = format!("{label}#{id}");
         if let Ok(mut tag) = self.call_tag.lock() {
-            *tag = Some(format!("{label}#{id}"));
+            *tag = Some(call.clone());
         }
-        let outcome = self.exchange(id, &frame, deadline, label, callbacks).await;
+        let acknowledged = !matches!(request, Request::Invoke { .. });
+        let outcome = self
+            .exchange(id, &frame, deadline, label, callbacks, acknowledged)
+            .await;
         if let Ok(mut tag) = self.call_tag.lock() {
             *tag = None;
         }
+        let previous = self.last_call.replace(call);
         match outcome {
             Exchange::Reply(reply) => CallOutcome::Reply(reply),
             Exchange::Timeout => {
                 let stuck_at = self.stack_dump().await;
-                // The worker's group dies now; the guardian's clean-up (what
-                // left the group) and its reaping finish in the background
-                // when this worker is dropped, so the timeout is reported
-                // without waiting for them.
-                if self.pid > 0 {
-                    let _ = killpg(Pid::from_raw(self.pid), Signal::SIGKILL);
-                }
+                // Every process of the call dies now (the worker by pidfd,
+                // its group, and in a PID namespace everything in it); the
+                // guardian's clean-up and its reaping are finished by
+                // `kill`, which the pool awaits before it shuts down.
+                self.kill_now();
                 CallOutcome::TimedOut { stuck_at }
+            }
+            Exchange::NotStarted(e) => {
+                let reason = match e {
+                    ProtocolError::Closed | ProtocolError::Io(_) => {
+                        match self.exited_within(HANGUP_EXIT_WAIT).await {
+                            Some(status) => describe_exit(Some(status), false),
+                            None => {
+                                self.kill().await;
+                                "closed its end of the channel without exiting".into()
+                            }
+                        }
+                    }
+                    e => {
+                        self.kill().await;
+                        format!("broke the protocol ({e})")
+                    }
+                };
+                let after = previous.as_deref().unwrap_or("its start");
+                tracing::warn!(
+                    worker = self.pid(),
+                    "the worker was found broken after {after}, before it started {label}: it {reason}"
+                );
+                CallOutcome::NotStarted { reason }
             }
             Exchange::Broken(ProtocolError::Closed) | Exchange::Broken(ProtocolError::Io(_)) => {
                 // A worker that died leaves a guardian that exits at once with
@@ -510,7 +745,9 @@ impl Worker {
     /// with the read: a tool may wait for a human while another of its
     /// threads registers files, and a worker that dies while a prompt is
     /// open is noticed at once. While any callback waits for a human the
-    /// deadline is suspended; it resumes pushed back by the time that took.
+    /// deadline is suspended and the worker's processes are stopped; they
+    /// resume, the deadline pushed back by the wait, before the answer is
+    /// written.
     async fn exchange(
         &mut self,
         id: u64,
@@ -518,20 +755,37 @@ impl Worker {
         deadline: Instant,
         label: &str,
         callbacks: Option<&CallbackHandler>,
+        acknowledged: bool,
     ) -> Exchange {
         // Dropped with the exchange (the call was cancelled): any callback
         // still running, a human prompt say, is aborted with it. Otherwise
         // they are over (aborted if need be) before the call returns.
         let mut pending = JoinSet::new();
+        let mut paused = false;
         let outcome = self
-            .exchange_serving(id, frame, deadline, label, callbacks, &mut pending)
+            .exchange_serving(
+                id,
+                frame,
+                deadline,
+                label,
+                callbacks,
+                &mut pending,
+                acknowledged,
+                &mut paused,
+            )
             .await;
         if !pending.is_empty() {
             pending.shutdown().await;
         }
+        if paused {
+            // Still stopped for a human when the call ended: let it go (it is
+            // being killed, or it answered meanwhile).
+            self.pause(false);
+        }
         outcome
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn exchange_serving(
         &mut self,
         id: u64,
@@ -540,12 +794,15 @@ impl Worker {
         label: &str,
         callbacks: Option<&CallbackHandler>,
         pending: &mut JoinSet<Result<Value, CallbackError>>,
+        mut acknowledged: bool,
+        paused: &mut bool,
     ) -> Exchange {
         let Some(stdin) = self.stdin.as_mut() else {
             return Exchange::Broken(ProtocolError::Closed);
         };
         match timeout_at(deadline, write_frame(stdin, frame)).await {
             Err(_) => return Exchange::Timeout,
+            Ok(Err(e)) if !acknowledged => return Exchange::NotStarted(e),
             Ok(Err(e)) => return Exchange::Broken(e),
             Ok(Ok(())) => {}
         }
@@ -554,8 +811,11 @@ impl Worker {
             std::collections::HashMap::new();
         let mut humans = 0usize;
         let mut paused_since = Instant::now();
+        // Set once the deadline passed: what is already readable is still read.
+        let mut draining = false;
         loop {
             let event = tokio::select! {
+                biased;
                 message = self.frames.read_message(&mut self.stdout, self.spec.max_frame) => {
                     Event::Message(message)
                 }
@@ -565,8 +825,21 @@ impl Worker {
                 () = tokio::time::sleep_until(deadline), if humans == 0 => Event::Deadline,
             };
             let (call_id, result) = match event {
-                Event::Deadline => return Exchange::Timeout,
+                Event::Deadline if draining => return Exchange::Timeout,
+                Event::Deadline => {
+                    // A reply already in the pipe is the call's result: the
+                    // worker finished in time even if this process (stopped,
+                    // or starved of CPU) reads it late.
+                    draining = true;
+                    deadline = Instant::now() + DEADLINE_DRAIN;
+                    continue;
+                }
+                Event::Message(Err(e)) if !acknowledged => return Exchange::NotStarted(e),
                 Event::Message(Err(e)) => return Exchange::Broken(e),
+                Event::Message(Ok(Message::Started { id: got })) if got == id => {
+                    acknowledged = true;
+                    continue;
+                }
                 Event::Message(Ok(Message::Reply {
                     id: got,
                     ok,
@@ -585,16 +858,30 @@ impl Worker {
                         }))
                     });
                 }
-                Event::Message(Ok(Message::Reply { id: got, .. })) => {
+                Event::Message(Ok(Message::Reply { id: got, .. }))
+                | Event::Message(Ok(Message::Started { id: got })) => {
                     tracing::warn!(
-                        worker = self.pid,
+                        worker = self.pid(),
                         id = got,
                         "dropping a reply whose request is not in flight"
                     );
                     continue;
                 }
                 Event::Message(Ok(Message::Hello { .. })) => {
-                    return Exchange::Broken(ProtocolError::Unexpected("a second hello"));
+                    let e = ProtocolError::Unexpected("a second hello");
+                    return if acknowledged {
+                        Exchange::Broken(e)
+                    } else {
+                        Exchange::NotStarted(e)
+                    };
+                }
+                Event::Message(Ok(Message::Importing { .. })) => {
+                    let e = ProtocolError::Unexpected("an import after the hello");
+                    return if acknowledged {
+                        Exchange::Broken(e)
+                    } else {
+                        Exchange::NotStarted(e)
+                    };
                 }
                 Event::Message(Ok(Message::Call {
                     id: call_id,
@@ -618,17 +905,36 @@ impl Worker {
                         (call_id, Err(error))
                     }
                     Some(handler) => {
-                        tracing::debug!(worker = self.pid, call_id, %method, "callback");
+                        tracing::debug!(worker = self.pid(), call_id, %method, "callback");
                         let human = CallbackHandler::waits_for_human(&method);
                         if human {
                             if humans == 0 {
                                 paused_since = Instant::now();
+                                // The whole frame has arrived: the tool's
+                                // processes stop here, so nothing of the
+                                // tool runs while its timer is paused.
+                                self.pause(true);
+                                *paused = true;
                             }
                             humans += 1;
                         }
                         let (handler, tool) = (handler.clone(), label.to_string());
-                        let task = pending
-                            .spawn(async move { handler.handle(&tool, &method, params).await });
+                        let limit = self.spec.human_timeout.filter(|_| human);
+                        let task = pending.spawn(async move {
+                            let answer = handler.handle(&tool, &method, params);
+                            match limit {
+                                None => answer.await,
+                                Some(limit) => timeout(limit, answer).await.unwrap_or_else(|_| {
+                                    Err(CallbackError::new(
+                                        "HumanPromptUnavailable",
+                                        format!(
+                                            "no answer within {} s (--human-timeout)",
+                                            crate::pool::format_secs(limit)
+                                        ),
+                                    ))
+                                }),
+                            }
+                        });
                         in_flight.insert(task.id(), (call_id, human));
                         continue;
                     }
@@ -652,6 +958,10 @@ impl Worker {
                         if humans == 0 {
                             // The time spent waiting for a human is not the tool's.
                             deadline += paused_since.elapsed();
+                            // Running again before the answer is written, so
+                            // the thread waiting for it can read it.
+                            self.pause(false);
+                            *paused = false;
                         }
                     }
                     (call_id, result)
@@ -691,13 +1001,40 @@ impl Worker {
         }
     }
 
+    /// Stops (`true`) or resumes every process of the worker's tree: the
+    /// worker, its group, and every other descendant of the guardian.
+    fn pause(&self, stop: bool) {
+        let signal = if stop {
+            Signal::SIGSTOP
+        } else {
+            Signal::SIGCONT
+        };
+        if let Some(process) = &self.process {
+            process.signal(signal);
+            let _ = process.pid.group().signal(signal);
+        }
+        for found in crate::reaper::descendants_of(self.guardian.raw()) {
+            if let Some(pid) = ProcessId::new(found.pid) {
+                let _ = pid.signal(signal);
+            }
+        }
+    }
+
     /// Asks the worker for a stack dump and returns where the tool's code was.
     async fn stack_dump(&mut self) -> Option<String> {
+        let process = self.process.clone()?;
+        // Discard anything stale from an earlier dump.
+        let mut chunk = vec![0u8; 8192];
+        while matches!(self.dump.try_read(&mut chunk), Ok(n) if n > 0) {}
+        process.signal(Signal::SIGUSR1);
+        self.read_dump().await
+    }
+
+    /// Reads a stack dump from the dump pipe (asked for, or written by the
+    /// worker's import watchdog) and returns where the tool's code was.
+    async fn read_dump(&mut self) -> Option<String> {
         // On the heap: an array here would make every call's future 8 KiB larger.
         let mut chunk = vec![0u8; 8192];
-        // Discard anything stale from an earlier dump.
-        while matches!(self.dump.try_read(&mut chunk), Ok(n) if n > 0) {}
-        kill(Pid::from_raw(self.pid), Signal::SIGUSR1).ok()?;
         let mut dump = Vec::new();
         let mut until = Instant::now() + DUMP_FIRST_BYTE_WAIT;
         while dump.len() < 256 * 1024 {
@@ -715,35 +1052,44 @@ impl Worker {
             }
         }
         let text = String::from_utf8_lossy(&dump);
-        tracing::debug!(worker = self.pid, "stack dump before kill:\n{text}");
+        tracing::debug!(worker = self.pid(), "stack dump:\n{text}");
         locate_in_dump(&text, &self.spec.functions_dir)
     }
 
-    /// Kills the worker's group; the guardian then reaps the worker, kills
-    /// what the worker's tree left outside that group (it is their
-    /// subreaper) and exits, and is reaped. Its own group is killed too only
-    /// when it does not exit in time.
+    /// SIGKILL to the worker (by pidfd) and to its group, at once: in a PID
+    /// namespace that ends every process of the call; otherwise what left
+    /// the group is killed by the guardian, the tree's subreaper, when it
+    /// sees the worker gone (and by [`Worker::kill`]'s sweep).
+    pub fn kill_now(&self) {
+        if self.reaped {
+            return;
+        }
+        self.killer().kill();
+    }
+
+    /// Kills every process of the worker and reaps the guardian: the worker
+    /// and its group at once; the guardian then reaps the worker, kills what
+    /// the worker's tree left (it is their subreaper) and exits. A guardian
+    /// that does not exit in time has its descendants and its group killed.
     pub async fn kill(&mut self) -> Option<ExitStatus> {
-        if !self.reaped && self.pid > 0 {
-            let _ = killpg(Pid::from_raw(self.pid), Signal::SIGKILL);
+        if !self.reaped {
+            self.kill_now();
             if let Some(status) = self.exited_within(GUARDIAN_EXIT_WAIT).await {
                 return Some(status);
             }
         }
-        self.signal_groups(Signal::SIGKILL);
+        self.kill_tree();
         self.reap().await
     }
 
-    fn signal_groups(&self, signal: Signal) {
+    /// The backstop: every descendant of the guardian, its group, itself.
+    fn kill_tree(&self) {
         if self.reaped {
             return;
         }
-        if self.pid > 0 {
-            let _ = killpg(Pid::from_raw(self.pid), signal);
-        }
-        if self.guardian_pid > 0 {
-            let _ = killpg(Pid::from_raw(self.guardian_pid), signal);
-        }
+        kill_descendants(self.guardian);
+        let _ = self.guardian.group().signal(Signal::SIGKILL);
+        let _ = self.guardian.signal(Signal::SIGKILL);
     }
 
     /// The guardian's exit status if it ends within `limit` (it mirrors the
@@ -751,10 +1097,10 @@ impl Worker {
     async fn exited_within(&mut self, limit: Duration) -> Option<ExitStatus> {
         let status = timeout(limit, self.child.wait()).await.ok()?.ok()?;
         self.reaped = true;
-        // The guardian kills the worker's group before it exits; this covers
+        // The guardian kills the worker's tree before it exits; this covers
         // a guardian that was itself killed.
-        if self.pid > 0 {
-            let _ = killpg(Pid::from_raw(self.pid), Signal::SIGKILL);
+        if let Some(process) = &self.process {
+            process.signal(Signal::SIGKILL);
         }
         Some(status)
     }
@@ -764,7 +1110,7 @@ impl Worker {
         if let Some(status) = self.exited_within(Duration::from_secs(5)).await {
             return Some(status);
         }
-        self.signal_groups(Signal::SIGKILL);
+        self.kill_tree();
         self.child.wait().await.ok().inspect(|_| self.reaped = true)
     }
 
@@ -773,27 +1119,47 @@ impl Worker {
         // Dropping our end of stdin is the worker's signal to exit.
         drop(self.stdin.take());
         if self.exited_within(Duration::from_secs(2)).await.is_none() {
-            self.signal_groups(Signal::SIGKILL);
-            let _ = self.reap().await;
+            let _ = self.kill().await;
+        }
+    }
+}
+
+/// What kills a worker from outside the call that owns it (shutdown).
+#[derive(Debug, Clone)]
+pub struct WorkerKiller {
+    guardian: ProcessId,
+    process: Option<Tracked>,
+}
+
+impl WorkerKiller {
+    /// SIGKILL to the worker and its group (to the guardian's group when
+    /// the guardian is the worker).
+    pub fn kill(&self) {
+        match &self.process {
+            Some(process) => {
+                process.signal(Signal::SIGKILL);
+                let _ = process.pid.group().signal(Signal::SIGKILL);
+            }
+            None => {
+                let _ = self.guardian.group().signal(Signal::SIGKILL);
+            }
         }
     }
 }
 
 impl Drop for Worker {
     fn drop(&mut self) {
-        // A worker dropped mid-call (a cancelled call, a dropped pool) must not
-        // outlive its owner; tokio reaps the guardian in the background.
-        if self.reaped || self.pid <= 0 || self.guardian_pid <= 0 {
-            self.signal_groups(Signal::SIGKILL);
+        if self.reaped {
             return;
         }
+        // A worker dropped mid-call (a cancelled call, a dropped pool) must not
+        // outlive its owner; tokio reaps the guardian in the background.
         // Nothing can wait here for the guardian: SIGTERM asks it to kill the
         // worker's group (done already), kill what the tree left elsewhere,
         // and exit; SIGCONT in case a tool stopped it.
-        let _ = killpg(Pid::from_raw(self.pid), Signal::SIGKILL);
-        let guardian = Pid::from_raw(self.guardian_pid);
-        let _ = kill(guardian, Signal::SIGTERM);
-        let _ = kill(guardian, Signal::SIGCONT);
+        self.kill_now();
+        let _ = self.guardian.signal(Signal::SIGTERM);
+        let _ = self.guardian.signal(Signal::SIGCONT);
     }
 }
 
@@ -801,6 +1167,8 @@ enum Exchange {
     Reply(Result<ReplyValue, RemoteError>),
     Timeout,
     Broken(ProtocolError),
+    /// Broken before it acknowledged the request.
+    NotStarted(ProtocolError),
 }
 
 /// What woke an exchange up.

@@ -188,16 +188,21 @@ async fn a_worker_that_dies_while_waiting_for_a_prompt_leaves_the_pool_consisten
         .await
         .unwrap();
     let pid = common::worker_pid(&pool).await;
-    let error = call_with_timeout(
-        &pool,
-        "ask_then_die",
-        json!({"question": "q", "after": 0.5}),
-        5.0,
-    )
-    .await
-    .unwrap_err();
+    // The tool itself is stopped while it waits (its timer is paused), so
+    // its death comes from outside, as an OOM kill would.
+    let killer = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    });
+    let error = call_with_timeout(&pool, "ask_human", json!({"question": "q"}), 5.0)
+        .await
+        .unwrap_err();
+    killer.await.unwrap();
     assert_eq!(error.kind, ErrorKind::WorkerDied, "{error}");
-    assert!(error.message.contains("exited with code 7"), "{error}");
+    assert!(error.message.contains("was killed by SIGKILL"), "{error}");
     assert_eq!(
         withdrawn.load(Ordering::SeqCst),
         1,

@@ -18,6 +18,11 @@ async fn stats_count_calls_errors_latency_and_workers() {
     call_with_timeout(&pool, "sleep_forever", json!({}), 0.2)
         .await
         .unwrap_err();
+    // The killed worker's replacement (or the warm spare) may still be starting.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while pool.stats().workers.len() < 2 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let stats = pool.stats();
     assert_eq!(stats.calls, 3);
     assert_eq!(stats.succeeded, 1);

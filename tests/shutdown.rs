@@ -3,6 +3,7 @@
 //! line does this on SIGTERM and SIGINT.
 
 mod common;
+mod mcp_support;
 
 use std::path::Path;
 use std::process::{Child, Stdio};
@@ -189,6 +190,41 @@ async fn second_signal_kills_the_call_at_once() {
         started.elapsed()
     );
     assert_eq!(output.status.code(), Some(1));
+    let left = survivors_after(&tree, Duration::from_secs(2)).await;
+    assert!(left.is_empty(), "left behind: {}", describe_pids(&left));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_sigterm_ends_serve_at_once() {
+    let mut served = mcp_support::serve(&["--workers", "3", "serve", "--grace", "30"]).await;
+    let tree = descendants(served.pid());
+    let mut calls = Vec::new();
+    for _ in 0..3 {
+        let peer = served.client.peer().clone();
+        calls.push(tokio::spawn(async move {
+            mcp_support::call(&peer, "slow_then_answer", json!({"seconds": 30})).await
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let supervisor = Pid::from_raw(served.pid());
+    let started = Instant::now();
+    kill(supervisor, Signal::SIGTERM).unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    kill(supervisor, Signal::SIGTERM).unwrap();
+    for call in calls {
+        let text = mcp_support::error_text(&call.await.unwrap());
+        assert!(text.contains("PoolClosed"), "{text}");
+    }
+    let status = tokio::time::timeout(Duration::from_secs(20), served.child.wait())
+        .await
+        .expect("exits")
+        .expect("wait");
+    assert_eq!(status.code(), Some(0));
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "a second SIGTERM must not wait out the 30 s grace: {:?}",
+        started.elapsed()
+    );
     let left = survivors_after(&tree, Duration::from_secs(2)).await;
     assert!(left.is_empty(), "left behind: {}", describe_pids(&left));
 }

@@ -57,7 +57,7 @@ async fn functions_directory_that_does_not_exist_is_named_in_the_error() {
 }
 
 #[tokio::test]
-async fn worker_dying_during_the_handshake_is_reported_with_its_stderr() {
+async fn module_exiting_at_import_is_a_catalog_error_with_its_stderr_and_the_rest_is_served() {
     let dir = tempfile::tempdir().unwrap();
     let functions = dir.path().join("functions");
     std::fs::create_dir(&functions).unwrap();
@@ -69,20 +69,39 @@ async fn worker_dying_during_the_handshake_is_reported_with_its_stderr() {
          os._exit(4)\n",
     )
     .unwrap();
+    std::fs::write(
+        functions.join("plain.py"),
+        "def ping() -> str:\n    return 'pong'\n",
+    )
+    .unwrap();
     let started = Instant::now();
-    let error = start_error(builder_on(&functions, &dir.path().join("session"))).await;
-    let text = error.to_string();
+    let pool = builder_on(&functions, &dir.path().join("session"))
+        .build()
+        .await
+        .expect("the other modules are served");
+    let catalog = pool.catalog();
+    let error = catalog
+        .errors
+        .iter()
+        .find(|e| e.module == "licensed")
+        .expect("the module is named in errors");
     assert!(
-        text.starts_with(
-            "worker could not start: the worker exited with code 4 during startup; its stderr:"
-        ),
-        "{text}"
+        error
+            .error
+            .starts_with("ImportHazard: importing licensed.py made the worker end: it exited with code 4; its stderr:"),
+        "{}",
+        error.error
     );
     assert!(
-        text.contains("licensed: no licence server reachable"),
-        "{text}"
+        error
+            .error
+            .contains("licensed: no licence server reachable"),
+        "{}",
+        error.error
     );
+    assert_eq!(call(&pool, "ping", json!({})).await.unwrap(), json!("pong"));
     assert!(started.elapsed() < Duration::from_secs(10));
+    pool.shutdown().await;
 }
 
 #[test]
@@ -192,7 +211,7 @@ async fn calls_fail_fast_and_restarts_back_off_when_no_worker_can_start() {
     let (error, _) = fast_failure.expect("calls fail fast once no worker can start");
     let text = error.to_string();
     assert!(
-        text.contains("no worker is running and none can start: the worker exited with code 4 during startup; its stderr:"),
+        text.contains("no worker is running and none can start: importing fragile.py made the worker end: it exited with code 4; its stderr:"),
         "{text}"
     );
     assert!(text.contains("fragile: refusing to start"), "{text}");

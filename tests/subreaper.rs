@@ -28,7 +28,20 @@ async fn subreaper_kills_and_reaps_what_a_killed_guardian_leaves() {
     let session = tempfile::tempdir().unwrap();
     let pool = builder(&session, 1).subreaper(true).build().await.unwrap();
     let worker = worker_pid(&pool).await;
+    let guardian = parent_of(worker).expect("the worker has a parent");
     let pid_file = session.path().join("escapee.pid");
+    let killing = {
+        let pid_file = pid_file.clone();
+        tokio::spawn(async move {
+            wait_for_pid_file(&pid_file, Duration::from_secs(10)).await;
+            // A worker in a PID namespace of its own cannot see its guardian:
+            // the guardian is killed from here (again, harmlessly, otherwise).
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(guardian),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        })
+    };
     let error = call(
         &pool,
         "kill_guardian_leaving_escapee",
@@ -36,6 +49,7 @@ async fn subreaper_kills_and_reaps_what_a_killed_guardian_leaves() {
     )
     .await
     .unwrap_err();
+    killing.await.unwrap();
     assert_eq!(error.kind, ErrorKind::WorkerDied, "{error}");
     let escapee = wait_for_pid_file(&pid_file, Duration::from_secs(2)).await;
     assert!(

@@ -2,7 +2,7 @@
 
 import sys
 
-from . import docstrings, schema
+from . import discovery, docstrings, schema
 
 
 def build_catalog(toolset, warnings=()) -> dict:
@@ -15,7 +15,7 @@ def build_catalog(toolset, warnings=()) -> dict:
             parameters = schema.parameters_schema(tool.signature, docstrings.param_docs(doc))
         except Exception as exc:
             # A schema this code cannot build must cost one function, not the catalog.
-            error = f"cannot describe function '{tool.name}': {type(exc).__name__}: {exc}"
+            error = f"cannot describe function '{tool.name}': {discovery.describe_exception(exc)}"
             print(f"toolpool: {tool.module}: {error}", file=sys.stderr)
             errors.append({"module": tool.module, "file": tool.file, "error": error})
             continue

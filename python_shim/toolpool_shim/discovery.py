@@ -52,14 +52,25 @@ class ToolSet:
     errors: list  # LoadErrors, in module order
 
 
-def _find_modules(functions_dir: str) -> list:
+def _find_modules(functions_dir: str, errors: list) -> list:
     """[(module name, relative file)] for every *.py below, sorted by module name.
 
     Names starting with "_" (helpers, __pycache__) or "." (editor and
-    notebook leftovers such as .ipynb_checkpoints) are skipped.
+    notebook leftovers such as .ipynb_checkpoints) are skipped. A folder that
+    cannot be read is a LoadError in `errors`: its tools would otherwise
+    vanish without a word.
     """
     found = []
-    for dirpath, dirnames, filenames in os.walk(functions_dir):
+
+    def unreadable(error: OSError) -> None:
+        path = error.filename or functions_dir
+        relative = os.path.relpath(path, functions_dir)
+        name = "." if relative == "." else relative.replace(os.sep, "/")
+        errors.append(LoadError(name, name + ("" if name == "." else "/"), (
+            f"{type(error).__name__}: cannot read the folder {name}: {error.strerror or error}"
+        ), failed_import=True))
+
+    for dirpath, dirnames, filenames in os.walk(functions_dir, onerror=unreadable):
         dirnames[:] = [name for name in dirnames if not _skipped(name)]
         for filename in filenames:
             if filename.endswith(".py") and not _skipped(filename):
@@ -78,8 +89,33 @@ def _project_root(functions_dir: str) -> str:
     return os.sep.join(parts[:-levels]) or os.sep
 
 
-def load_tools(functions_dir: str) -> ToolSet:
-    """Import every tool module (in sorted order) and collect its public functions."""
+def describe_exception(exc: BaseException) -> str:
+    """`Type: message`, whatever the exception's __str__ does (raise, exit, return a non-str)."""
+    try:
+        name = type(exc).__name__
+    except BaseException:  # noqa: B036 - a hostile metaclass
+        name = "Exception"
+    try:
+        text = str(exc)
+        if not isinstance(text, str):
+            raise TypeError("__str__ returned a non-string")
+    except BaseException as broken:  # noqa: B036 - __str__ may raise anything, SystemExit included
+        try:
+            why = type(broken).__name__
+        except BaseException:  # noqa: B036
+            why = "an exception"
+        text = f"<its message cannot be shown: __str__ raised {why}>"
+    return f"{name}: {text}"
+
+
+def load_tools(functions_dir: str, before_import=None, after_import=None, skip=()) -> ToolSet:
+    """Import every tool module (in sorted order) and collect its public functions.
+
+    `before_import(module, file)` and `after_import()` run around each
+    import (the worker announces it and bounds its time); modules in `skip`
+    ({"module", "file", "error"} maps: they broke a worker at import) are
+    reported as errors without being imported.
+    """
     functions_dir = os.path.abspath(functions_dir)
     if not os.path.isdir(functions_dir):
         # A worker with no tools at all would look healthy: fail its start instead.
@@ -90,12 +126,22 @@ def load_tools(functions_dir: str) -> ToolSet:
     package = os.path.relpath(functions_dir, root).split(os.sep)
     by_name = _package_importable(package[0], root)
     tools, errors = {}, []
-    for module_name, relative in _find_modules(functions_dir):
+    skipped = {entry.get("module"): entry for entry in skip if isinstance(entry, dict)}
+    for module_name, relative in _find_modules(functions_dir, errors):
+        if module_name in skipped:
+            error = str(skipped[module_name].get("error") or "ImportHazard: it broke the worker at import")
+            errors.append(LoadError(module_name, relative, error, failed_import=True))
+            continue
+        if before_import is not None:
+            before_import(module_name, relative)
         try:
             module = _import(package + module_name.split("/"), os.path.join(functions_dir, relative), by_name)
         except BaseException as exc:  # SyntaxError, SystemExit, KeyboardInterrupt: all reported
-            errors.append(LoadError(module_name, relative, f"{type(exc).__name__}: {exc}", failed_import=True))
+            errors.append(LoadError(module_name, relative, describe_exception(exc), failed_import=True))
             continue
+        finally:
+            if after_import is not None:
+                after_import()
         for name, func in _public_functions(module):
             first = tools.get(name)
             if first is not None:

@@ -16,7 +16,7 @@ from .frames import FrameTooLarge
 from .invoke import Invoker, ToolFailure
 from .results import Encoded
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 SHIM_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def main(config: dict) -> None:
@@ -30,7 +30,7 @@ def main(config: dict) -> None:
         sys.path.append(entry)
     # Last, so that a project's own `utils` package wins over the compat one.
     sys.path.append(os.path.join(SHIM_DIR, "compat"))
-    toolset = discovery.load_tools(config["functions_dir"])
+    toolset = _import_tools(channel, config)
     # After the tools' imports: the project's own context classes, if it has them.
     classes = standins.resolve()
     channel.send({
@@ -42,6 +42,34 @@ def main(config: dict) -> None:
         "executable": sys.executable,
     })
     _serve(channel, toolset, classes, Invoker(toolset, config, channel.call, classes))
+
+
+def _import_tools(channel: Channel, config: dict):
+    """Import the tool modules, each announced first and bounded in time.
+
+    A module that hangs past `import_timeout` gets every thread's stack
+    written to the dump fd and the process ended (faulthandler's watchdog
+    runs without the GIL, so a C loop cannot stop it); one that exits or
+    kills the process does so after its `importing` message. Either way the
+    supervisor knows which module it was, and the next worker skips it.
+    """
+    limit = config.get("import_timeout")
+    dump_fd = config.get("dump_fd")
+    dump_to = dump_fd if dump_fd is not None else sys.stderr
+
+    def before(module: str, file: str) -> None:
+        channel.send({"t": "importing", "module": module, "file": file})
+        if limit:
+            faulthandler.dump_traceback_later(float(limit), exit=True, file=dump_to)
+
+    def after() -> None:
+        if limit:
+            faulthandler.cancel_dump_traceback_later()
+
+    return discovery.load_tools(
+        config["functions_dir"], before, after, config.get("skip_modules") or (),
+    )
+
 
 
 def _protect_channel() -> tuple:
@@ -87,6 +115,9 @@ def _serve(channel: Channel, toolset, classes, invoker: Invoker) -> None:
                     catalog = build_catalog(toolset, classes.warnings)
                 value = Encoded(value=catalog)
             elif kind == "invoke" and isinstance(request.get("name"), str):
+                # Proof that this worker was sound when the call began: one
+                # that dies before this was broken by an earlier call.
+                channel.send({"t": "started", "id": request_id})
                 value, blocks = invoker.invoke(request["name"], _arguments(request), request.get("context") or {})
             else:
                 raise ToolFailure("ProtocolError", f"not a request this worker understands: {kind!r} (protocol {PROTOCOL_VERSION})")

@@ -187,15 +187,34 @@ impl ToolpoolServer {
     async fn shut_down(&self, grace: Duration) {
         let inner = &self.inner;
         let started = tokio::time::Instant::now();
+        // Listening before anything waits: a second SIGTERM or SIGINT ends
+        // the grace period at once, as it does for `call`.
+        let mut again = crate::signals::StopSignals::new().ok();
         inner.closing.store(true, Ordering::Release);
         tracing::info!(
             in_flight = inner.calls.count(),
             grace_secs = grace.as_secs_f64(),
             "shutting down: finishing the calls received"
         );
-        inner.calls.wait_idle(grace).await;
+        let mut left_now = false;
+        tokio::select! {
+            _ = inner.calls.wait_idle(grace) => {}
+            signal = async {
+                match again.as_mut() {
+                    Some(signals) => signals.recv().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                tracing::warn!("{signal} again: killing the calls in flight");
+                left_now = true;
+            }
+        }
         // Whatever still runs is killed now and answered as shut down.
-        let left = grace.saturating_sub(started.elapsed());
+        let left = if left_now {
+            Duration::ZERO
+        } else {
+            grace.saturating_sub(started.elapsed())
+        };
         inner.pool.shutdown_with_grace(left).await;
         // Killed calls return at once; this bound only guards against a
         // handler that never returns.

@@ -313,6 +313,29 @@ class Discovery(unittest.TestCase):
         importlib.invalidate_caches()
         return catalog.build_catalog(discovery.load_tools(os.path.join(self._tmp.name, functions_dir)))
 
+    def test_an_exception_whose_str_raises_is_still_reported(self):
+        self.write("tools/unprintable.py", """
+            class Unprintable(Exception):
+                def __str__(self):
+                    raise SystemExit("not even this")
+
+            raise Unprintable()
+        """)
+        self.write("tools/fine.py", "def fine() -> None:\n    pass\n")
+        found = self.load("tools")
+        self.assertEqual([entry["name"] for entry in found["functions"]], ["fine"])
+        self.assertEqual(found["errors"], [{
+            "module": "unprintable", "file": "unprintable.py",
+            "error": "Unprintable: <its message cannot be shown: __str__ raised SystemExit>",
+        }])
+
+    def test_modules_that_broke_a_worker_are_reported_without_being_imported(self):
+        self.write("tools/hazard.py", "raise SystemExit('imported after all')\n")
+        skip = [{"module": "hazard", "file": "hazard.py", "error": "ImportHazard: importing hazard.py hung"}]
+        importlib.invalidate_caches()
+        toolset = discovery.load_tools(os.path.join(self._tmp.name, "tools"), skip=skip)
+        self.assertEqual([error.as_dict() for error in toolset.errors], skip)
+
     def test_walks_subfolders_and_skips_underscore_and_dot_names(self):
         tool = "def {name}() -> None:\n    pass\n"
         self.write("tools/top.py", tool.format(name="top"))

@@ -1,0 +1,76 @@
+//! `toolpool doctor`: what the workers run on and how they are kept in check.
+
+use crate::pool::Pool;
+use crate::process::KillMechanism;
+
+/// The report `toolpool doctor` prints, one `name: value` a line.
+pub fn report(pool: &Pool) -> String {
+    let info = pool.worker_info();
+    let limits = pool.limits();
+    let codec = match info.codec.as_str() {
+        "msgpack" => "msgpack (the C extension)".to_string(),
+        "builtin" => {
+            "builtin (the shim's pure-Python codec; install msgpack for speed)".to_string()
+        }
+        other => other.to_string(),
+    };
+    let kill = match info.kill_mechanism {
+        KillMechanism::PidNamespace => {
+            "pid-namespace (each worker is init of its own PID namespace: killing it kills every process of the call)"
+        }
+        KillMechanism::ProcessTree => {
+            "process-tree (no PID namespace could be made: the worker's group, then every descendant of its guardian, are killed)"
+        }
+    };
+    let mut lines = vec![
+        format!(
+            "interpreter: {} (Python {})",
+            info.executable, info.python_version
+        ),
+        format!("codec: {codec}"),
+        format!("kill mechanism: {kill}"),
+        format!(
+            "subreaper: {}",
+            if limits["subreaper"].as_bool() == Some(true) {
+                "on (what a killed guardian leaves becomes toolpool's child, and is killed)"
+            } else {
+                "off"
+            }
+        ),
+    ];
+    let show = |value: &serde_json::Value, unit: &str, none: &str| match value {
+        serde_json::Value::Null => none.to_string(),
+        value => format!("{value}{unit}"),
+    };
+    lines.push(format!("workers: {}", limits["workers"]));
+    lines.push(format!(
+        "timeout: {}",
+        show(&limits["timeout_secs"], " s", "none")
+    ));
+    lines.push(format!(
+        "import timeout: {}",
+        show(
+            &limits["import_timeout_secs"],
+            " s per module",
+            "none (only the start timeout)"
+        )
+    ));
+    lines.push(format!(
+        "human timeout: {}",
+        show(&limits["human_timeout_secs"], " s per wait", "none")
+    ));
+    lines.push(format!(
+        "memory limit: {}",
+        show(
+            &limits["memory_limit_bytes"],
+            " bytes of address space per worker",
+            "none"
+        )
+    ));
+    lines.push(format!(
+        "max calls per worker: {}",
+        show(&limits["max_calls_per_worker"], "", "unlimited")
+    ));
+    lines.push(format!("max frame: {} bytes", limits["max_frame_bytes"]));
+    lines.join("\n")
+}
