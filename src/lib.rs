@@ -12,6 +12,7 @@ pub mod config;
 pub mod context;
 pub mod embedded;
 pub mod error;
+mod http_conn;
 pub mod mcp;
 pub mod metrics;
 pub mod pool;

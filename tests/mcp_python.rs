@@ -78,3 +78,8 @@ fn python_client_workflow_node_and_streamable_http() {
 fn python_client_elicitation() {
     run_python_module("test_elicitation");
 }
+
+#[test]
+fn python_client_http_front_end_refuses_and_limits() {
+    run_python_module("test_http_front");
+}

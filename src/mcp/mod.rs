@@ -32,6 +32,7 @@
 
 mod elicit;
 mod http;
+mod http_access;
 mod stdio;
 
 use std::borrow::Cow;
@@ -48,6 +49,7 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{json, Value};
 use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 
 use crate::cli::result_text;
 use crate::config::NodeTools;
@@ -56,6 +58,7 @@ use crate::error::{ErrorKind, ToolError};
 use crate::pool::{InvokeOptions, Pool};
 
 pub use http::parse_http_addr;
+pub use http_access::{HttpArgs, HttpOptions, TOKEN_ENV as AUTH_TOKEN_ENV};
 
 /// After stdin ends: how long no call may have run before the server takes
 /// every request read before the end as answered.
@@ -81,8 +84,8 @@ pub enum ToolSet {
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
     pub tools: ToolSet,
-    /// `None`: stdio. `Some(addr)`: streamable HTTP on that address.
-    pub http: Option<std::net::SocketAddr>,
+    /// `None`: stdio. `Some(options)`: streamable HTTP on their address.
+    pub http: Option<HttpOptions>,
     /// How long calls in flight may run on at shutdown before they are killed.
     pub grace: Duration,
 }
@@ -104,7 +107,7 @@ pub async fn serve(pool: Pool, options: ServeOptions) -> Result<(), ServeError> 
     let server = ToolpoolServer::new(pool, options.tools);
     match options.http {
         None => stdio::serve(server, options.grace).await,
-        Some(addr) => http::serve(server, addr, options.grace).await,
+        Some(http) => http::serve(server, http, options.grace).await,
     }
 }
 
@@ -113,6 +116,9 @@ pub async fn serve(pool: Pool, options: ServeOptions) -> Result<(), ServeError> 
 #[derive(Clone)]
 pub struct ToolpoolServer {
     inner: Arc<Inner>,
+    /// Cancelled when the HTTP session this handle serves is closed: its
+    /// calls are cancelled with it (never cancelled on stdio).
+    session: CancellationToken,
 }
 
 struct Inner {
@@ -132,6 +138,16 @@ impl ToolpoolServer {
                 calls: CallCounter::default(),
                 closing: AtomicBool::new(false),
             }),
+            session: CancellationToken::new(),
+        }
+    }
+
+    /// A handle for one HTTP session: cancelling `session` cancels the
+    /// calls made through it.
+    fn for_session(&self, session: CancellationToken) -> ToolpoolServer {
+        ToolpoolServer {
+            inner: self.inner.clone(),
+            session,
         }
     }
 
@@ -390,6 +406,11 @@ impl ServerHandler for ToolpoolServer {
                 // what is returned here is never seen.
                 tracing::info!(tool = %name, id = %context.id, "call cancelled by the client");
                 Err(McpError::internal_error("the call was cancelled", None))
+            }
+            _ = self.session.cancelled() => {
+                // As above: the client ended the session (HTTP DELETE).
+                tracing::info!(tool = %name, id = %context.id, "call cancelled: its session was closed");
+                Err(McpError::internal_error("the session was closed", None))
             }
         }
     }
