@@ -205,10 +205,11 @@ impl Front {
         // HTTP/1.1 puts the authority in Host; an absolute request target
         // carries it in the URI instead.
         let host = header(HOST.as_str()).or_else(|| request.uri().authority().map(|a| a.as_str()));
-        if let Err(refusal) = self
-            .access
-            .check(host, header(ORIGIN.as_str()), header(AUTHORIZATION.as_str()))
-        {
+        if let Err(refusal) = self.access.check(
+            host,
+            header(ORIGIN.as_str()),
+            header(AUTHORIZATION.as_str()),
+        ) {
             return refused(refusal);
         }
         if request.uri().path() != ENDPOINT {
@@ -263,7 +264,10 @@ impl Sessions {
     }
 
     fn take_created(&self) -> Option<CancellationToken> {
-        self.created.lock().ok().and_then(|mut created| created.take())
+        self.created
+            .lock()
+            .ok()
+            .and_then(|mut created| created.take())
     }
 
     /// A POST without a session id: an `initialize`, which opens a session
@@ -308,7 +312,11 @@ impl Sessions {
 
     /// Cancels every call of session `id` (their workers are killed).
     fn cancel_calls(&self, id: &str) {
-        let token = self.calls.lock().ok().and_then(|mut calls| calls.remove(id));
+        let token = self
+            .calls
+            .lock()
+            .ok()
+            .and_then(|mut calls| calls.remove(id));
         if let Some(token) = token {
             tracing::info!(session = %id, "session closed by the client: cancelling its calls");
             token.cancel();

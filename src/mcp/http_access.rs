@@ -95,7 +95,10 @@ impl HttpOptions {
                     format!("--auth-token-file {}: cannot read: {e}", path.display())
                 })?;
                 let token = text.lines().next().unwrap_or("").trim().to_string();
-                Some(check_token(token, &format!("the token in {}", path.display()))?)
+                Some(check_token(
+                    token,
+                    &format!("the token in {}", path.display()),
+                )?)
             }
             None => match token_env {
                 Some(token) => Some(check_token(token.trim().to_string(), TOKEN_ENV)?),
@@ -323,6 +326,11 @@ fn parse_authority(text: &str) -> Option<(String, Option<u16>)> {
     name_ok.then_some((host, port))
 }
 
+/// A `Host` header value (`host[:port]`) that names a loopback host.
+pub(crate) fn is_loopback_host(text: &str) -> bool {
+    parse_authority(text).is_some_and(|(host, _)| is_loopback_name(&host))
+}
+
 fn is_loopback_name(host: &str) -> bool {
     host == "localhost"
         || host.ends_with(".localhost")
@@ -401,7 +409,10 @@ mod tests {
             "file://",
             "http://localhost.evil.example",
         ] {
-            assert!(a.check(Some("localhost"), Some(bad), None).is_err(), "{bad}");
+            assert!(
+                a.check(Some("localhost"), Some(bad), None).is_err(),
+                "{bad}"
+            );
         }
         assert!(parse_origin("https://x.example/path").is_none());
     }

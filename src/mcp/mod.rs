@@ -58,6 +58,7 @@ use crate::error::{ErrorKind, ToolError};
 use crate::pool::{InvokeOptions, Pool};
 
 pub use http::parse_http_addr;
+pub(crate) use http_access::is_loopback_host;
 pub use http_access::{HttpArgs, HttpOptions, TOKEN_ENV as AUTH_TOKEN_ENV};
 
 /// After stdin ends: how long no call may have run before the server takes

@@ -219,22 +219,41 @@ class Sessions(unittest.IsolatedAsyncioTestCase):
             status, _, body = request(url, body=ping, headers={"Mcp-Session-Id": ids[0]})
             self.assertEqual(status, 404, body)
 
-    async def test_delete_cancels_the_sessions_call_and_the_client_logs_no_error(self):
+    async def test_delete_cancels_the_sessions_running_call(self):
         async with http_server("--workers", "1", "--timeout", "600", "serve", "--http", "127.0.0.1:0") as (_, url):
+            status, headers, _ = request(url)
+            sid = session_id(headers)
+            initialized = json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}).encode()
+            self.assertEqual(request(url, body=initialized, headers={"Mcp-Session-Id": sid})[0], 202)
             with tempfile.TemporaryDirectory() as tmp:
                 pid_file = Path(tmp) / "grandchild.pid"
-                with self.assertNoLogs("mcp.client.streamable_http", level="WARNING"):
-                    async with Client(url) as client:
-                        async with anyio.create_task_group() as tg:
-                            tg.start_soon(client.call_tool, "spawn_grandchild", {"pid_file": str(pid_file)})
-                            grandchild = await read_pid_file(pid_file)
-                            self.assertTrue(alive(grandchild))
-                            tg.cancel_scope.cancel()
-                    # Leaving the client sent the DELETE.
-                self.assertTrue(await gone_within(grandchild, 10), "the call's worker tree survived the DELETE")
+                call_body = json.dumps(
+                    {
+                        "jsonrpc": "2.0",
+                        "id": 2,
+                        "method": "tools/call",
+                        "params": {"name": "spawn_grandchild", "arguments": {"pid_file": str(pid_file)}},
+                    }
+                ).encode()
+                async with anyio.create_task_group() as tg:
+                    # The call's response stream stays open while it runs; it
+                    # ends when the session goes.
+                    tg.start_soon(
+                        anyio.to_thread.run_sync,
+                        lambda: request(url, body=call_body, headers={"Mcp-Session-Id": sid}),
+                    )
+                    grandchild = await read_pid_file(pid_file)
+                    self.assertTrue(alive(grandchild))
+                    status, _, body = request(url, "DELETE", b"", headers={"Mcp-Session-Id": sid})
+                    self.assertEqual(status, 200, body)
+                    self.assertTrue(await gone_within(grandchild, 3), "the call's worker tree outlived the DELETE")
             # The pool's one worker was replaced: the next call runs.
-            async with Client(url) as client:
-                self.assertEqual(ok(await client.call_tool("add", {"a": 1, "b": 2})), "3")
+            self.assertEqual(ok(await call(url, "add", {"a": 1, "b": 2})), "3")
+
+    async def test_the_official_client_closes_its_session_without_an_error(self):
+        async with http_server("--workers", "1", "serve", "--http", "127.0.0.1:0") as (_, url):
+            with self.assertNoLogs("mcp.client.streamable_http", level="WARNING"):
+                self.assertEqual(ok(await call(url, "add", {"a": 2, "b": 2})), "4")
 
 
 class Connections(unittest.IsolatedAsyncioTestCase):
