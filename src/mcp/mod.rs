@@ -34,6 +34,7 @@ mod elicit;
 mod http;
 mod http_access;
 mod stdio;
+mod stdio_gate;
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
