@@ -28,10 +28,12 @@ def main(config: dict) -> None:
     # away during a slow or hanging import still ends this process.
     _channel.watch_for_hangup()
     _enable_stack_dumps(config.get("dump_fd"))
+    # Behind the project (whose own `utils` or `entity` wins over the compat
+    # ones) but ahead of the session's installed packages, so that nothing a
+    # session installs can shadow them.
+    sys.path.append(os.path.join(SHIM_DIR, "compat"))
     for entry in config.get("extra_sys_path") or ():
         sys.path.append(entry)
-    # Last, so that a project's own `utils` package wins over the compat one.
-    sys.path.append(os.path.join(SHIM_DIR, "compat"))
     toolset = discovery.load_tools(config["functions_dir"])
     _channel.send({
         "t": "hello",
