@@ -289,8 +289,13 @@ while swaps < 5_000_000 and time.monotonic() < deadline:
                 Ok(_) => wrote += 1,
                 Err(error) => {
                     assert!(
-                        ["ValueError", "FileNotFoundError", "NotADirectoryError", "FileExistsError"]
-                            .contains(&error.kind.type_name()),
+                        [
+                            "ValueError",
+                            "FileNotFoundError",
+                            "NotADirectoryError",
+                            "FileExistsError"
+                        ]
+                        .contains(&error.kind.type_name()),
                         "call {i}: {error}"
                     );
                     refused += 1;
@@ -306,13 +311,20 @@ while swaps < 5_000_000 and time.monotonic() < deadline:
         .unwrap()
         .map(|e| e.unwrap().file_name())
         .collect();
-    assert_eq!(leaked, vec![std::ffi::OsString::from("f.txt")], "written outside");
+    assert_eq!(
+        leaked,
+        vec![std::ffi::OsString::from("f.txt")],
+        "written outside"
+    );
     assert_eq!(
         std::fs::read_to_string(outside.path().join("f.txt")).unwrap(),
         "OUTSIDE"
     );
     // The race really ran both ways: some calls got through, some were refused.
-    assert!(read_inside > 0 && wrote > 0, "{read_inside} reads, {wrote} writes");
+    assert!(
+        read_inside > 0 && wrote > 0,
+        "{read_inside} reads, {wrote} writes"
+    );
     eprintln!("{read_inside} reads and {wrote} writes inside, {refused} refused");
     pool.shutdown().await;
 }

@@ -59,7 +59,10 @@ async fn local_files_are_refused_before_pip_runs_and_installs_never_shadow_compa
         "tp-shadow",
         &[
             ("utils/__init__.py", "VALUE = 'shadow'\n"),
-            ("utils/function_catalog.py", "raise RuntimeError('shadow code ran')\n"),
+            (
+                "utils/function_catalog.py",
+                "raise RuntimeError('shadow code ran')\n",
+            ),
             ("entity/__init__.py", "VALUE = 'shadow'\n"),
             ("tp_shadow_marker.py", "VALUE = 'installed'\n"),
         ],
@@ -132,15 +135,26 @@ async fn local_files_are_refused_before_pip_runs_and_installs_never_shadow_compa
     .unwrap();
     assert_eq!(installed["ok"], json!(true), "{installed:#}");
     assert!(pip_log.exists(), "pip ran and logged");
-    assert!(session.path().join("site-packages/utils/__init__.py").exists());
+    assert!(session
+        .path()
+        .join("site-packages/utils/__init__.py")
+        .exists());
     pool.shutdown().await;
 
     // Workers started after the install import the package, but `utils` and
     // `entity` are still toolpool's compatibility modules.
-    let next = builder(&session, 1).pass_env(pip_env).build().await.unwrap();
-    let marker = call(&next, "import_installed", json!({"module": "tp_shadow_marker"}))
+    let next = builder(&session, 1)
+        .pass_env(pip_env)
+        .build()
         .await
         .unwrap();
+    let marker = call(
+        &next,
+        "import_installed",
+        json!({"module": "tp_shadow_marker"}),
+    )
+    .await
+    .unwrap();
     assert_eq!(marker["value"], json!("installed"));
     for module in ["utils", "entity", "utils.function_catalog"] {
         let imported = call(&next, "import_installed", json!({"module": module}))

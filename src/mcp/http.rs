@@ -97,23 +97,23 @@ pub(super) async fn serve(
     let sessions = Arc::new(Sessions {
         manager: manager.clone(),
         max: options.max_sessions,
-        opening: tokio::sync::Mutex::new(()),
-        calls: Mutex::new(HashMap::new()),
-        created: Mutex::new(None),
+        opening: Mutex::new(0),
+        calls: Arc::default(),
     });
-    let factory_sessions = sessions.clone();
+    let registry = sessions.calls.clone();
     let handler = server.clone();
+    // rmcp makes one handler for each new session.
     let service = StreamableHttpService::new(
-        move || {
-            // Called by rmcp for each new session, while `Sessions::open`
-            // holds its lock: the token is matched to the session id there.
-            let token = CancellationToken::new();
-            factory_sessions.set_created(token.clone());
-            Ok(handler.for_session(token))
-        },
+        move || Ok(handler.for_session(SessionCalls::new(registry.clone()))),
         manager,
         config,
     );
+    if options.session_idle < server.pool().default_timeout() {
+        tracing::warn!(
+            "--session-idle {} s is shorter than the tools' timeout: a session whose only call runs longer ends, and the call is cancelled",
+            options.session_idle.as_secs_f64()
+        );
+    }
     let front = Arc::new(Front {
         service,
         access: options.access,
@@ -243,47 +243,94 @@ impl Front {
     }
 }
 
+/// Each live session's calls, by session id: cancelling the token cancels
+/// them. A session's handler registers its token the first time it runs a
+/// call, under the session id that call's request carries.
+type Registry = Mutex<HashMap<String, CancellationToken>>;
+
+/// What one session's handler knows of its session (on stdio: nothing; its
+/// token is never cancelled).
+#[derive(Clone, Default)]
+pub(super) struct SessionCalls {
+    token: CancellationToken,
+    registry: Option<Arc<Registry>>,
+}
+
+impl SessionCalls {
+    fn new(registry: Arc<Registry>) -> SessionCalls {
+        SessionCalls {
+            token: CancellationToken::new(),
+            registry: Some(registry),
+        }
+    }
+
+    /// Resolves when the session of the request in `context` is closed by
+    /// its client (HTTP DELETE).
+    pub(super) fn closed(
+        &self,
+        context: &rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> tokio_util::sync::WaitForCancellationFutureOwned {
+        let id = context
+            .extensions
+            .get::<hyper::http::request::Parts>()
+            .and_then(|parts| parts.headers.get(SESSION_HEADER))
+            .and_then(|v| v.to_str().ok());
+        if let (Some(registry), Some(id)) = (&self.registry, id) {
+            if let Ok(mut calls) = registry.lock() {
+                calls
+                    .entry(id.to_string())
+                    .or_insert_with(|| self.token.clone());
+            }
+        }
+        self.token.clone().cancelled_owned()
+    }
+}
+
 /// The sessions rmcp keeps, as far as the front end counts and cancels them.
 struct Sessions {
     manager: Arc<LocalSessionManager>,
     max: usize,
-    /// Held while a request that may create a session runs, so the count
-    /// cannot be overrun and each new session's token finds its id.
-    opening: tokio::sync::Mutex<()>,
-    /// Each live session's token: cancelling it cancels the session's calls.
-    calls: Mutex<HashMap<String, CancellationToken>>,
-    /// The token the service factory made for the session being created.
-    created: Mutex<Option<CancellationToken>>,
+    /// Requests without a session id under way: each may be creating one,
+    /// so they count against the cap until they are answered.
+    opening: Mutex<usize>,
+    calls: Arc<Registry>,
+}
+
+/// Counts one request in `Sessions::opening` while it lives.
+struct Opening<'a>(&'a Mutex<usize>);
+
+impl Drop for Opening<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut opening) = self.0.lock() {
+            *opening = opening.saturating_sub(1);
+        }
+    }
 }
 
 impl Sessions {
-    fn set_created(&self, token: CancellationToken) {
-        if let Ok(mut created) = self.created.lock() {
-            *created = Some(token);
-        }
-    }
-
-    fn take_created(&self) -> Option<CancellationToken> {
-        self.created
-            .lock()
-            .ok()
-            .and_then(|mut created| created.take())
-    }
-
-    /// A POST without a session id: an `initialize`, which opens a session
-    /// when there is room for one.
+    /// A POST without a session id (an `initialize`, which opens a session):
+    /// served when there is room for one more session.
     async fn open(&self, service: &McpService, request: Request<Incoming>) -> Response<Body> {
-        let _opening = self.opening.lock().await;
-        let open = {
-            let live = self.manager.sessions.read().await;
-            if let Ok(mut calls) = self.calls.lock() {
-                // Sessions that ended by themselves (idle, closed) go.
-                calls.retain(|id, _| live.contains_key(id.as_str()));
-            }
-            live.len()
+        let (live, ids): (usize, Vec<String>) = {
+            let sessions = self.manager.sessions.read().await;
+            (
+                sessions.len(),
+                sessions.keys().map(|id| id.to_string()).collect(),
+            )
         };
-        if open >= self.max {
-            tracing::warn!(open, "refused a new session: the cap is reached");
+        if let Ok(mut calls) = self.calls.lock() {
+            // Sessions that ended by themselves (idle, closed) go.
+            calls.retain(|id, _| ids.contains(id));
+        }
+        let admitted = match self.opening.lock() {
+            Ok(mut opening) if live + *opening < self.max => {
+                *opening += 1;
+                Some(Opening(&self.opening))
+            }
+            _ => None,
+        };
+        let Some(_opening) = admitted else {
+            tracing::warn!(live, "refused a new session: the cap is reached");
             return text(
                 StatusCode::SERVICE_UNAVAILABLE,
                 format!(
@@ -292,22 +339,12 @@ impl Sessions {
                     self.max
                 ),
             );
-        }
-        self.take_created();
+        };
         let mut service = service.clone();
-        let response = match tower_service::Service::call(&mut service, request).await {
+        match tower_service::Service::call(&mut service, request).await {
             Ok(response) => response,
             Err(never) => match never {},
-        };
-        let token = self.take_created();
-        let id = response
-            .headers()
-            .get(SESSION_HEADER)
-            .and_then(|v| v.to_str().ok());
-        if let (Some(token), Some(id), Ok(mut calls)) = (token, id, self.calls.lock()) {
-            calls.insert(id.to_string(), token);
         }
-        response
     }
 
     /// Cancels every call of session `id` (their workers are killed).

@@ -50,7 +50,6 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{json, Value};
 use tokio::sync::Notify;
-use tokio_util::sync::CancellationToken;
 
 use crate::cli::result_text;
 use crate::config::NodeTools;
@@ -118,9 +117,9 @@ pub async fn serve(pool: Pool, options: ServeOptions) -> Result<(), ServeError> 
 #[derive(Clone)]
 pub struct ToolpoolServer {
     inner: Arc<Inner>,
-    /// Cancelled when the HTTP session this handle serves is closed: its
-    /// calls are cancelled with it (never cancelled on stdio).
-    session: CancellationToken,
+    /// The HTTP session this handle serves: when it is closed, its calls
+    /// are cancelled (on stdio, never).
+    session: http::SessionCalls,
 }
 
 struct Inner {
@@ -140,13 +139,12 @@ impl ToolpoolServer {
                 calls: CallCounter::default(),
                 closing: AtomicBool::new(false),
             }),
-            session: CancellationToken::new(),
+            session: http::SessionCalls::default(),
         }
     }
 
-    /// A handle for one HTTP session: cancelling `session` cancels the
-    /// calls made through it.
-    fn for_session(&self, session: CancellationToken) -> ToolpoolServer {
+    /// A handle for one HTTP session.
+    fn for_session(&self, session: http::SessionCalls) -> ToolpoolServer {
         ToolpoolServer {
             inner: self.inner.clone(),
             session,
@@ -399,6 +397,7 @@ impl ServerHandler for ToolpoolServer {
         }
         let args = Value::Object(request.arguments.unwrap_or_default());
         let human = elicit::for_peer(&context.peer);
+        let session_closed = self.session.closed(&context);
         let call = self.invoke(&name, args, human);
         tokio::select! {
             result = call => Ok(CallToolResponse::Complete(call_result(result))),
@@ -409,7 +408,7 @@ impl ServerHandler for ToolpoolServer {
                 tracing::info!(tool = %name, id = %context.id, "call cancelled by the client");
                 Err(McpError::internal_error("the call was cancelled", None))
             }
-            _ = self.session.cancelled() => {
+            _ = session_closed => {
                 // As above: the client ended the session (HTTP DELETE).
                 tracing::info!(tool = %name, id = %context.id, "call cancelled: its session was closed");
                 Err(McpError::internal_error("the session was closed", None))
