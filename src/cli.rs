@@ -174,6 +174,8 @@ pub enum Command {
         /// Serve streamable HTTP at ADDR (PORT or HOST:PORT; a bare port is loopback) instead of stdio
         #[arg(long, value_name = "ADDR", value_parser = crate::mcp::parse_http_addr)]
         http: Option<std::net::SocketAddr>,
+        #[command(flatten)]
+        http_access: crate::mcp::HttpArgs,
         /// Seconds calls in flight may run on at shutdown before they are killed
         #[arg(long, value_name = "SECS", default_value = "10", value_parser = parse_seconds)]
         grace: Duration,
@@ -191,7 +193,7 @@ pub enum Command {
 /// 4 PiB: more than any address space, far below where MB → bytes overflows.
 const MAX_MEMORY_LIMIT_MB: u64 = 1 << 32;
 
-fn parse_seconds(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_seconds(text: &str) -> Result<Duration, String> {
     let secs: f64 = text
         .parse()
         .map_err(|_| format!("'{text}' is not a number of seconds"))?;
@@ -435,10 +437,20 @@ async fn run_command(cli: Cli) -> Result<ExitCode, CliError> {
             config,
             node,
             http,
+            http_access,
             grace,
             metrics,
             watch,
         } => {
+            // Checked before any worker starts: a public address without a
+            // token is refused here.
+            let http = http
+                .map(|addr| {
+                    let token = std::env::var(crate::mcp::AUTH_TOKEN_ENV).ok();
+                    crate::mcp::HttpOptions::new(addr, http_access, token)
+                })
+                .transpose()
+                .map_err(CliError::Usage)?;
             // The workflow file is read before any worker starts, as in `resolve`.
             let workflow = config.as_ref().map(Workflow::load).transpose()?;
             let pool = builder(&cli, None).build().await?;
@@ -478,7 +490,7 @@ async fn run_command(cli: Cli) -> Result<ExitCode, CliError> {
             };
             let options = crate::mcp::ServeOptions {
                 tools,
-                http: *http,
+                http,
                 grace: *grace,
             };
             crate::mcp::serve(pool, options)

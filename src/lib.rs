@@ -15,6 +15,7 @@ pub mod doctor;
 pub mod embedded;
 pub mod env;
 pub mod error;
+mod http_conn;
 pub mod mcp;
 pub mod metrics;
 pub mod pool;

@@ -5,10 +5,11 @@ use std::fmt::Write as _;
 
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
-use hyper::server::conn::http1;
-use hyper::{Request, Response, StatusCode};
+use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 
+use crate::http_conn::{http1_builder, ConnectionCap};
+use crate::mcp::is_loopback_host;
 use crate::pool::{Pool, PoolStats};
 
 /// Renders a stats snapshot as Prometheus text (version 0.0.4).
@@ -136,18 +137,37 @@ fn escape_label(value: &str) -> String {
         .replace('\n', "\\n")
 }
 
-/// Serves `/metrics` for `pool` on a bound listener until the task is dropped.
+/// Serves `GET /metrics` on `listener` until the task is dropped: other
+/// methods get 405, other paths 404. On a loopback address the `Host` header
+/// must name a loopback host (DNS rebinding). Connections are capped and must
+/// send their header in time, as on the MCP endpoint.
 pub async fn serve(listener: tokio::net::TcpListener, pool: Pool) -> std::io::Result<()> {
-    tracing::info!("metrics at http://{}/metrics", listener.local_addr()?);
+    let local = listener.local_addr()?;
+    tracing::info!("metrics at http://{local}/metrics");
+    let cap = ConnectionCap::new(MAX_CONNECTIONS, "the metrics endpoint's cap");
+    let loopback = local.ip().is_loopback();
     loop {
-        let (stream, _) = listener.accept().await?;
+        let (stream, _) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                // Out of file descriptors and the like: wait, go on.
+                tracing::warn!("metrics: accept failed: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Some(permit) = cap.try_permit() else {
+            cap.refuse(stream);
+            continue;
+        };
         let pool = pool.clone();
         tokio::spawn(async move {
+            let _permit = permit;
             let service = hyper::service::service_fn(move |request: Request<Incoming>| {
                 let pool = pool.clone();
-                async move { Ok::<_, std::convert::Infallible>(respond(&request, &pool)) }
+                async move { Ok::<_, std::convert::Infallible>(respond(&request, &pool, loopback)) }
             });
-            if let Err(e) = http1::Builder::new()
+            if let Err(e) = http1_builder()
                 .serve_connection(TokioIo::new(stream), service)
                 .await
             {
@@ -157,18 +177,38 @@ pub async fn serve(listener: tokio::net::TcpListener, pool: Pool) -> std::io::Re
     }
 }
 
-fn respond(request: &Request<Incoming>, pool: &Pool) -> Response<Full<Bytes>> {
-    let (status, content_type, body) = if request.uri().path() == "/metrics" {
+/// Scrapers open one connection at a time; this leaves room for a few.
+const MAX_CONNECTIONS: usize = 64;
+
+fn respond(request: &Request<Incoming>, pool: &Pool, loopback: bool) -> Response<Full<Bytes>> {
+    let host = request
+        .headers()
+        .get(hyper::header::HOST)
+        .and_then(|v| v.to_str().ok());
+    let (status, content_type, body) = if loopback && !host.is_some_and(is_loopback_host) {
         (
-            StatusCode::OK,
-            "text/plain; version=0.0.4",
-            render(&pool.stats()),
+            StatusCode::FORBIDDEN,
+            "text/plain",
+            "forbidden: on a loopback address the Host header must name a loopback host\n"
+                .to_string(),
         )
-    } else {
+    } else if request.uri().path() != "/metrics" {
         (
             StatusCode::NOT_FOUND,
             "text/plain",
             "not found: metrics are at /metrics\n".to_string(),
+        )
+    } else if request.method() != Method::GET {
+        (
+            StatusCode::METHOD_NOT_ALLOWED,
+            "text/plain",
+            format!("method not allowed: {} (only GET)\n", request.method()),
+        )
+    } else {
+        (
+            StatusCode::OK,
+            "text/plain; version=0.0.4",
+            render(&pool.stats()),
         )
     };
     let mut response = Response::new(Full::new(Bytes::from(body)));
@@ -177,6 +217,12 @@ fn respond(request: &Request<Incoming>, pool: &Pool) -> Response<Full<Bytes>> {
         response
             .headers_mut()
             .insert(hyper::header::CONTENT_TYPE, value);
+    }
+    if status == StatusCode::METHOD_NOT_ALLOWED {
+        response.headers_mut().insert(
+            hyper::header::ALLOW,
+            hyper::header::HeaderValue::from_static("GET"),
+        );
     }
     response
 }

@@ -4,6 +4,7 @@ mod common;
 
 use common::*;
 use serde_json::json;
+use std::time::Duration;
 
 #[tokio::test]
 async fn worker_environment_is_minimal_unless_passed() {
@@ -217,5 +218,113 @@ async fn agent_arguments_never_set_underscored_parameters() {
     .unwrap_err();
     assert_eq!(error.kind, toolpool::ErrorKind::InvalidArguments, "{error}");
     assert!(error.message.contains("'_context'"), "{error}");
+    pool.shutdown().await;
+}
+
+/// A separate process swaps a workspace folder and a symbolic link to a
+/// folder outside (`renameat2(RENAME_EXCHANGE)`, in a loop) while the file
+/// tools read and write through the folder's name: every call either works
+/// inside the workspace or fails; none reads or writes outside.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_tools_never_reach_outside_while_a_folder_is_swapped_for_a_link() {
+    const CALLS: usize = 1500;
+    let (pool, _session, workspace) = file_tools_pool().await;
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("f.txt"), "OUTSIDE").unwrap();
+    std::fs::create_dir(workspace.join("d")).unwrap();
+    std::fs::write(workspace.join("d/f.txt"), "inside").unwrap();
+    std::os::unix::fs::symlink(outside.path(), workspace.join("swap")).unwrap();
+    let racer_script = r#"
+import ctypes, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+a, b = (os.fsencode(p) for p in sys.argv[1:3])
+RENAME_EXCHANGE, AT_FDCWD = 2, -100
+deadline, swaps = time.monotonic() + 120, 0
+print("racing", flush=True)
+while swaps < 5_000_000 and time.monotonic() < deadline:
+    if libc.renameat2(AT_FDCWD, a, AT_FDCWD, b, RENAME_EXCHANGE) != 0:
+        sys.exit(f"renameat2: {os.strerror(ctypes.get_errno())}")
+    swaps += 1
+"#;
+    let mut racer = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(racer_script)
+        .arg(workspace.join("d"))
+        .arg(workspace.join("swap"))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("the racing process starts");
+    let mut started = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(racer.stdout.take().unwrap()),
+        &mut started,
+    )
+    .unwrap();
+    assert_eq!(started.trim(), "racing");
+
+    let (mut read_inside, mut wrote, mut refused) = (0, 0, 0);
+    let racing = tokio::time::timeout(Duration::from_secs(300), async {
+        for i in 0..CALLS {
+            match call(&pool, "read_text_file_snippet", json!({"path": "d/f.txt"})).await {
+                Ok(read) => {
+                    assert_eq!(read["content"], json!("inside"), "call {i} read {read}");
+                    read_inside += 1;
+                }
+                Err(error) => {
+                    assert!(
+                        ["ValueError", "FileNotFoundError", "NotADirectoryError"]
+                            .contains(&error.kind.type_name()),
+                        "call {i}: {error}"
+                    );
+                    refused += 1;
+                }
+            }
+            let written = call(
+                &pool,
+                "save_file",
+                json!({"path": format!("d/w{i}.txt"), "content": "w"}),
+            )
+            .await;
+            match written {
+                Ok(_) => wrote += 1,
+                Err(error) => {
+                    assert!(
+                        [
+                            "ValueError",
+                            "FileNotFoundError",
+                            "NotADirectoryError",
+                            "FileExistsError"
+                        ]
+                        .contains(&error.kind.type_name()),
+                        "call {i}: {error}"
+                    );
+                    refused += 1;
+                }
+            }
+        }
+    })
+    .await;
+    let _ = racer.kill();
+    let _ = racer.wait();
+    racing.expect("the calls finish");
+    let leaked: Vec<_> = std::fs::read_dir(outside.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(
+        leaked,
+        vec![std::ffi::OsString::from("f.txt")],
+        "written outside"
+    );
+    assert_eq!(
+        std::fs::read_to_string(outside.path().join("f.txt")).unwrap(),
+        "OUTSIDE"
+    );
+    // The race really ran both ways: some calls got through, some were refused.
+    assert!(
+        read_inside > 0 && wrote > 0,
+        "{read_inside} reads, {wrote} writes"
+    );
+    eprintln!("{read_inside} reads and {wrote} writes inside, {refused} refused");
     pool.shutdown().await;
 }

@@ -83,3 +83,8 @@ fn python_client_elicitation() {
 fn python_client_receives_attachments_as_content() {
     run_python_module("test_attachments");
 }
+
+#[test]
+fn python_client_http_front_end_refuses_and_limits() {
+    run_python_module("test_http_front");
+}

@@ -105,3 +105,70 @@ fn serve_exposes_metrics_for_scraping() {
     let status = server.wait().unwrap();
     assert!(status.success(), "{status}");
 }
+
+/// One raw request on its own connection; the whole response.
+fn raw(port: u16, request: &str) -> String {
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    response
+}
+
+#[test]
+fn metrics_answer_only_get_of_metrics_and_close_half_open_connections() {
+    let session = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut server = toolpool_command(session.path())
+        .args(["--workers", "1", "serve", "--metrics"])
+        .arg(port.to_string())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    for _ in 0..100 {
+        if scrape(port).is_some_and(|r| r.starts_with("HTTP/1.1 200")) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for method in ["POST", "PUT", "DELETE", "OPTIONS", "TRACE", "PATCH"] {
+        let response = raw(
+            port,
+            &format!("{method} /metrics HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"),
+        );
+        assert!(response.starts_with("HTTP/1.1 405"), "{method}: {response}");
+        assert!(
+            response.to_ascii_lowercase().contains("allow: get"),
+            "{response}"
+        );
+        assert!(!response.contains("toolpool_workers"), "{response}");
+    }
+    let response = raw(
+        port,
+        "GET /other HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
+    );
+    assert!(response.starts_with("HTTP/1.1 404"), "{response}");
+    let response = raw(
+        port,
+        "GET /metrics HTTP/1.1\r\nHost: attacker.example\r\nConnection: close\r\n\r\n",
+    );
+    assert!(response.starts_with("HTTP/1.1 403"), "{response}");
+    // Half a header, then silence: the server closes the connection after
+    // its header timeout (10 s).
+    let mut stalled = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stalled.write_all(b"GET /metrics HTTP/1.1\r\nHo").unwrap();
+    stalled
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let mut rest = Vec::new();
+    let read = stalled.read_to_end(&mut rest);
+    assert!(
+        read.is_ok(),
+        "the half-open connection is closed by the server: {read:?}"
+    );
+    assert!(scrape(port).is_some_and(|r| r.starts_with("HTTP/1.1 200")));
+    drop(server.stdin.take());
+    assert!(server.wait().unwrap().success());
+}

@@ -7,15 +7,27 @@ absolute path elsewhere, or through a symbolic link — are refused with a
 ValueError naming the path. ``attachments/`` (and ``attachments_manifest.json``)
 at the workspace root belong to the attachment store: tools may read them but
 not write, create or delete anything there.
+
+Paths are resolved without a check-then-use race: from an open file
+descriptor of the workspace, one component at a time (``openat`` with
+``O_NOFOLLOW`` relative to the directory opened before it, symbolic links
+read with ``readlinkat`` and followed only while they stay inside), and the
+final open goes through ``openat2`` with ``RESOLVE_BENEATH`` and
+``RESOLVE_NO_SYMLINKS`` where the kernel has it. A directory swapped for a
+symbolic link while a tool runs makes the tool fail; it never reads or
+writes outside.
 """
 
 import codecs
+import ctypes
+import errno
 import fnmatch
 import mimetypes
 import os
+import platform
 import re
-import shutil
 import stat
+import struct
 from pathlib import Path
 from typing import Annotated, Any, Iterator, Mapping
 
@@ -30,6 +42,88 @@ _MAX_DEPTH = 64
 _MAX_SEARCH_FILE_BYTES = 5 * 1024 * 1024
 _MAX_MATCH_LINE_CHARS = 300
 _WHOLE_READ_LIMIT_BYTES = 16 * 1024 * 1024
+_MAX_SYMLINKS = 40  # as the kernel's own limit for one lookup
+
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+_DIR_FLAGS = os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC
+
+
+# -- openat2 -----------------------------------------------------------------
+
+_SYS_OPENAT2 = {"x86_64": 437, "aarch64": 437, "arm64": 437}.get(platform.machine())
+_RESOLVE_NO_MAGICLINKS = 0x02
+_RESOLVE_NO_SYMLINKS = 0x04
+_RESOLVE_BENEATH = 0x08
+_openat2_works = _SYS_OPENAT2 is not None and hasattr(os, "O_NOFOLLOW")
+_syscall = None
+
+
+def _openat2(dir_fd: int, path: str, flags: int, mode: int) -> int | None:
+    """openat2(dir_fd, path, {flags, mode, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS}),
+    or None when this kernel or platform has no openat2 (the caller falls back)."""
+    global _openat2_works, _syscall
+    if not _openat2_works:
+        return None
+    if _syscall is None:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            _syscall = libc.syscall
+            _syscall.restype = ctypes.c_long
+        except (OSError, AttributeError):
+            _openat2_works = False
+            return None
+    tmpfile = getattr(os, "O_TMPFILE", 0)
+    if not flags & os.O_CREAT and not (tmpfile and flags & tmpfile == tmpfile):
+        mode = 0  # the kernel refuses a mode without O_CREAT or O_TMPFILE
+    how = struct.pack(
+        "QQQ", flags, mode, _RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS | _RESOLVE_NO_MAGICLINKS
+    )
+    buf = ctypes.create_string_buffer(how, len(how))
+    raw = os.fsencode(path)
+    while True:
+        fd = _syscall(
+            ctypes.c_long(_SYS_OPENAT2),
+            ctypes.c_int(dir_fd),
+            ctypes.c_char_p(raw),
+            buf,
+            ctypes.c_size_t(len(how)),
+        )
+        if fd >= 0:
+            return int(fd)
+        err = ctypes.get_errno()
+        if err == errno.EINTR:
+            continue
+        if err in (errno.ENOSYS, errno.EPERM) and not _openat2_ever_worked:
+            # No openat2 here (old kernel, or a seccomp filter refusing it).
+            _openat2_works = False
+            return None
+        if err == errno.EAGAIN:
+            # A rename raced the lookup; the kernel asks for a retry.
+            continue
+        raise OSError(err, os.strerror(err), path)
+
+
+_openat2_ever_worked = False
+
+
+def _probe_openat2() -> None:
+    global _openat2_ever_worked
+    try:
+        fd = _openat2(-100, ".", os.O_RDONLY | _DIRECTORY | _CLOEXEC, 0)  # AT_FDCWD
+    except OSError:
+        return
+    if fd is not None:
+        os.close(fd)
+        _openat2_ever_worked = True
+
+
+_probe_openat2()
+
+
+# -- the workspace -------------------------------------------------------------
 
 
 class FileToolContext:
@@ -52,15 +146,14 @@ class FileToolContext:
         self._given_root = given
         self.workspace_root = given.resolve()
         self.attachments_root = self.workspace_root / _ATTACHMENTS_DIR
+        protected = [(_ATTACHMENTS_DIR,), (_ATTACHMENTS_MANIFEST,)]
+        # `attachments` may itself be a link to a folder inside: protect that too.
         try:
-            real_attachments = self.attachments_root.resolve()
-        except (OSError, RuntimeError):
-            real_attachments = self.attachments_root
-        self._protected = (
-            self.attachments_root,
-            real_attachments,
-            self.workspace_root / _ATTACHMENTS_MANIFEST,
-        )
+            with self.resolve(_ATTACHMENTS_DIR) as found:
+                protected.append(tuple(found.parts))
+        except (OSError, ValueError):
+            pass
+        self._protected_parts = protected
         self.graph_directory = Path(ctx["graph_directory"]) if ctx.get("graph_directory") else None
         self.session_id = ctx.get("session_id")
         self.node_id = ctx.get("node_id")
@@ -68,15 +161,11 @@ class FileToolContext:
 
     # -- path resolution -------------------------------------------------
 
-    def resolve_under_workspace(self, path: str | os.PathLike, *, follow_symlinks: bool = True) -> Path:
-        """Return the absolute, symlink-resolved path for `path`, or raise ValueError.
-
-        Relative paths are taken from the workspace root. The result always lies
-        inside the workspace. With ``follow_symlinks=False`` a final component that
-        is a symbolic link is kept as the link itself (for deleting the link rather
-        than its target); every directory above it is still resolved and checked.
-        """
-        raw = os.fspath(path)
+    def _relative_parts(self, raw: Any) -> list[str]:
+        """The path's components relative to the workspace root (`..` kept:
+        it is resolved against the real tree), after the checks that need no
+        file system."""
+        raw = os.fspath(raw)
         if not isinstance(raw, str):
             raise TypeError(f"path must be a string, not {type(raw).__name__}")
         if "\x00" in raw:
@@ -87,29 +176,123 @@ class FileToolContext:
             )
         root = self.workspace_root
         candidate = Path(raw)
-        is_absolute = candidate.is_absolute()
-        if not is_absolute:
-            candidate = root / candidate
-        lexical = Path(os.path.normpath(candidate))
-        if is_absolute:
-            if not (lexical.is_relative_to(root) or lexical.is_relative_to(self._given_root)):
-                raise ValueError(f"path {raw!r} is outside the workspace ({root})")
-        elif not lexical.is_relative_to(root):
+        if candidate.is_absolute():
+            lexical = Path(os.path.normpath(candidate))
+            for base in (root, self._given_root):
+                if lexical.is_relative_to(base):
+                    return list(lexical.relative_to(base).parts)
+            raise ValueError(f"path {raw!r} is outside the workspace ({root})")
+        if not Path(os.path.normpath(root / candidate)).is_relative_to(root):
             raise ValueError(f"path {raw!r} escapes the workspace ({root}) through '..'")
+        return [p for p in raw.split("/") if p not in ("", ".")]
 
+    def resolve(self, path: str | os.PathLike, *, follow_symlinks: bool = True,
+                make_parents: bool = False) -> "_Resolved":
+        """The path resolved inside the workspace, as an open parent directory
+        and a final name (use it in a ``with`` block: it holds descriptors).
+
+        Every directory on the way is opened relative to the one before it,
+        never through a symbolic link; a link is read and followed by hand,
+        only while it stays inside the workspace. With ``follow_symlinks=False``
+        a final component that is a link stays the link itself. With
+        ``make_parents`` missing folders on the way are created (never inside
+        ``attachments/``). Raises ValueError for a path that leads outside.
+        """
+        raw = os.fspath(path)
+        pending = self._relative_parts(raw)
+        root_fd = os.open(self.workspace_root, os.O_RDONLY | _DIRECTORY | _CLOEXEC)
+        stack: list[int] = [root_fd]  # open fds of the directories in `parts`
+        parts: list[str] = []
+        links = 0
         try:
-            if follow_symlinks or candidate.name in ("", ".", ".."):
-                resolved = candidate.resolve()
-            else:
-                resolved = candidate.parent.resolve() / candidate.name
-        except (OSError, RuntimeError) as exc:  # symlink loop, unreadable component
-            raise ValueError(f"path {raw!r} cannot be resolved: {exc}") from None
-        if not resolved.is_relative_to(root):
-            raise ValueError(
-                f"path {raw!r} leads outside the workspace ({root}) through a symbolic link"
-                f" (it resolves to {resolved})"
-            )
-        return resolved
+            pending.reverse()  # a stack: the next component is last
+            while pending:
+                name = pending.pop()
+                if name in ("", "."):
+                    continue
+                if name == "..":
+                    if not parts:
+                        raise ValueError(
+                            f"path {raw!r} leads outside the workspace ({self.workspace_root})"
+                            " through a symbolic link"
+                            if links else f"path {raw!r} escapes the workspace ({self.workspace_root}) through '..'"
+                        )
+                    parts.pop()
+                    os.close(stack.pop())
+                    continue
+                last = not pending
+                try:
+                    st = os.stat(name, dir_fd=stack[-1], follow_symlinks=False)
+                except FileNotFoundError:
+                    st = None
+                except OSError as exc:
+                    raise ValueError(f"path {raw!r} cannot be resolved: {exc}") from None
+                if st is not None and stat.S_ISLNK(st.st_mode) and (follow_symlinks or not last):
+                    links += 1
+                    if links > _MAX_SYMLINKS:
+                        raise ValueError(f"path {raw!r} cannot be resolved: too many levels of symbolic links")
+                    try:
+                        target = os.readlink(name, dir_fd=stack[-1])
+                    except OSError as exc:  # EINVAL: no longer a link
+                        raise ValueError(
+                            f"path {raw!r} cannot be resolved: {'/'.join(parts + [name])!r} changed while it"
+                            f" was being resolved ({exc.strerror})"
+                        ) from None
+                    if target.startswith("/"):
+                        lexical = Path(os.path.normpath(target))
+                        inside = [b for b in (self.workspace_root, self._given_root) if lexical.is_relative_to(b)]
+                        if not inside:
+                            raise ValueError(
+                                f"path {raw!r} leads outside the workspace ({self.workspace_root}) through a"
+                                f" symbolic link (it points to {target})"
+                            )
+                        # Start again from the root with what the link names.
+                        while len(stack) > 1:
+                            os.close(stack.pop())
+                        parts.clear()
+                        rest = list(lexical.relative_to(inside[0]).parts)
+                    else:
+                        rest = [p for p in target.split("/") if p not in ("", ".")]
+                    pending.extend(reversed(rest))
+                    continue
+                if last:
+                    return _Resolved(self, raw, stack.pop(), name, parts + [name], st, stack)
+                if st is None:
+                    if not make_parents:
+                        return _Resolved(self, raw, None, name, parts + [name] + list(reversed(pending)), None, stack)
+                    self.ensure_editable_parts(parts + [name], raw)
+                    try:
+                        os.mkdir(name, dir_fd=stack[-1])
+                    except FileExistsError:
+                        pass
+                elif not stat.S_ISDIR(st.st_mode):
+                    raise NotADirectoryError(f"{raw!r}: {'/'.join(parts + [name])!r} is a file, not a folder")
+                try:
+                    fd = os.open(name, _DIR_FLAGS, dir_fd=stack[-1])
+                except OSError as exc:
+                    if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                        raise ValueError(
+                            f"path {raw!r} cannot be resolved: {'/'.join(parts + [name])!r} changed while it was"
+                            " being opened (a folder was replaced by a symbolic link or a file)"
+                        ) from None
+                    raise
+                stack.append(fd)
+                parts.append(name)
+            # The path is the workspace root itself.
+            return _Resolved(self, raw, None, "", [], os.fstat(stack[-1]), stack)
+        except BaseException:
+            for fd in stack:
+                os.close(fd)
+            raise
+
+    def resolve_under_workspace(self, path: str | os.PathLike, *, follow_symlinks: bool = True) -> Path:
+        """The absolute path inside the workspace that `path` names, or ValueError.
+
+        Only a check: the file system can change between it and a later use of
+        the path. The tools here use :meth:`resolve`, which keeps descriptors.
+        """
+        with self.resolve(path, follow_symlinks=follow_symlinks) as found:
+            return found.path
 
     def to_workspace_relative(self, path: str | os.PathLike) -> str:
         """Display form of a path inside the workspace: POSIX, relative, '.' for the root."""
@@ -120,17 +303,117 @@ class FileToolContext:
             return str(target)
         return rel.as_posix() or "."
 
-    def is_protected(self, resolved: Path) -> bool:
-        """True when `resolved` is the attachment store's directory, manifest, or inside it."""
-        return any(resolved.is_relative_to(p) for p in self._protected)
+    def is_protected_parts(self, parts: list[str] | tuple[str, ...]) -> bool:
+        """True for the attachment store's directory, manifest, or anything inside."""
+        parts = tuple(parts)
+        return any(p and parts[: len(p)] == p for p in self._protected_parts)
 
-    def ensure_editable(self, resolved: Path, raw: str) -> None:
-        """Raise PermissionError when `resolved` belongs to the attachment store."""
-        if self.is_protected(resolved):
+    def is_protected(self, resolved: Path) -> bool:
+        """As :meth:`is_protected_parts`, for an absolute path inside the workspace."""
+        try:
+            return self.is_protected_parts(Path(resolved).relative_to(self.workspace_root).parts)
+        except ValueError:
+            return False
+
+    def ensure_editable_parts(self, parts: list[str] | tuple[str, ...], raw: str) -> None:
+        """Raise PermissionError when `parts` belong to the attachment store."""
+        if self.is_protected_parts(parts):
             raise PermissionError(
                 f"path {raw!r} is inside '{_ATTACHMENTS_DIR}/' (or is its manifest), which the"
                 " attachment store manages: it can be read but not modified, created or deleted"
             )
+
+    def ensure_editable(self, resolved: Path, raw: str) -> None:
+        """As :meth:`ensure_editable_parts`, for an absolute path inside the workspace."""
+        if self.is_protected(resolved):
+            self.ensure_editable_parts((_ATTACHMENTS_DIR,), raw)
+
+
+class _Resolved:
+    """A path resolved by :meth:`FileToolContext.resolve`: the open directory
+    that holds it (`dir_fd`; None when a folder on the way does not exist),
+    its final `name` ('' for the root itself), its components from the root
+    (`parts`) and its lstat (None when it does not exist)."""
+
+    def __init__(self, ctx, raw, dir_fd, name, parts, st, others):
+        self.ctx = ctx
+        self.raw = raw
+        self.dir_fd = dir_fd
+        self.name = name
+        self.parts = parts
+        self.st = st
+        # Keep the root (for openat2 beneath it) and the parent; close the rest.
+        keep = [fd for fd in others[:1] if fd != dir_fd]
+        for fd in others[1:]:
+            if fd != dir_fd:
+                os.close(fd)
+        self._fds = keep + ([dir_fd] if dir_fd is not None else [])
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self) -> None:
+        for fd in self._fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._fds = []
+
+    @property
+    def is_root(self) -> bool:
+        return not self.parts
+
+    @property
+    def rel(self) -> str:
+        return "/".join(self.parts) or "."
+
+    @property
+    def path(self) -> Path:
+        return self.ctx.workspace_root.joinpath(*self.parts)
+
+    def exists(self) -> bool:
+        return self.st is not None
+
+    def is_dir(self) -> bool:
+        return self.st is not None and stat.S_ISDIR(self.st.st_mode)
+
+    def open(self, flags: int, mode: int = 0o666) -> int:
+        """Opens the final component (never through a symbolic link): with
+        openat2 beneath the workspace root where the kernel has it, else with
+        O_NOFOLLOW from its open directory."""
+        if self.is_root:
+            return os.open(".", flags | _CLOEXEC, dir_fd=self._fds[0]) if self._fds else os.open(
+                self.ctx.workspace_root, flags | _CLOEXEC)
+        if self.dir_fd is None:
+            raise FileNotFoundError(errno.ENOENT, "no such file or folder in the workspace", self.raw)
+        flags |= _NOFOLLOW | _CLOEXEC
+        root_fd = self._fds[0] if len(self._fds) > 1 else None
+        if root_fd is not None or len(self.parts) == 1:
+            beneath_fd = root_fd if root_fd is not None else self.dir_fd
+            rel = "/".join(self.parts) if root_fd is not None else self.name
+            try:
+                fd = _openat2(beneath_fd, rel, flags, mode)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.EXDEV, errno.ENOTDIR):
+                    raise ValueError(
+                        f"path {self.raw!r} changed while it was being opened (a folder was replaced by"
+                        " a symbolic link)"
+                    ) from None
+                raise
+            if fd is not None:
+                return fd
+        try:
+            return os.open(self.name, flags, mode, dir_fd=self.dir_fd)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise ValueError(
+                    f"path {self.raw!r} changed while it was being opened (it is now a symbolic link)"
+                ) from None
+            raise
 
 
 # -- helpers (private: not tools) -------------------------------------------
@@ -143,37 +426,84 @@ def _check_encoding(encoding: str) -> str:
         raise ValueError(f"unknown text encoding {encoding!r}") from None
 
 
-def _require_file(ctx: FileToolContext, path: str) -> Path:
-    target = ctx.resolve_under_workspace(path)
-    if not target.exists():
+def _open_regular(found: _Resolved, path: str) -> int:
+    """An fd open for reading on the regular file `found` names (never a FIFO
+    or device: the open does not block, and anything else is refused)."""
+    if not found.exists():
         raise FileNotFoundError(f"no such file in the workspace: {path!r}")
-    if target.is_dir():
+    if found.is_dir():
         raise IsADirectoryError(f"{path!r} is a directory, not a file (use list_directory)")
-    return target
+    fd = found.open(os.O_RDONLY | _NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(f"{path!r} is a directory, not a file (use list_directory)")
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"{path!r} is not a regular file")
+        if _NONBLOCK:
+            os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _is_hidden(name: str) -> bool:
     return name.startswith(".")
 
 
-def _entry_info(ctx: FileToolContext, entry: Path) -> dict[str, Any]:
-    info: dict[str, Any] = {"name": entry.name}
+class _Entry:
+    """One directory entry and its lstat (None when it vanished meanwhile)."""
+
+    __slots__ = ("name", "st")
+
+    def __init__(self, name: str, st: os.stat_result | None):
+        self.name = name
+        self.st = st
+
+    def is_dir(self) -> bool:
+        return self.st is not None and stat.S_ISDIR(self.st.st_mode)
+
+
+def _scan(dir_fd: int) -> list[_Entry]:
+    """The entries of an open directory, sorted by name, each with its lstat
+    taken relative to the directory (the fd stays open)."""
+    fd = os.dup(dir_fd)
     try:
-        st = entry.lstat()
-    except OSError as exc:
-        info.update(type="unknown", error=exc.strerror or str(exc))
+        with os.scandir(fd) as it:
+            names = sorted(e.name for e in it)
+        entries = []
+        for name in names:
+            try:
+                st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            except OSError:
+                st = None
+            entries.append(_Entry(name, st))
+        return entries
+    finally:
+        os.close(fd)
+
+
+def _link_target(ctx: FileToolContext, rel: str) -> str:
+    """Where the symbolic link at `rel` leads, for display."""
+    try:
+        with ctx.resolve(rel) as found:
+            return found.rel
+    except ValueError as exc:
+        return "(outside the workspace; not accessible)" if "outside" in str(exc) else "(unresolvable)"
+    except OSError:
+        return "(unresolvable)"
+
+
+def _entry_info(ctx: FileToolContext, entry: _Entry, rel: str) -> dict[str, Any]:
+    info: dict[str, Any] = {"name": entry.name}
+    st = entry.st
+    if st is None:
+        info.update(type="unknown", error="it vanished while being listed")
         return info
     if stat.S_ISLNK(st.st_mode):
         info["type"] = "symlink"
-        try:
-            real = entry.resolve()
-        except (OSError, RuntimeError):
-            info["target"] = "(unresolvable)"
-        else:
-            if real.is_relative_to(ctx.workspace_root):
-                info["target"] = ctx.to_workspace_relative(real)
-            else:
-                info["target"] = "(outside the workspace; not accessible)"
+        info["target"] = _link_target(ctx, rel)
     elif stat.S_ISDIR(st.st_mode):
         info["type"] = "directory"
     else:
@@ -182,19 +512,45 @@ def _entry_info(ctx: FileToolContext, entry: Path) -> dict[str, Any]:
     return info
 
 
-def _iter_tree(directory: Path | str, *, recursive: bool, depth: int = 0) -> Iterator[os.DirEntry]:
-    """Depth-first, name-sorted entries below `directory`; symlinked folders are not entered."""
+def _iter_tree(dir_fd: int, prefix: tuple[str, ...], *, recursive: bool,
+               depth: int = 0) -> Iterator[tuple[tuple[str, ...], _Entry]]:
+    """Depth-first, name-sorted (parts, entry) below an open directory; folders
+    are entered through descriptors, never through a symbolic link."""
     try:
-        with os.scandir(directory) as it:
-            children = sorted(it, key=lambda e: e.name)
+        children = _scan(dir_fd)
     except OSError:
         return
     for child in children:
         if _is_hidden(child.name) or child.name in _SKIPPED_DIRS:
             continue
-        yield child
-        if recursive and depth < _MAX_DEPTH and child.is_dir(follow_symlinks=False):
-            yield from _iter_tree(child.path, recursive=True, depth=depth + 1)
+        parts = prefix + (child.name,)
+        yield parts, child
+        if recursive and depth < _MAX_DEPTH and child.is_dir():
+            try:
+                sub = os.open(child.name, _DIR_FLAGS, dir_fd=dir_fd)
+            except OSError:  # gone, or swapped for a link meanwhile
+                continue
+            try:
+                yield from _iter_tree(sub, parts, recursive=True, depth=depth + 1)
+            finally:
+                os.close(sub)
+
+
+def _remove_tree(dir_fd: int) -> int:
+    """Empties an open directory, never following a link; the files removed."""
+    removed = 0
+    for entry in _scan(dir_fd):
+        if entry.is_dir():
+            sub = os.open(entry.name, _DIR_FLAGS, dir_fd=dir_fd)
+            try:
+                removed += _remove_tree(sub)
+            finally:
+                os.close(sub)
+            os.rmdir(entry.name, dir_fd=dir_fd)
+        else:
+            os.unlink(entry.name, dir_fd=dir_fd)
+            removed += 1
+    return removed
 
 
 def _human_size(size: int) -> str:
@@ -228,32 +584,35 @@ def describe_available_files(
     total_bytes = 0
     truncated = False
     seen = 0
-    for item in _iter_tree(root, recursive=recursive):
-        seen += 1
-        if seen > _MAX_WALK_ENTRIES:
-            truncated = True
-            break
-        full = Path(item.path)
-        try:
-            st = item.stat(follow_symlinks=False)
-        except OSError:
-            continue
-        rel = ctx.to_workspace_relative(full)
-        entry: dict[str, Any]
-        if stat.S_ISLNK(st.st_mode):
-            entry = {"path": rel, "type": "symlink", "target": _entry_info(ctx, full).get("target")}
-        elif stat.S_ISDIR(st.st_mode):
-            entry = {"path": rel + "/", "type": "directory"}
-        else:
-            total_files += 1
-            total_bytes += st.st_size
-            entry = {"path": rel, "type": "file", "size": st.st_size}
-        if ctx.is_protected(full):
-            entry["read_only"] = True
-        if len(entries) < limit:
-            entries.append(entry)
-        else:
-            truncated = True
+    with ctx.resolve(".") as top:
+        root_fd = top.open(os.O_RDONLY | _DIRECTORY)
+    try:
+        for parts, item in _iter_tree(root_fd, (), recursive=recursive):
+            seen += 1
+            if seen > _MAX_WALK_ENTRIES:
+                truncated = True
+                break
+            st = item.st
+            if st is None:
+                continue
+            rel = "/".join(parts)
+            entry: dict[str, Any]
+            if stat.S_ISLNK(st.st_mode):
+                entry = {"path": rel, "type": "symlink", "target": _link_target(ctx, rel)}
+            elif stat.S_ISDIR(st.st_mode):
+                entry = {"path": rel + "/", "type": "directory"}
+            else:
+                total_files += 1
+                total_bytes += st.st_size
+                entry = {"path": rel, "type": "file", "size": st.st_size}
+            if ctx.is_protected_parts(parts):
+                entry["read_only"] = True
+            if len(entries) < limit:
+                entries.append(entry)
+            else:
+                truncated = True
+    finally:
+        os.close(root_fd)
     summary = f"{total_files} file(s), {_human_size(total_bytes)}"
     if seen > _MAX_WALK_ENTRIES:
         summary = f"more than {_MAX_WALK_ENTRIES} entries; counted so far: " + summary
@@ -277,22 +636,28 @@ def list_directory(
     Folders come first, then files, each sorted by name.
     """
     ctx = FileToolContext(_context)
-    target = ctx.resolve_under_workspace(path)
-    if not target.exists():
-        raise FileNotFoundError(f"no such folder in the workspace: {path!r}")
-    if not target.is_dir():
-        raise NotADirectoryError(f"{path!r} is a file, not a folder (use read_text_file_snippet)")
-    children = [c for c in target.iterdir() if include_hidden or not _is_hidden(c.name)]
+    with ctx.resolve(path) as found:
+        if not found.exists():
+            raise FileNotFoundError(f"no such folder in the workspace: {path!r}")
+        if not found.is_dir():
+            raise NotADirectoryError(f"{path!r} is a file, not a folder (use read_text_file_snippet)")
+        dir_fd = found.open(os.O_RDONLY | _DIRECTORY)
+        parts = tuple(found.parts)
+        shown = found.rel
+    try:
+        children = [c for c in _scan(dir_fd) if include_hidden or not _is_hidden(c.name)]
+    finally:
+        os.close(dir_fd)
     infos = []
     for child in children:
-        info = _entry_info(ctx, child)
-        if ctx.is_protected(child):
+        info = _entry_info(ctx, child, "/".join(parts + (child.name,)))
+        if ctx.is_protected_parts(parts + (child.name,)):
             info["read_only"] = True
         infos.append(info)
     infos.sort(key=lambda i: (i.get("type") != "directory", i["name"]))
     truncated = len(infos) > _MAX_LIST_ENTRIES
     result: dict[str, Any] = {
-        "path": ctx.to_workspace_relative(target),
+        "path": shown,
         "entries": infos[:_MAX_LIST_ENTRIES],
         "count": len(infos),
     }
@@ -319,10 +684,12 @@ def read_text_file_snippet(
         raise ValueError("limit must be at least 1")
     encoding = _check_encoding(encoding)
     ctx = FileToolContext(_context)
-    target = _require_file(ctx, path)
+    with ctx.resolve(path) as found:
+        fd = _open_regular(found, path)
+        shown = found.rel
     total: int | None = None
-    with open(target, "r", encoding=encoding, errors="replace", newline="") as handle:
-        if target.stat().st_size <= _WHOLE_READ_LIMIT_BYTES:
+    with open(fd, "r", encoding=encoding, errors="replace", newline="") as handle:
+        if os.fstat(fd).st_size <= _WHOLE_READ_LIMIT_BYTES:
             text = handle.read()
             total = len(text)
             snippet = text[offset:offset + limit]
@@ -337,7 +704,7 @@ def read_text_file_snippet(
             snippet = handle.read(limit)
             more = bool(handle.read(1))
     result: dict[str, Any] = {
-        "path": ctx.to_workspace_relative(target),
+        "path": shown,
         "offset": offset,
         "content": snippet,
         "characters": len(snippet),
@@ -365,17 +732,19 @@ def read_file_segment(
         raise ValueError("line_count must be at least 1")
     encoding = _check_encoding(encoding)
     ctx = FileToolContext(_context)
-    target = _require_file(ctx, path)
+    with ctx.resolve(path) as found:
+        fd = _open_regular(found, path)
+        shown = found.rel
     end_line = start_line + line_count - 1
     selected: list[tuple[int, str]] = []
     total = 0
-    with open(target, "r", encoding=encoding, errors="replace") as handle:
+    with open(fd, "r", encoding=encoding, errors="replace") as handle:
         for number, line in enumerate(handle, start=1):
             total = number
             if start_line <= number <= end_line:
                 selected.append((number, line.rstrip("\r\n")))
     if total == 0:
-        return {"path": ctx.to_workspace_relative(target), "start_line": 1, "end_line": 0,
+        return {"path": shown, "start_line": 1, "end_line": 0,
                 "total_lines": 0, "content": "", "truncated": False}
     if start_line > total:
         raise ValueError(f"start_line {start_line} is past the end of {path!r}, which has {total} line(s)")
@@ -383,7 +752,7 @@ def read_file_segment(
     content = "\n".join(f"{n:>{width}}: {text}" for n, text in selected)
     last = selected[-1][0]
     return {
-        "path": ctx.to_workspace_relative(target),
+        "path": shown,
         "start_line": start_line,
         "end_line": last,
         "total_lines": total,
@@ -408,7 +777,12 @@ def load_file(
         raise RuntimeError("no attachment store in _context: load_file needs the session's attachment store")
     record = store.get(path_or_id)
     if record is None:
-        target = _require_file(ctx, path_or_id)
+        with ctx.resolve(path_or_id) as found:
+            os.close(_open_regular(found, path_or_id))
+            # The store (in the supervisor) checks the path again when it
+            # reads it: it is given the resolved path, free of links.
+            target = found.path
+            shown = found.rel
         mime_type = mimetypes.guess_type(target.name)[0] or "application/octet-stream"
         record = store.register_file(
             target,
@@ -420,7 +794,7 @@ def load_file(
             deduplicate=True,
             extra={
                 "source": "workspace",
-                "workspace_path": ctx.to_workspace_relative(target),
+                "workspace_path": shown,
                 "storage": "reference",
             },
         )
@@ -450,31 +824,39 @@ def save_file(
     Files under ``attachments/`` cannot be written.
     """
     encoding = _check_encoding(encoding)
-    ctx = FileToolContext(_context)
-    target = ctx.resolve_under_workspace(path)
-    ctx.ensure_editable(target, path)
-    if target == ctx.workspace_root or target.is_dir():
-        raise IsADirectoryError(f"{path!r} is a folder; give a file path")
-    existed = target.exists()
-    if existed and not overwrite and not append:
-        raise FileExistsError(f"{path!r} already exists; pass overwrite=true to replace it or append=true to add to it")
     data = content.encode(encoding)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    flags = os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-    if append:
-        flags |= os.O_APPEND
-    elif overwrite:
-        flags |= os.O_TRUNC
-    else:
-        flags |= os.O_EXCL  # overwrite=false: never clobber a file that appeared meanwhile
-    fd = os.open(target, flags, 0o666)
+    ctx = FileToolContext(_context)
+    # Checked before any folder is made for it.
+    with ctx.resolve(path) as found:
+        ctx.ensure_editable_parts(found.parts, path)
+    with ctx.resolve(path, make_parents=True) as found:
+        ctx.ensure_editable_parts(found.parts, path)
+        if found.is_root or found.is_dir():
+            raise IsADirectoryError(f"{path!r} is a folder; give a file path")
+        existed = found.exists()
+        if existed and not overwrite and not append:
+            raise FileExistsError(f"{path!r} already exists; pass overwrite=true to replace it or append=true to add to it")
+        flags = os.O_WRONLY | os.O_CREAT
+        if append:
+            flags |= os.O_APPEND
+        elif overwrite:
+            flags |= os.O_TRUNC
+        else:
+            flags |= os.O_EXCL  # overwrite=false: never clobber a file that appeared meanwhile
+        fd = found.open(flags | _NONBLOCK, 0o666)
+        shown = found.rel
     with os.fdopen(fd, "wb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"{path!r} is not a regular file")
+        os.set_blocking(fd, True)
         handle.write(data)
+        handle.flush()
+        size = os.fstat(fd).st_size
     return {
-        "path": ctx.to_workspace_relative(target),
+        "path": shown,
         "action": "appended" if append else ("overwritten" if existed else "created"),
         "bytes_written": len(data),
-        "size": target.stat().st_size,
+        "size": size,
     }
 
 
@@ -484,13 +866,19 @@ def create_folder(
 ) -> dict:
     """Create a folder (and its missing parents) in the workspace; an existing folder is not an error."""
     ctx = FileToolContext(_context)
-    target = ctx.resolve_under_workspace(path)
-    ctx.ensure_editable(target, path)
-    if target.exists() and not target.is_dir():
-        raise FileExistsError(f"{path!r} exists and is a file, not a folder")
-    existed = target.exists()
-    target.mkdir(parents=True, exist_ok=True)
-    return {"path": ctx.to_workspace_relative(target), "created": not existed}
+    with ctx.resolve(path) as found:
+        ctx.ensure_editable_parts(found.parts, path)
+    with ctx.resolve(path, make_parents=True) as found:
+        ctx.ensure_editable_parts(found.parts, path)
+        if found.exists() and not found.is_dir():
+            raise FileExistsError(f"{path!r} exists and is a file, not a folder")
+        existed = found.exists()
+        if not existed:
+            try:
+                os.mkdir(found.name, dir_fd=found.dir_fd)
+            except FileExistsError:
+                existed = True
+        return {"path": found.rel, "created": not existed}
 
 
 def delete_path(
@@ -505,27 +893,30 @@ def delete_path(
     never its target.
     """
     ctx = FileToolContext(_context)
-    target = ctx.resolve_under_workspace(path, follow_symlinks=False)
-    if target == ctx.workspace_root:
-        raise ValueError(f"refusing to delete the workspace root ({path!r})")
-    ctx.ensure_editable(target, path)
-    rel = ctx.to_workspace_relative(target)
-    if target.is_symlink():
-        target.unlink()
-        return {"path": rel, "deleted": "symlink"}
-    if not target.exists():
-        raise FileNotFoundError(f"no such file or folder in the workspace: {path!r}")
-    if target.is_dir():
-        if any(target.iterdir()):
-            if not recursive:
-                raise OSError(f"folder {path!r} is not empty; pass recursive=true to delete it and its contents")
-            removed = sum(len(files) for _, _, files in os.walk(target))
-            shutil.rmtree(target)  # fd-based on Linux: never follows symlinks inside
-            return {"path": rel, "deleted": "directory", "files_removed": removed}
-        target.rmdir()
-        return {"path": rel, "deleted": "directory", "files_removed": 0}
-    target.unlink()
-    return {"path": rel, "deleted": "file"}
+    with ctx.resolve(path, follow_symlinks=False) as found:
+        if found.is_root:
+            raise ValueError(f"refusing to delete the workspace root ({path!r})")
+        ctx.ensure_editable_parts(found.parts, path)
+        rel = found.rel
+        if not found.exists() or found.dir_fd is None:
+            raise FileNotFoundError(f"no such file or folder in the workspace: {path!r}")
+        if stat.S_ISLNK(found.st.st_mode):
+            os.unlink(found.name, dir_fd=found.dir_fd)
+            return {"path": rel, "deleted": "symlink"}
+        if not found.is_dir():
+            os.unlink(found.name, dir_fd=found.dir_fd)
+            return {"path": rel, "deleted": "file"}
+        sub = found.open(os.O_RDONLY | _DIRECTORY)
+        try:
+            removed = 0
+            if _scan(sub):
+                if not recursive:
+                    raise OSError(f"folder {path!r} is not empty; pass recursive=true to delete it and its contents")
+                removed = _remove_tree(sub)
+        finally:
+            os.close(sub)
+        os.rmdir(found.name, dir_fd=found.dir_fd)
+        return {"path": rel, "deleted": "directory", "files_removed": removed}
 
 
 def search_in_files(
@@ -552,55 +943,68 @@ def search_in_files(
     except re.error as exc:
         raise ValueError(f"invalid regular expression {pattern!r}: {exc}") from None
     ctx = FileToolContext(_context)
-    base = ctx.resolve_under_workspace(path)
-    if not base.exists():
-        raise FileNotFoundError(f"no such file or folder in the workspace: {path!r}")
+    with ctx.resolve(path) as found:
+        if not found.exists():
+            raise FileNotFoundError(f"no such file or folder in the workspace: {path!r}")
+        base_parts = tuple(found.parts)
+        single = None if found.is_dir() else _open_regular(found, path)
+        base_fd = found.open(os.O_RDONLY | _DIRECTORY) if single is None else None
 
-    def candidates() -> Iterator[Path]:
-        if base.is_file():
-            yield base
+    def candidates() -> Iterator[tuple[str, int | None]]:
+        """(shown path, fd open on the file or None when it must be skipped)."""
+        if single is not None:
+            yield "/".join(base_parts), single
             return
-        for item in _iter_tree(base, recursive=True):
-            if item.is_dir():  # folders, and symlinks to folders (never entered)
+        for parts, item in _iter_tree(base_fd, base_parts, recursive=True):
+            if item.is_dir() or item.st is None:
                 continue
-            full = Path(item.path)
-            rel = full.relative_to(base).as_posix()
-            if fnmatch.fnmatch(rel if "/" in glob else item.name, glob):
-                yield full
+            rel = "/".join(parts[len(base_parts):])
+            if not fnmatch.fnmatch(rel if "/" in glob else item.name, glob):
+                continue
+            shown = "/".join(parts)
+            try:
+                with ctx.resolve(shown) as entry:
+                    fd = _open_regular(entry, shown)
+            except IsADirectoryError:  # a link to a folder: never entered
+                continue
+            except (OSError, ValueError):
+                fd = None
+            yield shown if fd is None else "/".join(parts), fd
 
     matches: list[dict[str, Any]] = []
     searched = 0
     skipped = 0
     limited = False
-    for full in candidates():
-        try:
-            real = full.resolve()
-            if not real.is_relative_to(ctx.workspace_root) or not real.is_file():
+    try:
+        for shown, fd in candidates():
+            if fd is None:
                 skipped += 1
                 continue
-            if real.stat().st_size > _MAX_SEARCH_FILE_BYTES:
-                skipped += 1
-                continue
-            with open(real, "rb") as handle:
-                if b"\x00" in handle.read(8192):
+            with open(fd, "rb") as handle:
+                try:
+                    if os.fstat(handle.fileno()).st_size > _MAX_SEARCH_FILE_BYTES or b"\x00" in handle.read(8192):
+                        skipped += 1
+                        continue
+                    handle.seek(0)
+                    searched += 1
+                    for number, raw_line in enumerate(handle, start=1):
+                        line = raw_line.decode("utf-8", errors="replace")
+                        if compiled.search(line):
+                            text = line.rstrip("\r\n")
+                            if len(text) > _MAX_MATCH_LINE_CHARS:
+                                text = text[:_MAX_MATCH_LINE_CHARS] + "…"
+                            matches.append({"path": shown, "line": number, "text": text})
+                            if len(matches) >= max_results:
+                                limited = True
+                                break
+                except OSError:
                     skipped += 1
                     continue
-            searched += 1
-            with open(real, "r", encoding="utf-8", errors="replace") as handle:
-                for number, line in enumerate(handle, start=1):
-                    if compiled.search(line):
-                        text = line.rstrip("\r\n")
-                        if len(text) > _MAX_MATCH_LINE_CHARS:
-                            text = text[:_MAX_MATCH_LINE_CHARS] + "…"
-                        matches.append({"path": ctx.to_workspace_relative(full), "line": number, "text": text})
-                        if len(matches) >= max_results:
-                            limited = True
-                            break
-        except (OSError, RuntimeError):
-            skipped += 1
-            continue
-        if limited:
-            break
+            if limited:
+                break
+    finally:
+        if base_fd is not None:
+            os.close(base_fd)
     return {
         "pattern": pattern,
         "matches": matches,

@@ -19,6 +19,7 @@ from .results import Encoded
 PROTOCOL_VERSION = 2
 SHIM_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+
 def main(config: dict) -> None:
     frame_in, frame_out = _protect_channel()
     channel = Channel(frame_in, frame_out, int(config["max_frame"]))
@@ -26,10 +27,12 @@ def main(config: dict) -> None:
     # away during a slow or hanging import still ends this process.
     channel.watch_for_hangup()
     _enable_stack_dumps(config.get("dump_fd"))
+    # Behind the project (whose own `utils` or `entity` wins over the compat
+    # ones) but ahead of the session's installed packages, so that nothing a
+    # session installs can shadow them.
+    sys.path.append(os.path.join(SHIM_DIR, "compat"))
     for entry in config.get("extra_sys_path") or ():
         sys.path.append(entry)
-    # Last, so that a project's own `utils` package wins over the compat one.
-    sys.path.append(os.path.join(SHIM_DIR, "compat"))
     toolset = _import_tools(channel, config)
     # After the tools' imports: the project's own context classes, if it has them.
     classes = standins.resolve()

@@ -1,17 +1,26 @@
 //! MCP over streamable HTTP (`serve --http ADDR`), served with hyper.
 //!
 //! Every HTTP session gets a handle on the same server (one pool, one tool
-//! set). The endpoint is `/mcp`; the address is loopback unless a host is
-//! given, and then rmcp's DNS-rebinding guard (the `Host` header must name a
-//! loopback host) stays on only for loopback addresses.
+//! set). The endpoint is `/mcp`. In front of rmcp's handler, each request
+//! passes [`Access`]: the `Host` and `Origin` checks and, when a token is
+//! set, bearer authentication. Connections are capped and must send their
+//! header in time ([`crate::http_conn`]); sessions are capped
+//! (`--max-sessions`) and end after `--session-idle` without traffic; a
+//! request body may be as large as a frame (64 MiB), no larger.
+//!
+//! DELETE of a session cancels its calls at once (their workers are killed
+//! and replaced) and is answered 200, which MCP clients take as success.
 
+use std::collections::HashMap;
+use std::convert::Infallible;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hyper::body::Incoming;
-use hyper::server::conn::http1;
-use hyper::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{HeaderValue, AUTHORIZATION, HOST, ORIGIN, WWW_AUTHENTICATE};
+use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
@@ -19,10 +28,18 @@ use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use super::http_access::{Access, HttpOptions, Refusal};
 use super::{stop_signal, ServeError, ToolpoolServer};
+use crate::http_conn::{http1_builder, ConnectionCap};
 
 /// The path the MCP endpoint is served at.
 pub const ENDPOINT: &str = "/mcp";
+
+/// The header that names a request's session.
+const SESSION_HEADER: &str = "mcp-session-id";
+
+type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
+type McpService = StreamableHttpService<ToolpoolServer, LocalSessionManager>;
 
 /// `PORT`, `:PORT`, `HOST:PORT` or `[IPv6]:PORT`; a bare port is on the
 /// loopback address, `localhost` is 127.0.0.1.
@@ -55,9 +72,10 @@ pub fn parse_http_addr(text: &str) -> Result<SocketAddr, String> {
 
 pub(super) async fn serve(
     server: ToolpoolServer,
-    addr: SocketAddr,
+    options: HttpOptions,
     grace: Duration,
 ) -> Result<(), ServeError> {
+    let addr = options.addr;
     let listener = match TcpListener::bind(addr).await {
         Ok(listener) => listener,
         Err(source) => {
@@ -66,21 +84,52 @@ pub(super) async fn serve(
         }
     };
     let local = listener.local_addr().unwrap_or(addr);
-    let sessions = CancellationToken::new();
-    let mut config =
-        StreamableHttpServerConfig::default().with_cancellation_token(sessions.clone());
-    if !local.ip().is_loopback() {
-        tracing::warn!(
-            "serving MCP on {local}, which is not a loopback address: any host that can reach it can call the tools"
-        );
-        config = config.disable_allowed_hosts();
-    }
+    let sessions_ct = CancellationToken::new();
+    // Host and Origin are checked by `Access`, before rmcp sees a request.
+    let config = StreamableHttpServerConfig::default()
+        .with_cancellation_token(sessions_ct.clone())
+        .disable_allowed_hosts()
+        .disable_allowed_origins()
+        .with_max_request_body_bytes(crate::protocol::DEFAULT_MAX_FRAME);
+    let mut manager = LocalSessionManager::default();
+    manager.session_config.keep_alive = Some(options.session_idle);
+    let manager = Arc::new(manager);
+    let sessions = Arc::new(Sessions {
+        manager: manager.clone(),
+        max: options.max_sessions,
+        opening: Mutex::new(0),
+        calls: Arc::default(),
+    });
+    let registry = sessions.calls.clone();
     let handler = server.clone();
+    // rmcp makes one handler for each new session.
     let service = StreamableHttpService::new(
-        move || Ok(handler.clone()),
-        Arc::new(LocalSessionManager::default()),
+        move || Ok(handler.for_session(SessionCalls::new(registry.clone()))),
+        manager,
         config,
     );
+    if options.session_idle < server.pool().default_timeout() {
+        tracing::warn!(
+            "--session-idle {} s is shorter than the tools' timeout: a session whose only call runs longer ends, and the call is cancelled",
+            options.session_idle.as_secs_f64()
+        );
+    }
+    let front = Arc::new(Front {
+        service,
+        access: options.access,
+        sessions,
+    });
+    let cap = ConnectionCap::new(options.max_connections, "--max-connections");
+    if !local.ip().is_loopback() {
+        tracing::warn!(
+            "serving MCP on {local}, which is not a loopback address{}",
+            if front.access.requires_token() {
+                ""
+            } else {
+                " and without a token (--no-auth): anyone who can reach it can call the tools"
+            }
+        );
+    }
     // Tests and scripts that ask for port 0 learn the port from this line.
     eprintln!("toolpool: serving MCP (streamable HTTP) at http://{local}{ENDPOINT}");
     tracing::info!(%local, "serving MCP over streamable HTTP");
@@ -100,19 +149,18 @@ pub(super) async fn serve(
                         continue;
                     }
                 };
-                let service = service.clone();
+                let Some(permit) = cap.try_permit() else {
+                    cap.refuse(stream);
+                    continue;
+                };
+                let front = front.clone();
                 connections.spawn(async move {
+                    let _permit = permit;
                     let route = hyper::service::service_fn(move |request: Request<Incoming>| {
-                        let mut service = service.clone();
-                        async move {
-                            if request.uri().path() != ENDPOINT {
-                                return Ok::<_, std::convert::Infallible>(not_found());
-                            }
-                            let response = tower_service::Service::call(&mut service, request).await?;
-                            Ok(response.map(http_body_util::Either::Right))
-                        }
+                        let front = front.clone();
+                        async move { Ok::<_, Infallible>(front.handle(request).await) }
                     });
-                    if let Err(e) = http1::Builder::new()
+                    if let Err(e) = http1_builder()
                         .serve_connection(TokioIo::new(stream), route)
                         .await
                     {
@@ -128,7 +176,7 @@ pub(super) async fn serve(
     server.shut_down(grace).await;
     // Ends every session (and so its SSE streams); give the connections a
     // moment to flush what they were sending.
-    sessions.cancel();
+    sessions_ct.cancel();
     let flushed = tokio::time::timeout(Duration::from_secs(2), async {
         while connections.join_next().await.is_some() {}
     })
@@ -139,14 +187,213 @@ pub(super) async fn serve(
     Ok(())
 }
 
-type NotFoundBody = http_body_util::Full<hyper::body::Bytes>;
+/// What stands in front of rmcp's handler.
+struct Front {
+    service: McpService,
+    access: Access,
+    sessions: Arc<Sessions>,
+}
 
-fn not_found<B>() -> Response<http_body_util::Either<NotFoundBody, B>> {
-    let mut response = Response::new(http_body_util::Either::Left(NotFoundBody::from(format!(
-        "not found: the MCP endpoint is {ENDPOINT}\n"
-    ))));
-    *response.status_mut() = StatusCode::NOT_FOUND;
+impl Front {
+    async fn handle(&self, request: Request<Incoming>) -> Response<Body> {
+        let header = |name: &str| {
+            request
+                .headers()
+                .get(name)
+                .and_then(|v: &HeaderValue| v.to_str().ok())
+        };
+        // HTTP/1.1 puts the authority in Host; an absolute request target
+        // carries it in the URI instead.
+        let host = header(HOST.as_str()).or_else(|| request.uri().authority().map(|a| a.as_str()));
+        if let Err(refusal) = self.access.check(
+            host,
+            header(ORIGIN.as_str()),
+            header(AUTHORIZATION.as_str()),
+        ) {
+            return refused(refusal);
+        }
+        if request.uri().path() != ENDPOINT {
+            return text(
+                StatusCode::NOT_FOUND,
+                format!("not found: the MCP endpoint is {ENDPOINT}\n"),
+            );
+        }
+        let session = header(SESSION_HEADER).map(str::to_string);
+        match (request.method(), session) {
+            (&Method::POST, None) => self.sessions.open(&self.service, request).await,
+            (&Method::DELETE, Some(id)) => {
+                self.sessions.cancel_calls(&id);
+                let mut response = self.call(request).await;
+                // rmcp answers 202; clients expect 200 or 204 from a DELETE.
+                if response.status() == StatusCode::ACCEPTED {
+                    *response.status_mut() = StatusCode::OK;
+                }
+                response
+            }
+            _ => self.call(request).await,
+        }
+    }
+
+    async fn call(&self, request: Request<Incoming>) -> Response<Body> {
+        let mut service = self.service.clone();
+        match tower_service::Service::call(&mut service, request).await {
+            Ok(response) => response,
+            Err(never) => match never {},
+        }
+    }
+}
+
+/// Each live session's calls, by session id: cancelling the token cancels
+/// them. A session's handler registers its token the first time it runs a
+/// call, under the session id that call's request carries.
+type Registry = Mutex<HashMap<String, CancellationToken>>;
+
+/// What one session's handler knows of its session (on stdio: nothing; its
+/// token is never cancelled).
+#[derive(Clone, Default)]
+pub(super) struct SessionCalls {
+    token: CancellationToken,
+    registry: Option<Arc<Registry>>,
+}
+
+impl SessionCalls {
+    fn new(registry: Arc<Registry>) -> SessionCalls {
+        SessionCalls {
+            token: CancellationToken::new(),
+            registry: Some(registry),
+        }
+    }
+
+    /// Resolves when the session of the request in `context` is closed by
+    /// its client (HTTP DELETE).
+    pub(super) fn closed(
+        &self,
+        context: &rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> tokio_util::sync::WaitForCancellationFutureOwned {
+        let id = context
+            .extensions
+            .get::<hyper::http::request::Parts>()
+            .and_then(|parts| parts.headers.get(SESSION_HEADER))
+            .and_then(|v| v.to_str().ok());
+        if let (Some(registry), Some(id)) = (&self.registry, id) {
+            if let Ok(mut calls) = registry.lock() {
+                calls
+                    .entry(id.to_string())
+                    .or_insert_with(|| self.token.clone());
+            }
+        }
+        self.token.clone().cancelled_owned()
+    }
+}
+
+/// The sessions rmcp keeps, as far as the front end counts and cancels them.
+struct Sessions {
+    manager: Arc<LocalSessionManager>,
+    max: usize,
+    /// Requests without a session id under way: each may be creating one,
+    /// so they count against the cap until they are answered.
+    opening: Mutex<usize>,
+    calls: Arc<Registry>,
+}
+
+/// Counts one request in `Sessions::opening` while it lives.
+struct Opening<'a>(&'a Mutex<usize>);
+
+impl Drop for Opening<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut opening) = self.0.lock() {
+            *opening = opening.saturating_sub(1);
+        }
+    }
+}
+
+impl Sessions {
+    /// A POST without a session id (an `initialize`, which opens a session):
+    /// served when there is room for one more session.
+    async fn open(&self, service: &McpService, request: Request<Incoming>) -> Response<Body> {
+        let (live, ids): (usize, Vec<String>) = {
+            let sessions = self.manager.sessions.read().await;
+            (
+                sessions.len(),
+                sessions.keys().map(|id| id.to_string()).collect(),
+            )
+        };
+        if let Ok(mut calls) = self.calls.lock() {
+            // Sessions that ended by themselves (idle, closed) go.
+            calls.retain(|id, _| ids.contains(id));
+        }
+        let admitted = match self.opening.lock() {
+            Ok(mut opening) if live + *opening < self.max => {
+                *opening += 1;
+                Some(Opening(&self.opening))
+            }
+            _ => None,
+        };
+        let Some(_opening) = admitted else {
+            tracing::warn!(live, "refused a new session: the cap is reached");
+            return text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "too many sessions: this server keeps at most {} open at once (--max-sessions); \
+                     close one (DELETE) or wait until one has been idle long enough to end (--session-idle)\n",
+                    self.max
+                ),
+            );
+        };
+        let mut service = service.clone();
+        match tower_service::Service::call(&mut service, request).await {
+            Ok(response) => response,
+            Err(never) => match never {},
+        }
+    }
+
+    /// Cancels every call of session `id` (their workers are killed).
+    fn cancel_calls(&self, id: &str) {
+        let token = self
+            .calls
+            .lock()
+            .ok()
+            .and_then(|mut calls| calls.remove(id));
+        if let Some(token) = token {
+            tracing::info!(session = %id, "session closed by the client: cancelling its calls");
+            token.cancel();
+        }
+    }
+}
+
+fn text(status: StatusCode, body: String) -> Response<Body> {
+    let mut response = Response::new(Full::new(Bytes::from(body)).boxed());
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
     response
+}
+
+fn refused(refusal: Refusal) -> Response<Body> {
+    match refusal {
+        Refusal::Forbidden(message) => {
+            tracing::warn!("refused a request: {message}");
+            text(StatusCode::FORBIDDEN, format!("forbidden: {message}\n"))
+        }
+        Refusal::Unauthorized { message, invalid } => {
+            tracing::info!("refused a request: {message}");
+            let mut response = text(
+                StatusCode::UNAUTHORIZED,
+                format!("unauthorized: {message}\n"),
+            );
+            let challenge = if invalid {
+                r#"Bearer realm="toolpool", error="invalid_token""#
+            } else {
+                r#"Bearer realm="toolpool""#
+            };
+            response
+                .headers_mut()
+                .insert(WWW_AUTHENTICATE, HeaderValue::from_static(challenge));
+            response
+        }
+    }
 }
 
 #[cfg(test)]

@@ -33,7 +33,9 @@
 mod content;
 mod elicit;
 mod http;
+mod http_access;
 mod stdio;
+mod stdio_gate;
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -57,6 +59,8 @@ use crate::pool::{CallReport, InvokeOptions, Pool};
 use content::call_result;
 
 pub use http::parse_http_addr;
+pub(crate) use http_access::is_loopback_host;
+pub use http_access::{HttpArgs, HttpOptions, TOKEN_ENV as AUTH_TOKEN_ENV};
 
 /// After stdin ends: how long no call may have run before the server takes
 /// every request read before the end as answered.
@@ -82,8 +86,8 @@ pub enum ToolSet {
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
     pub tools: ToolSet,
-    /// `None`: stdio. `Some(addr)`: streamable HTTP on that address.
-    pub http: Option<std::net::SocketAddr>,
+    /// `None`: stdio. `Some(options)`: streamable HTTP on their address.
+    pub http: Option<HttpOptions>,
     /// How long calls in flight may run on at shutdown before they are killed.
     pub grace: Duration,
 }
@@ -105,7 +109,7 @@ pub async fn serve(pool: Pool, options: ServeOptions) -> Result<(), ServeError> 
     let server = ToolpoolServer::new(pool, options.tools);
     match options.http {
         None => stdio::serve(server, options.grace).await,
-        Some(addr) => http::serve(server, addr, options.grace).await,
+        Some(http) => http::serve(server, http, options.grace).await,
     }
 }
 
@@ -114,6 +118,9 @@ pub async fn serve(pool: Pool, options: ServeOptions) -> Result<(), ServeError> 
 #[derive(Clone)]
 pub struct ToolpoolServer {
     inner: Arc<Inner>,
+    /// The HTTP session this handle serves: when it is closed, its calls
+    /// are cancelled (on stdio, never).
+    session: http::SessionCalls,
 }
 
 struct Inner {
@@ -133,6 +140,15 @@ impl ToolpoolServer {
                 calls: CallCounter::default(),
                 closing: AtomicBool::new(false),
             }),
+            session: http::SessionCalls::default(),
+        }
+    }
+
+    /// A handle for one HTTP session.
+    fn for_session(&self, session: http::SessionCalls) -> ToolpoolServer {
+        ToolpoolServer {
+            inner: self.inner.clone(),
+            session,
         }
     }
 
@@ -383,6 +399,7 @@ impl ServerHandler for ToolpoolServer {
         }
         let args = Value::Object(request.arguments.unwrap_or_default());
         let human = elicit::for_peer(&context.peer);
+        let session_closed = self.session.closed(&context);
         let call = self.invoke(&name, args, human);
         tokio::select! {
             report = call => Ok(CallToolResponse::Complete(
@@ -394,6 +411,11 @@ impl ServerHandler for ToolpoolServer {
                 // what is returned here is never seen.
                 tracing::info!(tool = %name, id = %context.id, "call cancelled by the client");
                 Err(McpError::internal_error("the call was cancelled", None))
+            }
+            _ = session_closed => {
+                // As above: the client ended the session (HTTP DELETE).
+                tracing::info!(tool = %name, id = %context.id, "call cancelled: its session was closed");
+                Err(McpError::internal_error("the session was closed", None))
             }
         }
     }

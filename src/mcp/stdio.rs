@@ -9,6 +9,14 @@
 //! deserve their answers (the client may only have closed its writing end).
 //! So the reader holds the EOF back from rmcp until the pool has finished or
 //! killed those calls and their results have been handed to the transport.
+//!
+//! Every line read is judged by a [`Gate`] before rmcp gets it: bad input is
+//! answered with a JSON-RPC error there (rmcp would drop it silently), and a
+//! line over the frame limit (64 MiB) is never held in memory. rmcp writes
+//! into a pipe; a writer task copies its lines to stdout, interleaved only at
+//! line boundaries with the gate's answers, and tells the gate which ids got
+//! their response. When stdout goes away (the client closed it, or a write
+//! fails), the server shuts down and exits even if stdin stays open.
 
 use std::future::Future;
 use std::io::Read;
@@ -16,30 +24,52 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::ServiceExt;
-use tokio::io::{AsyncRead, ReadBuf};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, ReadBuf};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
+use super::stdio_gate::{Gate, LineSplitter, Piece, Verdict};
 use super::{stop_signal, ServeError, ToolpoolServer};
+use crate::protocol::DEFAULT_MAX_FRAME;
 
 /// How long rmcp may take to flush its last messages after the pool is down.
 const TRANSPORT_DRAIN: Duration = Duration::from_secs(10);
 
 pub(super) async fn serve(server: ToolpoolServer, grace: Duration) -> Result<(), ServeError> {
-    let (reader, mut stdin_closed, release_eof) = StdinReader::spawn();
+    let gate = Gate::new(DEFAULT_MAX_FRAME);
+    let (replies, replies_rx) = mpsc::channel::<Vec<u8>>(64);
+    let (reader, mut stdin_closed, release_eof) = StdinReader::spawn(gate.clone(), replies);
     let mut release_eof = Some(release_eof);
+    let stdout_gone = CancellationToken::new();
+    watch_stdout(stdout_gone.clone());
+    let (rmcp_out, from_rmcp) = tokio::io::duplex(64 * 1024);
+    let writer = tokio::spawn(write_stdout(
+        from_rmcp,
+        replies_rx,
+        gate.clone(),
+        stdout_gone.clone(),
+    ));
     let ct = CancellationToken::new();
     let stop = stop_signal();
     tokio::pin!(stop);
 
-    let init = server
-        .clone()
-        .serve_with_ct((reader, tokio::io::stdout()), ct.clone());
+    // The gate already refused longer lines; rmcp's own cap (16 MiB by
+    // default) must not drop the ones it let through.
+    let transport =
+        AsyncRwTransport::new_server(reader, rmcp_out).with_max_line_length(gate.limit() + 2);
+    let init = server.clone().serve_with_ct(transport, ct.clone());
     tokio::pin!(init);
     let running = loop {
         tokio::select! {
             running = &mut init => break running,
+            _ = stdout_gone.cancelled() => {
+                tracing::info!("stdout closed before the handshake: exiting");
+                ct.cancel();
+                server.shut_down(Duration::ZERO).await;
+                return Ok(());
+            }
             // Nothing runs before the handshake: let the EOF through at once.
             _ = &mut stdin_closed, if release_eof.is_some() => {
                 if let Some(release) = release_eof.take() {
@@ -66,6 +96,12 @@ pub(super) async fn serve(server: ToolpoolServer, grace: Duration) -> Result<(),
     let waiting = running.waiting();
     tokio::pin!(waiting);
     tokio::select! {
+        _ = stdout_gone.cancelled() => {
+            // Nothing can reach the client any more: kill the calls at once.
+            tracing::info!("stdout closed by the client: shutting down");
+            server.shut_down(Duration::ZERO).await;
+            ct.cancel();
+        }
         quit = &mut waiting => {
             // The transport ended by itself (stdout closed, a read error).
             tracing::info!("MCP transport ended: {quit:?}");
@@ -88,11 +124,106 @@ pub(super) async fn serve(server: ToolpoolServer, grace: Duration) -> Result<(),
         Ok(quit) => tracing::debug!("MCP transport ended: {quit:?}"),
         Err(_) => tracing::warn!("the MCP transport did not finish flushing in time"),
     }
+    // rmcp has let go of its end of the pipe: the writer copies what is
+    // left to stdout and ends.
+    if tokio::time::timeout(TRANSPORT_DRAIN, writer).await.is_err() {
+        tracing::warn!("stdout did not take the last messages in time");
+    }
     Ok(())
 }
 
-/// stdin as an [`AsyncRead`], fed by a thread; its EOF is passed on only
-/// once released.
+/// Copies rmcp's output and the gate's answers to stdout, a whole line at a
+/// time; each response written takes its id out of flight. Ends when rmcp's
+/// side is closed, or when stdout fails (then `stdout_gone` is cancelled).
+async fn write_stdout(
+    from_rmcp: tokio::io::DuplexStream,
+    mut replies: mpsc::Receiver<Vec<u8>>,
+    gate: Gate,
+    stdout_gone: CancellationToken,
+) {
+    let mut from_rmcp = tokio::io::BufReader::new(from_rmcp);
+    let mut stdout = tokio::io::stdout();
+    // Kept across iterations: `read_until` in a select may have read part
+    // of a line when the other branch wins.
+    let mut line = Vec::new();
+    let mut replies_open = true;
+    loop {
+        let out = tokio::select! {
+            read = from_rmcp.read_until(b'\n', &mut line) => match read {
+                Ok(0) | Err(_) => break,
+                Ok(_) if line.ends_with(b"\n") => {
+                    gate.answered(&line);
+                    std::mem::take(&mut line)
+                }
+                Ok(_) => continue,
+            },
+            reply = replies.recv(), if replies_open => match reply {
+                Some(reply) => reply,
+                None => {
+                    replies_open = false;
+                    continue;
+                }
+            },
+        };
+        let written = async {
+            stdout.write_all(&out).await?;
+            stdout.flush().await
+        };
+        if let Err(e) = written.await {
+            tracing::info!("cannot write to stdout: {e}");
+            stdout_gone.cancel();
+            return;
+        }
+    }
+    // The gate's last answers, if stdin ended after rmcp (it does not).
+    while let Ok(reply) = replies.try_recv() {
+        if stdout.write_all(&reply).await.is_err() {
+            break;
+        }
+    }
+    let _ = stdout.flush().await;
+}
+
+/// Cancels `stdout_gone` when stdout can no longer be written: a pipe whose
+/// reader closed it, a socket shut down (the kernel reports POLLERR or
+/// POLLHUP). A thread, since it waits with no deadline.
+fn watch_stdout(stdout_gone: CancellationToken) {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use std::os::fd::AsFd;
+    let spawned = std::thread::Builder::new()
+        .name("toolpool-stdout-watch".into())
+        .spawn(move || {
+            let stdout = std::io::stdout();
+            loop {
+                // No events asked for: only errors and hang-ups wake it.
+                let mut fds = [PollFd::new(stdout.as_fd(), PollFlags::empty())];
+                match poll(&mut fds, PollTimeout::NONE) {
+                    Ok(_) => {
+                        let gone = fds[0].revents().is_some_and(|r| {
+                            r.intersects(
+                                PollFlags::POLLERR | PollFlags::POLLHUP | PollFlags::POLLNVAL,
+                            )
+                        });
+                        if gone {
+                            stdout_gone.cancel();
+                            return;
+                        }
+                    }
+                    Err(nix::errno::Errno::EINTR) => {}
+                    Err(e) => {
+                        tracing::debug!("cannot watch stdout: {e}");
+                        return;
+                    }
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!("cannot start the stdout watcher: {e}");
+    }
+}
+
+/// stdin as an [`AsyncRead`], fed by a thread with the lines the gate lets
+/// through; its EOF is passed on only once released.
 struct StdinReader {
     chunks: mpsc::Receiver<Vec<u8>>,
     chunk: Vec<u8>,
@@ -108,7 +239,11 @@ struct StdinReader {
 impl StdinReader {
     /// The reader, a receiver told when stdin ends, and the sender that
     /// releases the EOF.
-    fn spawn() -> (StdinReader, oneshot::Receiver<()>, oneshot::Sender<()>) {
+    /// Lines the gate refuses are answered through `replies`.
+    fn spawn(
+        gate: Gate,
+        replies: mpsc::Sender<Vec<u8>>,
+    ) -> (StdinReader, oneshot::Receiver<()>, oneshot::Sender<()>) {
         let (tx, chunks) = mpsc::channel::<Vec<u8>>(16);
         let spawned = std::thread::Builder::new()
             .name("toolpool-stdin".into())
@@ -116,19 +251,46 @@ impl StdinReader {
                 let stdin = std::io::stdin();
                 let mut stdin = stdin.lock();
                 let mut buf = vec![0u8; 64 * 1024];
+                let mut lines = LineSplitter::new(gate.limit());
+                // False once rmcp or the writer is gone: nothing to feed.
+                let open = std::cell::Cell::new(true);
+                let mut judge = |piece: Piece| {
+                    let sent = match piece {
+                        Piece::Line(mut line) => match gate.line(&line) {
+                            Verdict::Pass => {
+                                line.push(b'\n');
+                                tx.blocking_send(line).is_ok()
+                            }
+                            Verdict::Reply(reply) => replies.blocking_send(reply).is_ok(),
+                            Verdict::Skip => true,
+                        },
+                        Piece::Oversized(prefix) => {
+                            tracing::warn!(
+                                limit = gate.limit(),
+                                "refused a message over the size limit"
+                            );
+                            replies.blocking_send(gate.oversized(&prefix)).is_ok()
+                        }
+                    };
+                    open.set(open.get() && sent);
+                };
                 loop {
                     match stdin.read(&mut buf) {
-                        Ok(0) => return,
-                        Ok(n) => {
-                            if tx.blocking_send(buf[..n].to_vec()).is_err() {
-                                return;
+                        Ok(0) => {
+                            if let Some(last) = lines.finish() {
+                                judge(last);
                             }
+                            return;
                         }
+                        Ok(n) => lines.push(&buf[..n], &mut judge),
                         Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                         Err(e) => {
                             tracing::warn!("cannot read stdin: {e}");
                             return;
                         }
+                    }
+                    if !open.get() {
+                        return;
                     }
                 }
             });

@@ -1,0 +1,464 @@
+//! Who may use the streamable HTTP front end: the `Host` and `Origin` checks
+//! (DNS rebinding: a web page on `attacker.example` whose name now resolves
+//! to this machine must not reach the tools through a visitor's browser) and
+//! bearer-token authentication.
+//!
+//! - `Host` must be a loopback name, an IP address (a rebound name always
+//!   arrives as a name, never as an address) or a name given with
+//!   `--allow-host`.
+//! - `Origin`, when a browser sends one, must be a loopback origin
+//!   (`http://localhost:*`, `http://127.0.0.1:*`, `http://[::1]:*`, also
+//!   https) or one given with `--allow-origin`.
+//! - With a token (`--auth-token-file`, or `TOOLPOOL_AUTH_TOKEN`), every
+//!   request needs `Authorization: Bearer <token>`, compared in constant time.
+//!   A non-loopback address needs a token unless `--no-auth` is given.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+
+/// The environment variable that holds the bearer token (when no
+/// `--auth-token-file` is given).
+pub const TOKEN_ENV: &str = "TOOLPOOL_AUTH_TOKEN";
+
+/// Shortest token accepted: anything shorter could be guessed.
+const MIN_TOKEN_LEN: usize = 16;
+
+/// The `serve --http` options beyond the address (see [`HttpOptions`]).
+#[derive(Debug, Clone, clap::Args)]
+pub struct HttpArgs {
+    /// With --http: also accept browser requests from ORIGIN (scheme://host[:port]; loopback origins are always accepted); repeatable
+    #[arg(long = "allow-origin", value_name = "ORIGIN", requires = "http")]
+    pub allow_origin: Vec<String>,
+    /// With --http: also accept requests whose Host header names HOST (HOST or HOST:PORT; loopback names and IP addresses are always accepted); repeatable
+    #[arg(long = "allow-host", value_name = "HOST", requires = "http")]
+    pub allow_host: Vec<String>,
+    /// With --http: require `Authorization: Bearer <token>`, the token being FILE's first line (else TOOLPOOL_AUTH_TOKEN)
+    #[arg(long, value_name = "FILE", requires = "http")]
+    pub auth_token_file: Option<PathBuf>,
+    /// With --http: serve a non-loopback address without a token (anyone who reaches it runs the tools)
+    #[arg(long, requires = "http", conflicts_with = "auth_token_file")]
+    pub no_auth: bool,
+    /// With --http: end a session after SECS without a message from or to its client
+    #[arg(long, value_name = "SECS", default_value = "300", value_parser = crate::cli::parse_seconds)]
+    pub session_idle: Duration,
+    /// With --http: sessions open at once; an initialize past it is answered 503
+    #[arg(long, value_name = "N", default_value = "256", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_sessions: u32,
+    /// With --http: connections open at once; one past it is answered 503 and closed
+    #[arg(long, value_name = "N", default_value = "512", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: u32,
+}
+
+/// How `serve --http` runs, checked before anything starts.
+#[derive(Debug, Clone)]
+pub struct HttpOptions {
+    pub addr: SocketAddr,
+    pub access: Access,
+    pub session_idle: Duration,
+    pub max_sessions: usize,
+    pub max_connections: usize,
+}
+
+impl HttpOptions {
+    /// Checks the options: the origins and hosts must parse, the token
+    /// (from `--auth-token-file`, else `token_env`) must be long enough, and
+    /// a non-loopback address needs a token or `--no-auth`.
+    pub fn new(
+        addr: SocketAddr,
+        args: &HttpArgs,
+        token_env: Option<String>,
+    ) -> Result<HttpOptions, String> {
+        let origins = args
+            .allow_origin
+            .iter()
+            .map(|text| {
+                parse_origin(text).ok_or_else(|| {
+                    format!("--allow-origin '{text}': give scheme://host[:port], e.g. https://app.example.com")
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let hosts = args
+            .allow_host
+            .iter()
+            .map(|text| {
+                parse_authority(text)
+                    .map(|(host, port)| AllowedHost { host, port })
+                    .ok_or_else(|| format!("--allow-host '{text}': give HOST or HOST:PORT"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let token = match &args.auth_token_file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    format!("--auth-token-file {}: cannot read: {e}", path.display())
+                })?;
+                let token = text.lines().next().unwrap_or("").trim().to_string();
+                Some(check_token(
+                    token,
+                    &format!("the token in {}", path.display()),
+                )?)
+            }
+            None => match token_env {
+                Some(token) => Some(check_token(token.trim().to_string(), TOKEN_ENV)?),
+                None => None,
+            },
+        };
+        if token.is_none() && !addr.ip().is_loopback() && !args.no_auth {
+            return Err(format!(
+                "--http {addr} is not a loopback address: anyone who reaches it could run every tool; \
+                 give a token (--auth-token-file FILE or {TOKEN_ENV}), or --no-auth to serve it without one"
+            ));
+        }
+        Ok(HttpOptions {
+            addr,
+            access: Access {
+                origins,
+                hosts,
+                token: token.map(|token| Sha256::digest(token.as_bytes()).into()),
+            },
+            session_idle: args.session_idle,
+            max_sessions: args.max_sessions as usize,
+            max_connections: args.max_connections as usize,
+        })
+    }
+}
+
+fn check_token(token: String, what: &str) -> Result<String, String> {
+    if token.chars().count() < MIN_TOKEN_LEN {
+        return Err(format!(
+            "{what} is too short: a token needs at least {MIN_TOKEN_LEN} characters"
+        ));
+    }
+    if !token.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(format!(
+            "{what} has spaces or characters other than printable ASCII, which an Authorization header cannot carry"
+        ));
+    }
+    Ok(token)
+}
+
+/// The request checks, in the order [`Access::check`] makes them.
+#[derive(Debug, Clone, Default)]
+pub struct Access {
+    origins: Vec<Origin>,
+    hosts: Vec<AllowedHost>,
+    /// SHA-256 of the token: comparing digests takes the same time whatever
+    /// the length or content of what a client sends.
+    token: Option<[u8; 32]>,
+}
+
+/// Why a request is refused: the status and the text for the client.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// 403: the Host or Origin is not one this server answers.
+    Forbidden(String),
+    /// 401 with `WWW-Authenticate: Bearer`.
+    Unauthorized { message: String, invalid: bool },
+}
+
+impl Access {
+    pub fn requires_token(&self) -> bool {
+        self.token.is_some()
+    }
+
+    /// Host, then Origin, then the token.
+    pub fn check(
+        &self,
+        host: Option<&str>,
+        origin: Option<&str>,
+        authorization: Option<&str>,
+    ) -> Result<(), Refusal> {
+        self.check_host(host)?;
+        self.check_origin(origin)?;
+        self.check_token(authorization)
+    }
+
+    fn check_host(&self, host: Option<&str>) -> Result<(), Refusal> {
+        let Some(text) = host else {
+            return Err(Refusal::Forbidden(
+                "the request has no Host header".to_string(),
+            ));
+        };
+        let Some((name, port)) = parse_authority(text) else {
+            return Err(Refusal::Forbidden(format!(
+                "Host '{text}' is not a host name"
+            )));
+        };
+        let allowed = is_loopback_name(&name)
+            || name.trim_matches(['[', ']']).parse::<IpAddr>().is_ok()
+            || self
+                .hosts
+                .iter()
+                .any(|h| h.host == name && h.port.is_none_or(|p| Some(p) == port));
+        if allowed {
+            Ok(())
+        } else {
+            Err(Refusal::Forbidden(format!(
+                "Host '{text}' is not served here (loopback names, IP addresses and --allow-host names are)"
+            )))
+        }
+    }
+
+    fn check_origin(&self, origin: Option<&str>) -> Result<(), Refusal> {
+        // Requests that are not from a browser carry no Origin.
+        let Some(text) = origin else {
+            return Ok(());
+        };
+        let allowed = parse_origin(text).is_some_and(|origin| {
+            (origin.scheme != "null" && is_loopback_name(&origin.host))
+                || self.origins.contains(&origin)
+        });
+        if allowed {
+            Ok(())
+        } else {
+            Err(Refusal::Forbidden(format!(
+                "Origin '{text}' is not allowed (loopback origins and --allow-origin ones are)"
+            )))
+        }
+    }
+
+    fn check_token(&self, authorization: Option<&str>) -> Result<(), Refusal> {
+        let Some(expected) = &self.token else {
+            return Ok(());
+        };
+        let Some(header) = authorization else {
+            return Err(Refusal::Unauthorized {
+                message: "this server needs `Authorization: Bearer <token>`".to_string(),
+                invalid: false,
+            });
+        };
+        let given = match header.split_once(' ') {
+            Some((scheme, token)) if scheme.eq_ignore_ascii_case("bearer") => token.trim(),
+            _ => {
+                return Err(Refusal::Unauthorized {
+                    message: "the Authorization header must be `Bearer <token>`".to_string(),
+                    invalid: false,
+                })
+            }
+        };
+        let given: [u8; 32] = Sha256::digest(given.as_bytes()).into();
+        if constant_time_eq(&given, expected) {
+            Ok(())
+        } else {
+            Err(Refusal::Unauthorized {
+                message: "the bearer token is wrong".to_string(),
+                invalid: true,
+            })
+        }
+    }
+}
+
+/// Equal or not, looking at every byte either way.
+fn constant_time_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
+    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    std::hint::black_box(diff) == 0
+}
+
+#[derive(Debug, Clone)]
+struct AllowedHost {
+    host: String,
+    port: Option<u16>,
+}
+
+/// An origin as RFC 6454 compares them: scheme, host, port (the scheme's
+/// default filled in); or `null`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Origin {
+    scheme: String,
+    host: String,
+    port: Option<u16>,
+}
+
+fn parse_origin(text: &str) -> Option<Origin> {
+    let text = text.trim();
+    if text == "null" {
+        return Some(Origin {
+            scheme: "null".into(),
+            host: String::new(),
+            port: None,
+        });
+    }
+    let (scheme, rest) = text.split_once("://")?;
+    let scheme = scheme.to_ascii_lowercase();
+    let default_port = match scheme.as_str() {
+        "http" => 80,
+        "https" => 443,
+        _ => return None,
+    };
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    if rest.contains(['/', '?', '#', '@']) {
+        return None;
+    }
+    let (host, port) = parse_authority(rest)?;
+    Some(Origin {
+        scheme,
+        host,
+        port: Some(port.unwrap_or(default_port)),
+    })
+}
+
+/// `host`, `host:port`, `[v6]`, `[v6]:port`; the host lowercased, IPv6 in
+/// brackets.
+fn parse_authority(text: &str) -> Option<(String, Option<u16>)> {
+    let text = text.trim();
+    let (host, port) = if let Some(rest) = text.strip_prefix('[') {
+        let (v6, after) = rest.split_once(']')?;
+        v6.parse::<std::net::Ipv6Addr>().ok()?;
+        let port = match after {
+            "" => None,
+            _ => Some(after.strip_prefix(':')?.parse::<u16>().ok()?),
+        };
+        (format!("[{v6}]"), port)
+    } else {
+        match text.rsplit_once(':') {
+            Some((host, port)) => (host.to_string(), Some(port.parse::<u16>().ok()?)),
+            None => (text.to_string(), None),
+        }
+    };
+    let host = host.to_ascii_lowercase();
+    let name_ok = host.starts_with('[')
+        || (!host.is_empty()
+            && host
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.'));
+    name_ok.then_some((host, port))
+}
+
+/// A `Host` header value (`host[:port]`) that names a loopback host.
+pub(crate) fn is_loopback_host(text: &str) -> bool {
+    parse_authority(text).is_some_and(|(host, _)| is_loopback_name(&host))
+}
+
+fn is_loopback_name(host: &str) -> bool {
+    host == "localhost"
+        || host.ends_with(".localhost")
+        || host
+            .trim_matches(['[', ']'])
+            .parse::<IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn access(origins: &[&str], hosts: &[&str], token: Option<&str>) -> Access {
+        let args = HttpArgs {
+            allow_origin: origins.iter().map(|s| s.to_string()).collect(),
+            allow_host: hosts.iter().map(|s| s.to_string()).collect(),
+            auth_token_file: None,
+            no_auth: false,
+            session_idle: Duration::from_secs(1),
+            max_sessions: 1,
+            max_connections: 1,
+        };
+        let addr = "127.0.0.1:1".parse().unwrap();
+        HttpOptions::new(addr, &args, token.map(str::to_string))
+            .unwrap()
+            .access
+    }
+
+    #[test]
+    fn hosts_loopback_addresses_and_allowed_names() {
+        let a = access(&[], &["mcp.example.com", "other.example:8443"], None);
+        for ok in [
+            "localhost:8080",
+            "127.0.0.1:1",
+            "[::1]:9",
+            "10.1.2.3:80",
+            "[2001:db8::1]",
+            "MCP.example.com",
+            "other.example:8443",
+        ] {
+            assert_eq!(a.check(Some(ok), None, None), Ok(()), "{ok}");
+        }
+        for bad in [
+            "attacker.example:8080",
+            "other.example:80",
+            "localhost.attacker.example",
+            "",
+            "a b",
+        ] {
+            assert!(
+                matches!(a.check(Some(bad), None, None), Err(Refusal::Forbidden(_))),
+                "{bad}"
+            );
+        }
+        assert!(a.check(None, None, None).is_err());
+    }
+
+    #[test]
+    fn origins_loopback_by_default_and_allowed_ones() {
+        let a = access(&["https://app.example.com"], &[], None);
+        for ok in [
+            "http://localhost:3000",
+            "http://127.0.0.1:8080",
+            "https://[::1]",
+            "https://app.example.com",
+            "https://app.example.com:443",
+        ] {
+            assert_eq!(a.check(Some("localhost"), Some(ok), None), Ok(()), "{ok}");
+        }
+        for bad in [
+            "http://evil.example",
+            "http://app.example.com",
+            "https://app.example.com:8443",
+            "null",
+            "file://",
+            "http://localhost.evil.example",
+        ] {
+            assert!(
+                a.check(Some("localhost"), Some(bad), None).is_err(),
+                "{bad}"
+            );
+        }
+        assert!(parse_origin("https://x.example/path").is_none());
+    }
+
+    #[test]
+    fn bearer_token() {
+        let token = "s3cret-token-0123456789";
+        let a = access(&[], &[], Some(token));
+        let ok = format!("Bearer {token}");
+        assert_eq!(a.check(Some("localhost"), None, Some(&ok)), Ok(()));
+        let lower = format!("bearer {token}");
+        assert_eq!(a.check(Some("localhost"), None, Some(&lower)), Ok(()));
+        for bad in [
+            None,
+            Some("Bearer wrong"),
+            Some("Basic dXNlcjpwYXNz"),
+            Some(token),
+        ] {
+            assert!(
+                matches!(
+                    a.check(Some("localhost"), None, bad),
+                    Err(Refusal::Unauthorized { .. })
+                ),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn non_loopback_needs_a_token_or_no_auth() {
+        let mut args = HttpArgs {
+            allow_origin: vec![],
+            allow_host: vec![],
+            auth_token_file: None,
+            no_auth: false,
+            session_idle: Duration::from_secs(1),
+            max_sessions: 1,
+            max_connections: 1,
+        };
+        let public = "0.0.0.0:8080".parse().unwrap();
+        let error = HttpOptions::new(public, &args, None).unwrap_err();
+        assert!(error.contains("--no-auth"), "{error}");
+        let short = HttpOptions::new(public, &args, Some("short".into())).unwrap_err();
+        assert!(short.contains("at least 16"), "{short}");
+        assert!(HttpOptions::new(public, &args, Some("x".repeat(32))).is_ok());
+        args.no_auth = true;
+        assert!(HttpOptions::new(public, &args, None).is_ok());
+    }
+}

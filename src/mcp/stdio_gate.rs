@@ -1,0 +1,451 @@
+//! What stands between stdin and rmcp on the stdio transport: every line is
+//! looked at before rmcp sees it, because rmcp drops bad input without a
+//! word (invalid JSON, an over-long line) and lets a request whose id is
+//! already in flight silently replace the first. Here:
+//!
+//! - a line that is not JSON (a lone surrogate escape included) is answered
+//!   `-32700 Parse error` with id null;
+//! - JSON that is not a JSON-RPC 2.0 message (an array, a wrong `jsonrpc`, an
+//!   id that is neither string nor integer, no method and no result) is
+//!   answered `-32600 Invalid request`, with its id when it has a usable one
+//!   (a batch: one error for each member that has an id);
+//! - a line longer than the frame limit (64 MiB) is not kept: it is answered
+//!   `-32600` naming the limit, with the id when its first bytes show one;
+//! - a request whose id is still in flight is answered `-32600` (the first
+//!   one goes on and gets its own answer).
+//!
+//! Good lines are passed on to rmcp unchanged. The writer side calls
+//! [`Gate::answered`] on every line rmcp writes, so an id leaves the
+//! in-flight set as its response goes out (or when the client cancels it).
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use rmcp::model::{ClientJsonRpcMessage, ClientNotification, JsonRpcMessage};
+use serde::de::IgnoredAny;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+/// How many bytes of an over-long line are kept, to look for its id.
+const OVERSIZED_PREFIX: usize = 64 * 1024;
+
+const PARSE_ERROR: i64 = -32700;
+const INVALID_REQUEST: i64 = -32600;
+
+/// What to do with one line read from stdin.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Hand the line to rmcp.
+    Pass,
+    /// Answer it with these lines (JSON-RPC errors, each ending in `\n`); rmcp never sees it.
+    Reply(Vec<u8>),
+    /// Nothing to do (an empty line, a notification rmcp would ignore).
+    Skip,
+}
+
+/// The in-flight request ids, shared by the reading and the writing side.
+#[derive(Clone)]
+pub struct Gate {
+    in_flight: Arc<Mutex<HashSet<String>>>,
+    limit: usize,
+}
+
+impl Gate {
+    /// `limit`: the longest line accepted, newline not counted.
+    pub fn new(limit: usize) -> Gate {
+        Gate {
+            in_flight: Arc::default(),
+            limit,
+        }
+    }
+
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Judges one whole line (its newline stripped).
+    pub fn line(&self, line: &[u8]) -> Verdict {
+        let line = line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line);
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.iter().all(u8::is_ascii_whitespace) {
+            return Verdict::Skip;
+        }
+        match serde_json::from_slice::<ClientJsonRpcMessage>(line) {
+            Ok(message) => self.admit(message),
+            Err(typed) => self.explain(line, &typed),
+        }
+    }
+
+    /// A line longer than the limit, of which `prefix` are the first bytes.
+    pub fn oversized(&self, prefix: &[u8]) -> Vec<u8> {
+        let id = id_in_prefix(prefix).unwrap_or(Value::Null);
+        error_line(
+            &id,
+            INVALID_REQUEST,
+            &format!(
+                "Invalid request: the message is longer than the limit of {} ({} bytes) and was not read",
+                human_bytes(self.limit),
+                self.limit
+            ),
+        )
+    }
+
+    /// Called with each line the server writes: a response takes its id out
+    /// of flight.
+    pub fn answered(&self, line: &[u8]) {
+        #[derive(Deserialize)]
+        struct Head {
+            id: Option<Value>,
+            method: Option<IgnoredAny>,
+        }
+        if let Ok(Head {
+            id: Some(id),
+            method: None,
+        }) = serde_json::from_slice::<Head>(line)
+        {
+            self.land(&id);
+        }
+    }
+
+    fn land(&self, id: &Value) {
+        if let Ok(mut in_flight) = self.in_flight.lock() {
+            in_flight.remove(&id_key(id));
+        }
+    }
+
+    /// A well-formed message: a request must not reuse an id in flight; a
+    /// cancellation frees its id (rmcp sends no response to it).
+    fn admit(&self, message: ClientJsonRpcMessage) -> Verdict {
+        match message {
+            JsonRpcMessage::Request(request) => {
+                let id = serde_json::to_value(&request.id).unwrap_or(Value::Null);
+                let Ok(mut in_flight) = self.in_flight.lock() else {
+                    return Verdict::Pass;
+                };
+                if in_flight.insert(id_key(&id)) {
+                    Verdict::Pass
+                } else {
+                    Verdict::Reply(error_line(
+                        &id,
+                        INVALID_REQUEST,
+                        &format!(
+                            "Invalid request: id {id} is already in flight; wait for its answer (or cancel it) before reusing it"
+                        ),
+                    ))
+                }
+            }
+            JsonRpcMessage::Notification(notification) => {
+                if let ClientNotification::CancelledNotification(cancelled) =
+                    &notification.notification
+                {
+                    if let Some(id) = &cancelled.params.request_id {
+                        if let Ok(id) = serde_json::to_value(id) {
+                            self.land(&id);
+                        }
+                    }
+                }
+                Verdict::Pass
+            }
+            _ => Verdict::Pass,
+        }
+    }
+
+    /// Why a line is not a message rmcp can take, as the answer to send.
+    fn explain(&self, line: &[u8], typed: &serde_json::Error) -> Verdict {
+        let value: Value = match serde_json::from_slice(line) {
+            Ok(value) => value,
+            Err(e) => {
+                return Verdict::Reply(error_line(
+                    &Value::Null,
+                    PARSE_ERROR,
+                    &format!("Parse error: {e}"),
+                ))
+            }
+        };
+        let reply = match &value {
+            Value::Array(members) => {
+                let message = "Invalid request: batches are not supported (MCP has no JSON-RPC batching since 2025-06-18); send each message on a line of its own";
+                let mut out: Vec<u8> = members
+                    .iter()
+                    .filter_map(|m| m.get("id").filter(|id| usable_id(id)))
+                    .flat_map(|id| error_line(id, INVALID_REQUEST, message))
+                    .collect();
+                if out.is_empty() {
+                    out = error_line(&Value::Null, INVALID_REQUEST, message);
+                }
+                out
+            }
+            Value::Object(object) => {
+                let id = object.get("id");
+                let reply_id = id
+                    .filter(|id| usable_id(id))
+                    .cloned()
+                    .unwrap_or(Value::Null);
+                let problem = if object.get("jsonrpc") != Some(&json!("2.0")) {
+                    "\"jsonrpc\" must be \"2.0\"".to_string()
+                } else if id.is_some_and(|id| !usable_id(id)) {
+                    "\"id\" must be a string or an integer".to_string()
+                } else if object.get("method").is_some_and(|m| !m.is_string()) {
+                    "\"method\" must be a string".to_string()
+                } else if object.get("method").is_none()
+                    && !object.contains_key("result")
+                    && !object.contains_key("error")
+                {
+                    "a message needs \"method\" (a request or notification), or \"result\" or \"error\" (a response)".to_string()
+                } else if id.is_none() {
+                    // A notification rmcp cannot read gets no answer, as
+                    // JSON-RPC has it; rmcp would drop it too.
+                    tracing::debug!("dropped a notification rmcp cannot read: {typed}");
+                    return Verdict::Skip;
+                } else {
+                    format!("the message does not match its method's schema: {typed}")
+                };
+                error_line(
+                    &reply_id,
+                    INVALID_REQUEST,
+                    &format!("Invalid request: {problem}"),
+                )
+            }
+            _ => error_line(
+                &Value::Null,
+                INVALID_REQUEST,
+                "Invalid request: a message must be a JSON object",
+            ),
+        };
+        Verdict::Reply(reply)
+    }
+}
+
+/// JSON-RPC ids are strings or integers (null and fractions are not used).
+fn usable_id(id: &Value) -> bool {
+    id.is_string() || id.is_i64() || id.is_u64()
+}
+
+fn id_key(id: &Value) -> String {
+    id.to_string()
+}
+
+fn error_line(id: &Value, code: i64, message: &str) -> Vec<u8> {
+    let mut line = json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "error": {"code": code, "message": message},
+    })
+    .to_string()
+    .into_bytes();
+    line.push(b'\n');
+    line
+}
+
+fn human_bytes(bytes: usize) -> String {
+    if bytes >= 1 << 20 && bytes.is_multiple_of(1 << 20) {
+        format!("{} MiB", bytes >> 20)
+    } else {
+        format!("{bytes} bytes")
+    }
+}
+
+/// The top-level `"id"` of a JSON object of which only the first bytes are
+/// at hand: walks the members in order, skipping each value, until `id` or
+/// the end of what is there.
+fn id_in_prefix(prefix: &[u8]) -> Option<Value> {
+    let mut rest = prefix.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(prefix);
+    let skip_ws = |s: &[u8]| -> usize { s.iter().take_while(|b| b.is_ascii_whitespace()).count() };
+    rest = &rest[skip_ws(rest)..];
+    rest = rest.strip_prefix(b"{")?;
+    loop {
+        rest = &rest[skip_ws(rest)..];
+        let mut keys = serde_json::Deserializer::from_slice(rest).into_iter::<String>();
+        let key = keys.next()?.ok()?;
+        rest = &rest[keys.byte_offset()..];
+        rest = &rest[skip_ws(rest)..];
+        rest = rest.strip_prefix(b":")?;
+        rest = &rest[skip_ws(rest)..];
+        if key == "id" {
+            let mut values = serde_json::Deserializer::from_slice(rest).into_iter::<Value>();
+            return values.next()?.ok().filter(usable_id);
+        }
+        let mut values = serde_json::Deserializer::from_slice(rest).into_iter::<IgnoredAny>();
+        values.next()?.ok()?;
+        rest = &rest[values.byte_offset()..];
+        rest = &rest[skip_ws(rest)..];
+        rest = rest.strip_prefix(b",")?;
+    }
+}
+
+/// Splits what stdin gives into lines of at most `limit` bytes; a longer
+/// line is not kept (only its first bytes, to find its id).
+pub struct LineSplitter {
+    limit: usize,
+    line: Vec<u8>,
+    /// Set while the current line is over the limit: its first bytes.
+    oversized: Option<Vec<u8>>,
+}
+
+/// One line from [`LineSplitter`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum Piece {
+    Line(Vec<u8>),
+    /// A line over the limit: its first bytes.
+    Oversized(Vec<u8>),
+}
+
+impl LineSplitter {
+    pub fn new(limit: usize) -> LineSplitter {
+        LineSplitter {
+            limit,
+            line: Vec::new(),
+            oversized: None,
+        }
+    }
+
+    /// Feeds bytes; calls `out` for every line they complete.
+    pub fn push(&mut self, mut data: &[u8], out: &mut impl FnMut(Piece)) {
+        while !data.is_empty() {
+            let newline = data.iter().position(|b| *b == b'\n');
+            let (part, rest) = match newline {
+                Some(at) => (&data[..at], &data[at + 1..]),
+                None => (data, &[][..]),
+            };
+            match &mut self.oversized {
+                Some(prefix) => {
+                    let room = OVERSIZED_PREFIX.saturating_sub(prefix.len());
+                    prefix.extend_from_slice(&part[..part.len().min(room)]);
+                }
+                None if self.line.len() + part.len() > self.limit => {
+                    let mut prefix = std::mem::take(&mut self.line);
+                    prefix.truncate(OVERSIZED_PREFIX);
+                    let room = OVERSIZED_PREFIX.saturating_sub(prefix.len());
+                    prefix.extend_from_slice(&part[..part.len().min(room)]);
+                    self.oversized = Some(prefix);
+                }
+                None => self.line.extend_from_slice(part),
+            }
+            if newline.is_some() {
+                out(self.take());
+            }
+            data = rest;
+        }
+    }
+
+    /// At the end of input: the last line, when it has no newline.
+    pub fn finish(&mut self) -> Option<Piece> {
+        (self.oversized.is_some() || !self.line.is_empty()).then(|| self.take())
+    }
+
+    fn take(&mut self) -> Piece {
+        match self.oversized.take() {
+            Some(prefix) => {
+                self.line = Vec::new();
+                Piece::Oversized(prefix)
+            }
+            None => Piece::Line(std::mem::take(&mut self.line)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply(verdict: Verdict) -> Vec<Value> {
+        let Verdict::Reply(bytes) = verdict else {
+            panic!("expected a reply, got {verdict:?}");
+        };
+        String::from_utf8(bytes)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn bad_lines_get_json_rpc_errors() {
+        let gate = Gate::new(1 << 20);
+        let parse = reply(gate.line(br#"{"jsonrpc":"2.0","id":1,"method":"x","#));
+        assert_eq!(parse[0]["error"]["code"], -32700);
+        assert_eq!(parse[0]["id"], Value::Null);
+        let surrogate = reply(
+            gate.line(br#"{"jsonrpc":"2.0","id":2,"method":"ping","params":{"x":"\ud800"}}"#),
+        );
+        assert_eq!(surrogate[0]["error"]["code"], -32700);
+        let version = reply(gate.line(br#"{"jsonrpc":"1.0","id":3,"method":"ping"}"#));
+        assert_eq!(version[0]["error"]["code"], -32600);
+        assert_eq!(version[0]["id"], 3);
+        let bad_id = reply(gate.line(br#"{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}"#));
+        assert_eq!(bad_id[0]["id"], Value::Null);
+        assert!(bad_id[0]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("\"id\""));
+        let batch = reply(gate.line(
+            br#"[{"jsonrpc":"2.0","id":4,"method":"ping"},{"jsonrpc":"2.0","id":"five","method":"ping"}]"#,
+        ));
+        assert_eq!(batch.len(), 2);
+        assert_eq!(batch[0]["id"], 4);
+        assert_eq!(batch[1]["id"], "five");
+        assert_eq!(reply(gate.line(b"42"))[0]["error"]["code"], -32600);
+        assert_eq!(gate.line(b"  "), Verdict::Skip);
+    }
+
+    #[test]
+    fn an_id_in_flight_cannot_be_reused_until_answered() {
+        let gate = Gate::new(1 << 20);
+        let ping = br#"{"jsonrpc":"2.0","id":7,"method":"ping"}"#;
+        assert_eq!(gate.line(ping), Verdict::Pass);
+        let again = reply(gate.line(ping));
+        assert_eq!(again[0]["id"], 7);
+        assert!(again[0]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("already in flight"));
+        // The string "7" is another id.
+        assert_eq!(
+            gate.line(br#"{"jsonrpc":"2.0","id":"7","method":"ping"}"#),
+            Verdict::Pass
+        );
+        gate.answered(br#"{"jsonrpc":"2.0","id":7,"result":{}}"#);
+        assert_eq!(gate.line(ping), Verdict::Pass);
+        // A cancellation frees the id too.
+        gate.line(
+            br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7}}"#,
+        );
+        assert_eq!(gate.line(ping), Verdict::Pass);
+        // A request from the server with the same id is not a response.
+        gate.answered(br#"{"jsonrpc":"2.0","id":7,"method":"elicitation/create","params":{}}"#);
+        assert!(matches!(gate.line(ping), Verdict::Reply(_)));
+    }
+
+    #[test]
+    fn long_lines_are_cut_off_and_answered_with_their_id() {
+        let mut splitter = LineSplitter::new(100);
+        let mut pieces = Vec::new();
+        let long = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"tools/call\",\"params\":{{\"x\":\"{}\"}}}}\nnext\n",
+            "a".repeat(500)
+        );
+        for chunk in long.as_bytes().chunks(7) {
+            splitter.push(chunk, &mut |p| pieces.push(p));
+        }
+        assert_eq!(pieces.len(), 2);
+        let Piece::Oversized(prefix) = &pieces[0] else {
+            panic!("{pieces:?}")
+        };
+        assert_eq!(pieces[1], Piece::Line(b"next".to_vec()));
+        let gate = Gate::new(100);
+        let answer: Value = serde_json::from_slice(&gate.oversized(prefix)).unwrap();
+        assert_eq!(answer["id"], 9);
+        assert!(answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("limit of 100 bytes"));
+        assert_eq!(id_in_prefix(br#"{"method":"x","params":{"a":[1,2"#), None);
+        assert_eq!(
+            id_in_prefix(br#" {"jsonrpc":"2.0", "id" : "s1", "#),
+            Some(json!("s1"))
+        );
+        splitter.push(b"tail", &mut |p| pieces.push(p));
+        assert_eq!(splitter.finish(), Some(Piece::Line(b"tail".to_vec())));
+        assert_eq!(splitter.finish(), None);
+    }
+}

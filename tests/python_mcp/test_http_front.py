@@ -1,0 +1,293 @@
+"""The streamable HTTP front end as a hostile or careless client meets it:
+Host and Origin checks, bearer tokens, session and connection caps, idle
+sessions, half-open connections, the body limit, and DELETE of a session
+whose call is running. Raw requests go through http.client and raw sockets;
+the sessions through the official `mcp` client."""
+
+import contextlib
+import http.client
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import unittest
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import anyio
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+from support import BIN, alive, base_args, gone_within, http_server, ok, read_pid_file
+
+TOKEN = "test-token-0123456789abcdef"
+
+INITIALIZE = json.dumps(
+    {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "0"},
+        },
+    }
+).encode()
+
+MCP_HEADERS = {
+    "Content-Type": "application/json",
+    "Accept": "application/json, text/event-stream",
+}
+
+
+def request(url, method="POST", body=INITIALIZE, headers=None, host=None):
+    """One request on its own connection: (status, headers, body text)."""
+    parts = urlsplit(url)
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+    try:
+        connection.putrequest(method, parts.path, skip_host=host is not None, skip_accept_encoding=True)
+        if host is not None:
+            connection.putheader("Host", host)
+        all_headers = dict(MCP_HEADERS)
+        all_headers.update(headers or {})
+        for name, value in all_headers.items():
+            connection.putheader(name, value)
+        connection.putheader("Content-Length", str(len(body or b"")))
+        connection.endheaders(body or b"")
+        response = connection.getresponse()
+        return response.status, dict(response.getheaders()), response.read().decode("utf-8", "replace")
+    finally:
+        connection.close()
+
+
+def session_id(headers) -> str:
+    for name, value in headers.items():
+        if name.lower() == "mcp-session-id":
+            return value
+    raise AssertionError(f"no session id in {headers}")
+
+
+async def call(url, tool, args, token=None):
+    headers = {"Authorization": f"Bearer {token}"} if token else None
+    async with create_mcp_http_client(headers=headers) as http:
+        async with Client(streamable_http_client(url, http_client=http)) as client:
+            return await client.call_tool(tool, args)
+
+
+def run(*args, env=None):
+    with tempfile.TemporaryDirectory() as tmp:
+        return subprocess.run(
+            [BIN, *base_args(str(Path(tmp) / "session"), *args)],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, **(env or {})},
+        )
+
+
+class HostAndOrigin(unittest.IsolatedAsyncioTestCase):
+    async def test_foreign_origins_and_hosts_are_refused_loopback_ones_served(self):
+        async with http_server(
+            "--workers", "1", "serve", "--http", "127.0.0.1:0", "--allow-origin", "https://app.example.com"
+        ) as (_, url):
+            port = urlsplit(url).port
+            status, _, body = request(url, headers={"Origin": "http://evil.example"})
+            self.assertEqual(status, 403, body)
+            self.assertIn("Origin 'http://evil.example' is not allowed", body)
+            # DNS rebinding: the attacker's name in Host and Origin.
+            status, _, body = request(
+                url, host=f"attacker.example:{port}", headers={"Origin": f"http://attacker.example:{port}"}
+            )
+            self.assertEqual(status, 403, body)
+            self.assertIn("Host 'attacker.example", body)
+            status, _, body = request(url, headers={"Origin": "null"})
+            self.assertEqual(status, 403, body)
+            for origin in (f"http://localhost:{port}", f"http://127.0.0.1:{port}", "https://app.example.com"):
+                status, headers, body = request(url, headers={"Origin": origin})
+                self.assertEqual(status, 200, f"{origin}: {body}")
+                self.assertIn('"serverInfo"', body)
+                request(url, "DELETE", b"", headers={"Mcp-Session-Id": session_id(headers)})
+            # A tools/call from a foreign origin never reaches the tools.
+            status, headers, _ = request(url)
+            sid = session_id(headers)
+            call_body = json.dumps(
+                {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "add", "arguments": {"a": 1, "b": 2}}}
+            ).encode()
+            status, _, body = request(url, body=call_body, headers={"Mcp-Session-Id": sid, "Origin": "http://evil.example"})
+            self.assertEqual(status, 403, body)
+
+    async def test_a_public_bind_checks_host_too(self):
+        async with http_server(
+            "--workers", "1", "serve", "--http", "0.0.0.0:0", "--no-auth", "--allow-host", "mcp.example.com"
+        ) as (_, url):
+            url = url.replace("0.0.0.0", "127.0.0.1")
+            port = urlsplit(url).port
+            status, _, body = request(url, host=f"attacker.example:{port}")
+            self.assertEqual(status, 403, body)
+            for host in (f"127.0.0.1:{port}", "mcp.example.com", f"mcp.example.com:{port}"):
+                status, _, body = request(url, host=host)
+                self.assertEqual(status, 200, f"{host}: {body}")
+
+
+class Tokens(unittest.IsolatedAsyncioTestCase):
+    async def test_a_public_bind_needs_a_token_unless_no_auth(self):
+        result = run("--workers", "1", "serve", "--http", "0.0.0.0:0")
+        self.assertEqual(result.returncode, 2, result.stderr)
+        self.assertIn("is not a loopback address", result.stderr)
+        self.assertIn("--no-auth", result.stderr)
+        result = run("--workers", "1", "serve", "--http", "0.0.0.0:0", env={"TOOLPOOL_AUTH_TOKEN": "short"})
+        self.assertEqual(result.returncode, 2, result.stderr)
+        self.assertIn("at least 16 characters", result.stderr)
+
+    async def test_every_request_needs_the_bearer_token(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            token_file = Path(tmp) / "token"
+            token_file.write_text(TOKEN + "\n")
+            async with http_server(
+                "--workers", "1", "serve", "--http", "0.0.0.0:0", "--auth-token-file", str(token_file)
+            ) as (_, url):
+                url = url.replace("0.0.0.0", "127.0.0.1")
+                status, headers, body = request(url)
+                self.assertEqual(status, 401, body)
+                self.assertEqual(headers.get("www-authenticate"), 'Bearer realm="toolpool"')
+                status, headers, body = request(url, headers={"Authorization": "Bearer " + TOKEN[:-1] + "x"})
+                self.assertEqual(status, 401, body)
+                self.assertIn('error="invalid_token"', headers.get("www-authenticate"))
+                status, headers, body = request(url, headers={"Authorization": "Basic " + TOKEN})
+                self.assertEqual(status, 401, body)
+                self.assertEqual(ok(await call(url, "add", {"a": 2, "b": 3}, token=TOKEN)), "5")
+
+    async def test_the_token_from_the_environment(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            process = subprocess.Popen(
+                [BIN, *base_args(str(Path(tmp) / "s"), "--workers", "1", "serve", "--http", "127.0.0.1:0")],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                env={**os.environ, "TOOLPOOL_AUTH_TOKEN": TOKEN},
+            )
+            try:
+                line = process.stderr.readline().decode()
+                while "serving MCP" not in line:
+                    self.assertTrue(line, "the server ended before listening")
+                    line = process.stderr.readline().decode()
+                url = line.split(" at ", 1)[1].strip()
+                self.assertEqual(request(url)[0], 401)
+                self.assertEqual(ok(await call(url, "add", {"a": 1, "b": 1}, token=TOKEN)), "2")
+            finally:
+                process.send_signal(signal.SIGTERM)
+                process.wait(timeout=30)
+                process.stderr.close()
+
+
+class Sessions(unittest.IsolatedAsyncioTestCase):
+    async def test_the_session_cap_answers_503_until_one_closes(self):
+        async with http_server("--workers", "1", "serve", "--http", "127.0.0.1:0", "--max-sessions", "2") as (_, url):
+            ids = []
+            for _ in range(2):
+                status, headers, body = request(url)
+                self.assertEqual(status, 200, body)
+                ids.append(session_id(headers))
+            status, _, body = request(url)
+            self.assertEqual(status, 503, body)
+            self.assertIn("at most 2", body)
+            self.assertIn("--max-sessions", body)
+            status, _, body = request(url, "DELETE", b"", headers={"Mcp-Session-Id": ids[0]})
+            self.assertEqual(status, 200, body)
+            status, _, body = request(url)
+            self.assertEqual(status, 200, body)
+
+    async def test_idle_sessions_end(self):
+        async with http_server("--workers", "1", "serve", "--http", "127.0.0.1:0", "--session-idle", "1", "--max-sessions", "3") as (_, url):
+            ids = []
+            for _ in range(3):
+                status, headers, _ = request(url)
+                ids.append(session_id(headers))
+            self.assertEqual(request(url)[0], 503)
+            deadline = time.monotonic() + 30
+            while request(url)[0] == 503:
+                self.assertLess(time.monotonic(), deadline, "idle sessions never ended")
+                await anyio.sleep(0.5)
+            ping = json.dumps({"jsonrpc": "2.0", "id": 5, "method": "ping"}).encode()
+            status, _, body = request(url, body=ping, headers={"Mcp-Session-Id": ids[0]})
+            self.assertEqual(status, 404, body)
+
+    async def test_delete_cancels_the_sessions_running_call(self):
+        async with http_server("--workers", "1", "--timeout", "600", "serve", "--http", "127.0.0.1:0") as (_, url):
+            status, headers, _ = request(url)
+            sid = session_id(headers)
+            initialized = json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}).encode()
+            self.assertEqual(request(url, body=initialized, headers={"Mcp-Session-Id": sid})[0], 202)
+            with tempfile.TemporaryDirectory() as tmp:
+                pid_file = Path(tmp) / "grandchild.pid"
+                call_body = json.dumps(
+                    {
+                        "jsonrpc": "2.0",
+                        "id": 2,
+                        "method": "tools/call",
+                        "params": {"name": "spawn_grandchild", "arguments": {"pid_file": str(pid_file)}},
+                    }
+                ).encode()
+                async with anyio.create_task_group() as tg:
+                    # The call's response stream stays open while it runs; it
+                    # ends when the session goes.
+                    tg.start_soon(
+                        anyio.to_thread.run_sync,
+                        lambda: request(url, body=call_body, headers={"Mcp-Session-Id": sid}),
+                    )
+                    grandchild = await read_pid_file(pid_file)
+                    self.assertTrue(alive(grandchild))
+                    status, _, body = request(url, "DELETE", b"", headers={"Mcp-Session-Id": sid})
+                    self.assertEqual(status, 200, body)
+                    self.assertTrue(await gone_within(grandchild, 3), "the call's worker tree outlived the DELETE")
+            # The pool's one worker was replaced: the next call runs.
+            self.assertEqual(ok(await call(url, "add", {"a": 1, "b": 2})), "3")
+
+    async def test_the_official_client_closes_its_session_without_an_error(self):
+        async with http_server("--workers", "1", "serve", "--http", "127.0.0.1:0") as (_, url):
+            with self.assertNoLogs("mcp.client.streamable_http", level="WARNING"):
+                self.assertEqual(ok(await call(url, "add", {"a": 2, "b": 2})), "4")
+
+
+class Connections(unittest.IsolatedAsyncioTestCase):
+    async def test_half_open_connections_are_closed_and_capped(self):
+        async with http_server("--workers", "1", "serve", "--http", "127.0.0.1:0", "--max-connections", "4") as (_, url):
+            parts = urlsplit(url)
+            stalled = []
+            for _ in range(4):
+                sock = socket.create_connection((parts.hostname, parts.port), timeout=60)
+                sock.sendall(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Ty")
+                stalled.append(sock)
+            await anyio.sleep(0.5)
+            # Over the cap: answered 503 and closed.
+            extra = socket.create_connection((parts.hostname, parts.port), timeout=30)
+            reply = extra.recv(4096).decode()
+            self.assertTrue(reply.startswith("HTTP/1.1 503"), reply)
+            self.assertIn("--max-connections", reply)
+            extra.close()
+            # The stalled ones are closed by the header timeout (10 s).
+            started = time.monotonic()
+            for sock in stalled:
+                self.assertEqual(await anyio.to_thread.run_sync(sock.recv, 4096), b"")
+                sock.close()
+            self.assertLess(time.monotonic() - started, 45)
+            # With them gone, requests are served again.
+            self.assertEqual(request(url)[0], 200)
+
+    async def test_a_body_over_the_frame_limit_is_refused(self):
+        async with http_server("--workers", "1", "serve", "--http", "127.0.0.1:0") as (_, url):
+            status, _, body = request(url, body=b" " * (64 * 1024 * 1024 + 1))
+            self.assertEqual(status, 413, body)
+            status, _, body = request(url, body=INITIALIZE + b" " * (1024 * 1024))
+            self.assertEqual(status, 200, body)
+
+
+if __name__ == "__main__":
+    unittest.main()
