@@ -165,11 +165,13 @@ async fn a_timeout_is_a_tool_error_and_the_server_serves_on() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_server_survives_every_misbehaving_fixture_tool() {
+    // 2.5 s: the memory bomb must reach its MemoryError before the timeout
+    // also on a loaded machine.
     let served = serve(&[
         "--workers",
         "2",
         "--timeout",
-        "1",
+        "2.5",
         "--memory-limit",
         "512",
         "serve",
