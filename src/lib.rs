@@ -12,6 +12,7 @@ pub mod config;
 pub mod context;
 pub mod embedded;
 pub mod error;
+pub mod logging;
 pub mod mcp;
 pub mod metrics;
 pub mod pool;
