@@ -142,9 +142,10 @@ impl Catalog {
         self.to_table_within(None)
     }
 
-    /// The table cut to `width` columns when given (a terminal's width):
-    /// descriptions, then parameter lists, are cut with `…`; load errors
-    /// are wrapped. `None`: every cell in full.
+    /// The table fitted to `width` columns when given (a terminal's width):
+    /// parameter lists are cut with `…`, descriptions wrapped (at most three
+    /// lines), load errors wrapped. `None`: one line a tool, descriptions cut
+    /// at 70 characters.
     pub fn to_table_within(&self, width: Option<usize>) -> String {
         let mut rows: Vec<[String; 4]> = self
             .functions
@@ -169,18 +170,29 @@ impl Catalog {
             widths
         };
         if let Some(width) = width {
-            // Two spaces between columns. The description gives way first,
-            // down to a readable minimum, then the parameter list.
+            // Two spaces between columns. What the module and function
+            // columns leave is shared: the parameter list gets up to two
+            // fifths of it, cut with `…`; the description the rest, wrapped
+            // over up to three lines (the last cut with `…`).
             let widths = column_widths(&rows);
-            let fixed = widths[0] + widths[1] + widths[2] + 6;
-            let description = width.saturating_sub(fixed).max(MIN_CUT_COLUMN);
-            let parameters = width
-                .saturating_sub(widths[0] + widths[1] + description + 6)
-                .clamp(MIN_CUT_COLUMN, widths[2].max(MIN_CUT_COLUMN));
-            for row in &mut rows {
-                row[2] = truncate_chars(&row[2], parameters);
-                row[3] = truncate_chars(&row[3], description);
+            let left = width.saturating_sub(widths[0] + widths[1] + 6);
+            let parameters = widths[2].min((left * 2 / 5).max(MIN_CUT_COLUMN));
+            let description = left.saturating_sub(parameters).max(MIN_CUT_COLUMN);
+            let mut wrapped = Vec::with_capacity(rows.len());
+            for [module, function, params, text] in rows {
+                let mut pieces = wrap(&text, description);
+                if pieces.len() > MAX_DESCRIPTION_LINES {
+                    let rest = pieces.split_off(MAX_DESCRIPTION_LINES - 1).join(" ");
+                    pieces.push(truncate_chars(&rest, description));
+                }
+                let mut pieces = pieces.into_iter();
+                let first = pieces.next().unwrap_or_default();
+                wrapped.push([module, function, truncate_chars(&params, parameters), first]);
+                for piece in pieces {
+                    wrapped.push([String::new(), String::new(), String::new(), piece]);
+                }
             }
+            rows = wrapped;
         } else {
             for row in &mut rows {
                 row[3] = truncate_chars(&row[3], 70);
@@ -221,6 +233,8 @@ impl Catalog {
 
 /// The narrowest a cut table column gets, whatever the terminal's width.
 const MIN_CUT_COLUMN: usize = 12;
+/// Lines a description may take in a table cut to a terminal's width.
+const MAX_DESCRIPTION_LINES: usize = 3;
 
 /// `text` in lines of at most `width` characters, broken at spaces where
 /// there are any (a longer word is split).

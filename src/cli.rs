@@ -46,7 +46,12 @@ stdout carries only results; logs go to stderr. A command's own options: toolpoo
 )]
 pub struct Cli {
     /// Directory of tool modules (also MAC_FUNCTIONS_DIR) [default: functions/function_calling, else the bundled tools]
-    #[arg(long, env = "TOOLPOOL_FUNCTIONS_DIR", global = true, value_name = "DIR")]
+    #[arg(
+        long,
+        env = "TOOLPOOL_FUNCTIONS_DIR",
+        global = true,
+        value_name = "DIR"
+    )]
     pub functions_dir: Option<PathBuf>,
     /// Python interpreter (resolved once to the real executable)
     #[arg(
@@ -81,10 +86,22 @@ pub struct Cli {
     #[arg(long, global = true, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=64))]
     pub spare_workers: Option<u32>,
     /// Colour in the log; auto: on a terminal, unless NO_COLOR is set
-    #[arg(long, global = true, value_enum, default_value = "auto", help_heading = "Log options")]
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value = "auto",
+        help_heading = "Log options"
+    )]
     pub color: crate::logging::ColorChoice,
     /// Log errors only
-    #[arg(short, long, global = true, conflicts_with = "verbose", help_heading = "Log options")]
+    #[arg(
+        short,
+        long,
+        global = true,
+        conflicts_with = "verbose",
+        help_heading = "Log options"
+    )]
     pub quiet: bool,
     /// Log more: -v debug (a failed call's traceback, the bundled-tools notice), -vv everything
     #[arg(short, long, global = true, action = clap::ArgAction::Count, help_heading = "Log options")]
@@ -111,21 +128,55 @@ impl Cli {
 const IDLE_POOL_OPTIONS: &[(&str, &[&str])] = &[
     (
         "catalog",
-        &["workers", "timeout", "session_dir", "session_id", "max_calls_per_worker", "memory_limit", "spare_workers"],
+        &[
+            "workers",
+            "timeout",
+            "session_dir",
+            "session_id",
+            "max_calls_per_worker",
+            "memory_limit",
+            "spare_workers",
+        ],
     ),
     (
         "list",
-        &["workers", "timeout", "session_dir", "session_id", "max_calls_per_worker", "memory_limit", "spare_workers"],
+        &[
+            "workers",
+            "timeout",
+            "session_dir",
+            "session_id",
+            "max_calls_per_worker",
+            "memory_limit",
+            "spare_workers",
+        ],
     ),
     (
         "check",
-        &["workers", "timeout", "session_dir", "session_id", "max_calls_per_worker", "memory_limit", "spare_workers"],
+        &[
+            "workers",
+            "timeout",
+            "session_dir",
+            "session_id",
+            "max_calls_per_worker",
+            "memory_limit",
+            "spare_workers",
+        ],
     ),
     (
         "resolve",
-        &["workers", "session_dir", "session_id", "max_calls_per_worker", "memory_limit", "spare_workers"],
+        &[
+            "workers",
+            "session_dir",
+            "session_id",
+            "max_calls_per_worker",
+            "memory_limit",
+            "spare_workers",
+        ],
     ),
-    ("call", &["workers", "max_calls_per_worker", "spare_workers"]),
+    (
+        "call",
+        &["workers", "max_calls_per_worker", "spare_workers"],
+    ),
 ];
 
 /// The command line's definition: the derived one, with each subcommand's
@@ -151,7 +202,10 @@ pub fn command() -> clap::Command {
         });
     }
     command = command.mut_subcommand("completions", |mut sub| {
-        for arg in pool_options.iter().filter(|arg| arg.get_help_heading() == Some("Pool options")) {
+        for arg in pool_options
+            .iter()
+            .filter(|arg| arg.get_help_heading() == Some("Pool options"))
+        {
             sub = sub.arg(arg.clone().hide(true));
         }
         sub
@@ -420,7 +474,9 @@ async fn run_command(cli: Cli) -> Result<ExitCode, CliError> {
             tempfile::Builder::new()
                 .prefix("toolpool-session-")
                 .tempdir()
-                .map_err(|e| CliError::Usage(format!("cannot make a temporary session directory: {e}")))?,
+                .map_err(|e| {
+                    CliError::Usage(format!("cannot make a temporary session directory: {e}"))
+                })?,
         ),
         _ => None,
     };
@@ -852,7 +908,9 @@ async fn run_bench(
     let rows = crate::bench::run(&base, &plan, move |event| progress.tell(event)).await?;
     if json {
         let report = crate::bench::BenchReport::new(&plan, &rows);
-        print_out(&pretty(&serde_json::to_value(&report).unwrap_or(Value::Null)));
+        print_out(&pretty(
+            &serde_json::to_value(&report).unwrap_or(Value::Null),
+        ));
     } else {
         print_out(&crate::bench::table(&plan.tool, plan.concurrency, &rows));
     }

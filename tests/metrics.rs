@@ -46,6 +46,20 @@ async fn stats_count_calls_errors_latency_and_workers() {
         text.contains("toolpool_call_duration_seconds_bucket{le=\"+Inf\"} 3\n"),
         "{text}"
     );
+    // Per-worker series by slot, one per live worker: the timeout's
+    // replacement took a slot over instead of adding a series.
+    assert!(!text.contains("pid="), "{text}");
+    let slots: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("toolpool_worker_calls_served{"))
+        .collect();
+    assert_eq!(slots.len(), stats.workers.len(), "{text}");
+    for (slot, line) in slots.iter().enumerate() {
+        assert!(
+            line.starts_with(&format!("toolpool_worker_calls_served{{slot=\"{slot}\"}} ")),
+            "{text}"
+        );
+    }
     pool.shutdown().await;
 }
 

@@ -63,7 +63,9 @@ class Invoker:
         tool = self._toolset.tools.get(name)
         if tool is not None:
             return tool
-        message = f"function '{name}' not found under function directory {self._config.get('functions_dir')}"
+        message = f"function '{name}' not found under function directory"
+        if self._config.get("functions_dir"):
+            message += f" {self._config['functions_dir']}"
         matches = difflib.get_close_matches(name, list(self._toolset.tools), n=3)
         if matches:
             message += " (did you mean " + ", ".join(f"'{match}'" for match in matches) + "?)"
