@@ -82,7 +82,7 @@ pub struct Cli {
     /// Pass this environment variable to workers (repeatable)
     #[arg(long = "pass-env", global = true, value_name = "NAME")]
     pub pass_env: Vec<String>,
-    /// Warm spare workers that replace a killed or recycled one at once [default: 1; 0 for catalog, list and call]
+    /// Warm spare workers that replace a killed or recycled one at once [default: 1]
     #[arg(long, global = true, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=64))]
     pub spare_workers: Option<u32>,
     /// Colour in the log; auto: on a terminal, unless NO_COLOR is set
