@@ -467,7 +467,7 @@ fn parse_yaml_here(text: &str) -> Result<Yaml, YamlError> {
                 _ => false,
             }
         }
-        let alias_bomb = is_alias_bomb(&error);
+        let alias_bomb = is_alias_bomb(error);
         let message = if alias_bomb {
             format!(
                 "its aliases expand to too much data (over {MAX_ALIAS_REPLAYED_EVENTS} \
@@ -1769,7 +1769,7 @@ mod tests {
         let errors = check("nodes: []\nnodes: []\n").unwrap_err();
         assert_eq!(
             errors,
-            ["test.yaml: not valid YAML at line 2, column 1: duplicate mapping key: nodes not allowed here"]
+            ["test.yaml: not valid YAML at line 2, column 1: duplicate mapping key `nodes` is not allowed here"]
         );
     }
 
