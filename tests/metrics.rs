@@ -18,7 +18,16 @@ async fn stats_count_calls_errors_latency_and_workers() {
     call_with_timeout(&pool, "sleep_forever", json!({}), 0.2)
         .await
         .unwrap_err();
-    let stats = pool.stats();
+    // The timed-out worker's replacement starts in the background: wait
+    // for it (generously: the machine may be loaded) before reading.
+    let mut stats = pool.stats();
+    for _ in 0..200 {
+        if stats.workers.len() >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        stats = pool.stats();
+    }
     assert_eq!(stats.calls, 3);
     assert_eq!(stats.succeeded, 1);
     assert_eq!(stats.timeouts, 1);
