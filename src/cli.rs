@@ -825,13 +825,18 @@ fn json_kind(value: &Value) -> &'static str {
 /// `bench`'s progress on stderr: one bar per pool size, started when its
 /// measured calls start (so the rate and the time left are those of the
 /// calls, not of starting Python), and left in place when it is done.
-#[derive(Clone, Default)]
-struct SizeProgress(Arc<std::sync::Mutex<Option<indicatif::ProgressBar>>>);
+/// The bars share one `MultiProgress`, so each new one is drawn below the
+/// finished ones.
+#[derive(Default)]
+struct SizeProgress {
+    bars: indicatif::MultiProgress,
+    current: std::sync::Mutex<Option<indicatif::ProgressBar>>,
+}
 
 impl SizeProgress {
     fn tell(&self, event: crate::bench::Progress) {
         use crate::bench::Progress;
-        let Ok(mut bar) = self.0.lock() else {
+        let Ok(mut bar) = self.current.lock() else {
             return;
         };
         match event {
@@ -854,7 +859,7 @@ impl SizeProgress {
                     "{workers} {}",
                     if workers == 1 { "worker " } else { "workers" }
                 ));
-                *bar = Some(new);
+                *bar = Some(self.bars.add(new));
             }
             Progress::Called => {
                 if let Some(bar) = bar.as_ref() {

@@ -439,3 +439,35 @@ fn the_readme_tool_example_runs() {
         ]));
     assert_eq!(back.stdout, "100.0 °C\n", "{}", back.stderr);
 }
+
+#[test]
+fn bench_draws_a_bar_per_pool_size_on_a_terminal() {
+    let session = tempfile::tempdir().unwrap();
+    let session = session.path().to_str().unwrap();
+    let mut command = in_terminal(
+        120,
+        &[
+            "--session-dir",
+            session,
+            "bench",
+            "--workers",
+            "1,2",
+            "--calls",
+            "30",
+            "--concurrency",
+            "4",
+        ],
+    );
+    let done = run(&mut command);
+    assert_eq!(done.code, 0, "{}", done.stdout);
+    // Each bar is left in place when its size is done, full.
+    for prefix in ["1 worker ", "2 workers"] {
+        assert!(
+            done.stdout.lines().any(|l| l.contains(prefix)
+                && l.contains("30/30 calls (")
+                && l.contains("calls/s")),
+            "no finished bar for {prefix:?}:\n{}",
+            done.stdout
+        );
+    }
+}
