@@ -1,4 +1,4 @@
-//! toolpool's side of the peer benchmark (DESIGN.md §9), driven through the
+//! toolpool's side of the peer benchmark (docs/benchmarks.md), driven through the
 //! library API, plus P1's floor: a bare length-prefixed echo between this
 //! process and `python3` over the same pipes with the same codec.
 //!

@@ -1,4 +1,4 @@
-"""The Python peers' side of the benchmark (DESIGN.md §9): the same no-op and
+"""The Python peers' side of the benchmark (docs/benchmarks.md): the same no-op and
 sleeping functions on concurrent.futures.ProcessPoolExecutor and
 pebble.ProcessPool, on the same interpreter. Prints one JSON object.
 

@@ -27,6 +27,40 @@ pub struct BenchPlan {
     pub pool_sizes: Vec<usize>,
 }
 
+/// What `bench --json` prints: the plan, then each pool size's figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchReport<'a> {
+    pub tool: &'a str,
+    pub args: &'a Value,
+    pub concurrency: usize,
+    /// Calls per pool size.
+    pub calls: usize,
+    pub results: &'a [BenchRow],
+}
+
+impl<'a> BenchReport<'a> {
+    pub fn new(plan: &'a BenchPlan, results: &'a [BenchRow]) -> Self {
+        BenchReport {
+            tool: &plan.tool,
+            args: &plan.args,
+            concurrency: plan.concurrency,
+            calls: plan.calls,
+            results,
+        }
+    }
+}
+
+/// What [`run`] tells its progress callback.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Progress {
+    /// The pool of this size is warm: `calls` measured calls start now.
+    Measuring { workers: usize, calls: usize },
+    /// One measured call finished.
+    Called,
+    /// Every call of this pool size finished.
+    Measured { workers: usize },
+}
+
 /// One pool size's figures.
 #[derive(Debug, Clone, Serialize)]
 pub struct BenchRow {
@@ -49,11 +83,13 @@ pub fn builtin_functions_dir() -> std::io::Result<tempfile::TempDir> {
     Ok(dir)
 }
 
-/// Runs the plan on a fresh pool per size; `progress` is told after each call.
+/// Runs the plan on a fresh pool per size; `progress` is told when the
+/// measured calls of a size start, after each of them, and at its end (the
+/// pool's start and warm-up are not part of it).
 pub async fn run(
     base: &PoolBuilder,
     plan: &BenchPlan,
-    progress: impl Fn(usize, usize) + Send + Sync + 'static,
+    progress: impl Fn(Progress) + Send + Sync + 'static,
 ) -> Result<Vec<BenchRow>, PoolError> {
     let progress = Arc::new(progress);
     let mut rows = Vec::new();
@@ -65,6 +101,10 @@ pub async fn run(
                 .invoke(&plan.tool, plan.args.clone(), InvokeOptions::default())
                 .await;
         }
+        progress(Progress::Measuring {
+            workers,
+            calls: plan.calls,
+        });
         let limit = Arc::new(Semaphore::new(plan.concurrency.max(1)));
         let mut calls = JoinSet::new();
         let started = Instant::now();
@@ -98,7 +138,7 @@ pub async fn run(
                     .invoke_report(&tool, args, InvokeOptions::default())
                     .await;
                 drop(permit);
-                progress(workers, 1);
+                progress(Progress::Called);
                 report
             });
         }
@@ -106,6 +146,7 @@ pub async fn run(
             record(done);
         }
         let elapsed = started.elapsed();
+        progress(Progress::Measured { workers });
         pool.shutdown().await;
         rows.push(BenchRow {
             workers,
@@ -163,8 +204,12 @@ pub fn parse_pool_sizes(text: &str) -> Result<PoolSizes, String> {
         Ok(sizes) if !sizes.is_empty() && sizes.iter().all(|n| (1..=1024).contains(n)) => {
             Ok(PoolSizes(sizes))
         }
+        // One number is what every command but bench takes: say that.
+        _ if !text.contains(',') => Err(format!(
+            "'{text}' is not a number of workers from 1 to 1024"
+        )),
         _ => Err(format!(
-            "'{text}' is not a list of pool sizes such as 1,2,4,8 (each 1 to 1024)"
+            "'{text}' is not a list of pool sizes such as 1,2,4 (each 1 to 1024; for bench)"
         )),
     }
 }

@@ -163,7 +163,15 @@ impl Catalog {
 
     /// `catalog --format table`: one row a function, then the load errors.
     pub fn to_table(&self) -> String {
-        let rows: Vec<[String; 4]> = self
+        self.to_table_within(None)
+    }
+
+    /// The table fitted to `width` columns when given (a terminal's width):
+    /// parameter lists are cut with `…`, descriptions wrapped (at most three
+    /// lines), load errors wrapped. `None`: one line a tool, descriptions cut
+    /// at 70 characters.
+    pub fn to_table_within(&self, width: Option<usize>) -> String {
+        let mut rows: Vec<[String; 4]> = self
             .functions
             .iter()
             .map(|f| {
@@ -171,17 +179,50 @@ impl Catalog {
                     f.module.clone(),
                     f.name.clone(),
                     parameter_summary(&f.parameters),
-                    truncate_chars(&f.description, 70),
+                    f.description.clone(),
                 ]
             })
             .collect();
         let header = ["MODULE", "FUNCTION", "PARAMETERS", "DESCRIPTION"];
-        let mut widths = header.map(|h| h.chars().count());
-        for row in &rows {
-            for (w, cell) in widths.iter_mut().zip(row) {
-                *w = (*w).max(cell.chars().count());
+        let column_widths = |rows: &[[String; 4]]| {
+            let mut widths = header.map(|h| h.chars().count());
+            for row in rows {
+                for (w, cell) in widths.iter_mut().zip(row) {
+                    *w = (*w).max(cell.chars().count());
+                }
+            }
+            widths
+        };
+        if let Some(width) = width {
+            // Two spaces between columns. What the module and function
+            // columns leave is shared: the parameter list gets up to two
+            // fifths of it, cut with `…`; the description the rest, wrapped
+            // over up to three lines (the last cut with `…`).
+            let widths = column_widths(&rows);
+            let left = width.saturating_sub(widths[0] + widths[1] + 6);
+            let parameters = widths[2].min((left * 2 / 5).max(MIN_CUT_COLUMN));
+            let description = left.saturating_sub(parameters).max(MIN_CUT_COLUMN);
+            let mut wrapped = Vec::with_capacity(rows.len());
+            for [module, function, params, text] in rows {
+                let mut pieces = wrap(&text, description);
+                if pieces.len() > MAX_DESCRIPTION_LINES {
+                    let rest = pieces.split_off(MAX_DESCRIPTION_LINES - 1).join(" ");
+                    pieces.push(truncate_chars(&rest, description));
+                }
+                let mut pieces = pieces.into_iter();
+                let first = pieces.next().unwrap_or_default();
+                wrapped.push([module, function, truncate_chars(&params, parameters), first]);
+                for piece in pieces {
+                    wrapped.push([String::new(), String::new(), String::new(), piece]);
+                }
+            }
+            rows = wrapped;
+        } else {
+            for row in &mut rows {
+                row[3] = truncate_chars(&row[3], 70);
             }
         }
+        let widths = column_widths(&rows);
         let mut out = String::new();
         let mut push_row = |cells: [&str; 4]| {
             let line: Vec<String> = cells
@@ -199,11 +240,53 @@ impl Catalog {
         if !self.errors.is_empty() {
             out.push_str("\nload errors:\n");
             for e in &self.errors {
-                out.push_str(&format!("  {} ({}): {}\n", e.module, e.file, e.error));
+                let line = format!("{} ({}): {}", e.module, e.file, e.error);
+                match width {
+                    Some(width) => {
+                        for piece in wrap(&line, width.saturating_sub(2).max(MIN_CUT_COLUMN)) {
+                            out.push_str(&format!("  {piece}\n"));
+                        }
+                    }
+                    None => out.push_str(&format!("  {line}\n")),
+                }
             }
         }
         out
     }
+}
+
+/// The narrowest a cut table column gets, whatever the terminal's width.
+const MIN_CUT_COLUMN: usize = 12;
+/// Lines a description may take in a table cut to a terminal's width.
+const MAX_DESCRIPTION_LINES: usize = 3;
+
+/// `text` in lines of at most `width` characters, broken at spaces where
+/// there are any (a longer word is split).
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut line = String::new();
+    for word in text.split(' ') {
+        let mut word: Vec<char> = word.chars().collect();
+        let line_len = line.chars().count();
+        if line_len > 0 && line_len + 1 + word.len() <= width {
+            line.push(' ');
+            line.extend(word.iter());
+            continue;
+        }
+        if line_len > 0 {
+            lines.push(std::mem::take(&mut line));
+        }
+        while word.len() > width {
+            let rest = word.split_off(width);
+            lines.push(word.into_iter().collect());
+            word = rest;
+        }
+        line = word.into_iter().collect();
+    }
+    if !line.is_empty() || lines.is_empty() {
+        lines.push(line);
+    }
+    lines
 }
 
 /// An OpenAI `tools` entry for a name, description and schema.
@@ -245,35 +328,15 @@ fn truncate_chars(text: &str, max: usize) -> String {
     }
 }
 
-/// Candidates whose similarity to `name` is at least 0.6, best first, at most
-/// three — the same cut-off as Python's `difflib.get_close_matches`.
+/// Candidates whose similarity to `name` (1 − edit distance / longer length)
+/// is at least 0.6, best first, at most three — the same cut-off as Python's `difflib.get_close_matches`.
 pub fn close_matches<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
     let mut scored: Vec<(f64, &str)> = candidates
-        .map(|c| (similarity(name, c), c))
+        .map(|c| (strsim::normalized_levenshtein(name, c), c))
         .filter(|(score, _)| *score >= 0.6)
         .collect();
     scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(b.1)));
     scored.into_iter().take(3).map(|(_, c)| c).collect()
-}
-
-/// 1 − edit distance / longer length.
-fn similarity(a: &str, b: &str) -> f64 {
-    let a: Vec<char> = a.chars().collect();
-    let b: Vec<char> = b.chars().collect();
-    let longest = a.len().max(b.len());
-    if longest == 0 {
-        return 1.0;
-    }
-    let mut previous: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.iter().enumerate() {
-        let mut current = vec![i + 1; b.len() + 1];
-        for (j, cb) in b.iter().enumerate() {
-            let substitution = previous[j] + usize::from(ca != cb);
-            current[j + 1] = substitution.min(previous[j + 1] + 1).min(current[j] + 1);
-        }
-        previous = current;
-    }
-    1.0 - previous[b.len()] as f64 / longest as f64
 }
 
 #[cfg(test)]
@@ -345,5 +408,12 @@ mod tests {
         let table = catalog().to_table();
         assert!(table.starts_with("MODULE"), "{table}");
         assert!(table.contains("a, b?"), "{table}");
+    }
+
+    #[test]
+    fn wrap_breaks_at_spaces_and_splits_long_words() {
+        assert_eq!(wrap("aa bb cc", 5), ["aa bb", "cc"]);
+        assert_eq!(wrap("abcdefgh", 3), ["abc", "def", "gh"]);
+        assert_eq!(wrap("", 3), [""]);
     }
 }

@@ -1,4 +1,5 @@
-//! The command line (DESIGN.md §2): argument definitions and the commands.
+//! The command line: argument definitions and the commands (README,
+//! "Command line").
 //!
 //! stdout carries only results; logs go to stderr. Exit codes: 0 success,
 //! 1 the call failed, 124 the call timed out, 2 bad command line, setup or
@@ -10,7 +11,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use serde_json::{json, Value};
 
 use crate::config::{nodes_json, ToolFormat, Workflow, WorkflowError};
@@ -20,15 +21,38 @@ use crate::error::PoolError;
 use crate::pool::{CallReport, InvokeOptions, Pool, PoolBuilder};
 use crate::signals::{StopSignal, StopSignals};
 
+/// What `toolpool --help` says after the options.
+const AFTER_HELP: &str = "\
+Exit codes:
+  0    success
+  1    the call failed (the tool raised, its worker died, bad arguments, unknown function)
+  124  the call timed out
+  2    bad command line or setup, or a bad workflow file
+
+Environment:
+  RUST_LOG           log filter (info, toolpool=debug, ...) [default: info]; -q, -v win
+  NO_COLOR           no colour in the log (--color always still colours it)
+  MAC_FUNCTIONS_DIR  the functions directory, when TOOLPOOL_FUNCTIONS_DIR is not set
+  TOOLPOOL_CACHE_DIR where the shim and the bundled tools are kept [default: ~/.cache/toolpool]
+
+stdout carries only results; logs go to stderr. A command's own options: toolpool help <COMMAND>";
+
 #[derive(Debug, Parser)]
 #[command(
     name = "toolpool",
     version,
-    about = "Runs Python function tools in a pool of isolated python3 workers, with enforced timeouts"
+    about = "Runs Python function tools in a pool of isolated python3 workers, with enforced timeouts",
+    after_help = AFTER_HELP,
+    next_help_heading = "Pool options"
 )]
 pub struct Cli {
-    /// Directory of tool modules [default: functions/function_calling, else the bundled tools]
-    #[arg(long, env = "MAC_FUNCTIONS_DIR", global = true)]
+    /// Directory of tool modules (also MAC_FUNCTIONS_DIR) [default: functions/function_calling, else the bundled tools]
+    #[arg(
+        long,
+        env = "TOOLPOOL_FUNCTIONS_DIR",
+        global = true,
+        value_name = "DIR"
+    )]
     pub functions_dir: Option<PathBuf>,
     /// Python interpreter (resolved once to the real executable)
     #[arg(
@@ -38,23 +62,23 @@ pub struct Cli {
         default_value = "python3"
     )]
     pub python: String,
-    /// Number of workers [default: number of CPUs; 1 for catalog, list and call]; for bench, a list of pool sizes such as 1,2,4,8
+    /// Number of workers [default: number of CPUs]
     #[arg(long, env = "TOOLPOOL_WORKERS", global = true, value_name = "N", value_parser = crate::bench::parse_pool_sizes)]
     pub workers: Option<crate::bench::PoolSizes>,
     /// Default per-call timeout in seconds
     #[arg(long, env = "TOOLPOOL_TIMEOUT", global = true, default_value = "60", value_parser = parse_seconds)]
     pub timeout: Duration,
     /// Session directory [default: .toolpool/sessions/<session-id>]
-    #[arg(long, env = "TOOLPOOL_SESSION_DIR", global = true)]
+    #[arg(long, env = "TOOLPOOL_SESSION_DIR", global = true, value_name = "DIR")]
     pub session_dir: Option<PathBuf>,
     /// Session id, passed to tools in _context
-    #[arg(long, global = true, default_value = "default")]
+    #[arg(long, global = true, default_value = "default", value_name = "ID")]
     pub session_id: String,
     /// Recycle a worker after this many calls [default: unlimited]
-    #[arg(long, global = true, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, global = true, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_calls_per_worker: Option<u64>,
     /// Per-worker address-space limit in MB (16 to 4294967296) [default: none]
-    #[arg(long, global = true, value_parser = clap::value_parser!(u64).range(16..=MAX_MEMORY_LIMIT_MB))]
+    #[arg(long, global = true, value_name = "MB", value_parser = clap::value_parser!(u64).range(16..=MAX_MEMORY_LIMIT_MB))]
     pub memory_limit: Option<u64>,
     /// Seconds one human wait may take before the tool gets HumanPromptUnavailable [default: unbounded]
     #[arg(long, global = true, value_name = "SECS", value_parser = parse_seconds)]
@@ -68,9 +92,30 @@ pub struct Cli {
     /// Set variables for workers from a dotenv file (NAME=value lines; repeatable, later files win)
     #[arg(long = "env-file", global = true, value_name = "FILE", value_parser = parse_env_file)]
     pub env_file: Vec<EnvFile>,
-    /// Warm spare workers that replace a killed or recycled one at once [default: 1; 0 for catalog, list and call]
-    #[arg(long, global = true, value_parser = clap::value_parser!(u32).range(0..=64))]
+    /// Warm spare workers that replace a killed or recycled one at once [default: 1]
+    #[arg(long, global = true, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=64))]
     pub spare_workers: Option<u32>,
+    /// Colour in the log; auto: on a terminal, unless NO_COLOR is set
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value = "auto",
+        help_heading = "Log options"
+    )]
+    pub color: crate::logging::ColorChoice,
+    /// Log errors only
+    #[arg(
+        short,
+        long,
+        global = true,
+        conflicts_with = "verbose",
+        help_heading = "Log options"
+    )]
+    pub quiet: bool,
+    /// Log more: -v debug (a failed call's traceback, the bundled-tools notice), -vv everything
+    #[arg(short, long, global = true, action = clap::ArgAction::Count, help_heading = "Log options")]
+    pub verbose: u8,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -84,6 +129,132 @@ fn parse_env_file(path: &str) -> Result<EnvFile, String> {
     crate::env::read_env_file(std::path::Path::new(path))
         .map(EnvFile)
         .map_err(|e| e.to_string())
+}
+
+impl Cli {
+    /// What the log shows, from `--color`, `-q` and `-v`.
+    pub fn log_options(&self) -> crate::logging::LogOptions {
+        crate::logging::LogOptions {
+            color: self.color,
+            quiet: self.quiet,
+            verbose: self.verbose,
+            // `call` prints a failed call's text on stdout: the log need not repeat it.
+            calls_logged: !matches!(self.command, Command::Call { .. }),
+        }
+    }
+}
+
+/// Pool options that change nothing for a command, hidden from its help
+/// (still accepted, so a shared alias or script works for every command).
+const IDLE_POOL_OPTIONS: &[(&str, &[&str])] = &[
+    (
+        "catalog",
+        &[
+            "workers",
+            "timeout",
+            "session_dir",
+            "session_id",
+            "max_calls_per_worker",
+            "memory_limit",
+            "spare_workers",
+        ],
+    ),
+    (
+        "list",
+        &[
+            "workers",
+            "timeout",
+            "session_dir",
+            "session_id",
+            "max_calls_per_worker",
+            "memory_limit",
+            "spare_workers",
+        ],
+    ),
+    (
+        "check",
+        &[
+            "workers",
+            "timeout",
+            "session_dir",
+            "session_id",
+            "max_calls_per_worker",
+            "memory_limit",
+            "spare_workers",
+        ],
+    ),
+    (
+        "resolve",
+        &[
+            "workers",
+            "session_dir",
+            "session_id",
+            "max_calls_per_worker",
+            "memory_limit",
+            "spare_workers",
+        ],
+    ),
+    (
+        "call",
+        &["workers", "max_calls_per_worker", "spare_workers"],
+    ),
+];
+
+/// The command line's definition: the derived one, with each subcommand's
+/// help showing only the pool options that matter to it.
+pub fn command() -> clap::Command {
+    let mut command = Cli::command();
+    let pool_options: Vec<clap::Arg> = command
+        .get_arguments()
+        .filter(|arg| arg.is_global_set())
+        .cloned()
+        .collect();
+    let option = |id: &str| pool_options.iter().find(|arg| arg.get_id() == id).cloned();
+    // A subcommand that already has an argument of a global's id keeps its
+    // own copy: the copy is the global one, hidden or with its own help.
+    for (name, idle) in IDLE_POOL_OPTIONS {
+        command = command.mut_subcommand(*name, |mut sub| {
+            for id in *idle {
+                if let Some(arg) = option(id) {
+                    sub = sub.arg(arg.hide(true));
+                }
+            }
+            sub
+        });
+    }
+    command = command.mut_subcommand("completions", |mut sub| {
+        for arg in pool_options
+            .iter()
+            .filter(|arg| arg.get_help_heading() == Some("Pool options"))
+        {
+            sub = sub.arg(arg.clone().hide(true));
+        }
+        sub
+    });
+    if let Some(workers) = option("workers") {
+        command = command.mut_subcommand("bench", |sub| {
+            sub.arg(
+                workers
+                    .value_name("N,N,...")
+                    .help("Pool sizes to measure, such as 1,2,4,8 [default: 1,2,4,8]"),
+            )
+        });
+    }
+    command
+}
+
+/// Parses the process's arguments (exits on a bad command line, or after
+/// printing help or the version).
+pub fn parse() -> Cli {
+    let matches = command().get_matches();
+    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    // The original convention's variable, after toolpool's own.
+    if cli.functions_dir.is_none() {
+        cli.functions_dir = std::env::var_os("MAC_FUNCTIONS_DIR")
+            .filter(|dir| !dir.is_empty())
+            .map(PathBuf::from);
+    }
+    cli
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -104,18 +275,24 @@ pub enum ResolveFormat {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// All tools, with their schemas and the modules that failed to load
+    #[command(next_help_heading = "Catalog options")]
     Catalog {
+        /// json: the catalog; openai: a tools list; table: one line a tool, cut to the terminal's width
         #[arg(long, value_enum, default_value = "json")]
         format: CatalogFormat,
     },
     /// Dropdown options: every module:All first, then module:function
+    #[command(next_help_heading = "List options")]
     List {
+        /// Print [{label, value, description}]; value is what a workflow file names
         #[arg(long)]
         json: bool,
     },
     /// Call one tool and print its result as the agent sees it
+    #[command(next_help_heading = "Call options")]
     Call {
         /// Function name
+        #[arg(help_heading = "Arguments")]
         name: String,
         /// Arguments as a JSON object
         #[arg(long, conflicts_with = "args_file")]
@@ -131,12 +308,14 @@ pub enum Command {
         grace: Duration,
     },
     /// The tools of each agent node of a workflow file, with schemas and timeouts
+    #[command(next_help_heading = "Resolve options")]
     Resolve {
         /// Workflow YAML file
         workflow: PathBuf,
         /// Only this node
         #[arg(long, value_name = "ID")]
         node: Option<String>,
+        /// How each tool is printed
         #[arg(long, value_enum, default_value = "json")]
         format: ResolveFormat,
     },
@@ -146,6 +325,7 @@ pub enum Command {
         workflow: PathBuf,
     },
     /// Measure throughput, latency and queue wait of one tool over pool sizes (--workers 1,2,4,8)
+    #[command(next_help_heading = "Bench options")]
     Bench {
         /// Tool to call [default: a built-in no-op, in a functions directory of its own]
         #[arg(long)]
@@ -164,6 +344,7 @@ pub enum Command {
         json: bool,
     },
     /// Serve the tools over MCP (stdio by default) until stdin closes or SIGTERM
+    #[command(next_help_heading = "Serve options")]
     Serve {
         /// Offer only one node's tools from this workflow file (with --node)
         #[arg(long, value_name = "WORKFLOW.yaml", requires = "node")]
@@ -188,6 +369,12 @@ pub enum Command {
     },
     /// Interpreter, codec, kill mechanism, subreaper and limits in force
     Doctor,
+    /// Print a shell completion script: toolpool completions bash > /etc/bash_completion.d/toolpool
+    Completions {
+        /// The shell
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 /// 4 PiB: more than any address space, far below where MB → bytes overflows.
@@ -306,7 +493,44 @@ async fn run_command(cli: Cli) -> Result<ExitCode, CliError> {
             "--workers takes one number (a list of pool sizes is for bench)".into(),
         ));
     }
+    // Read-only commands keep their session (nothing a tool writes: they
+    // make no call, or only bench's) in a temporary directory, removed
+    // afterwards, unless one is given: they leave nothing in the current
+    // directory.
+    let scratch_session = match (&cli.command, &cli.session_dir) {
+        (
+            Command::Catalog { .. }
+            | Command::List { .. }
+            | Command::Resolve { .. }
+            | Command::Check { .. }
+            | Command::Bench { .. },
+            None,
+        ) => Some(
+            tempfile::Builder::new()
+                .prefix("toolpool-session-")
+                .tempdir()
+                .map_err(|e| {
+                    CliError::Usage(format!("cannot make a temporary session directory: {e}"))
+                })?,
+        ),
+        _ => None,
+    };
+    let pool_builder = |one_shot_workers: Option<usize>| {
+        let builder = builder(&cli, one_shot_workers);
+        match &scratch_session {
+            Some(dir) => builder.session_dir(dir.path()),
+            None => builder,
+        }
+    };
     match &cli.command {
+        Command::Completions { shell } => {
+            // Into memory first: clap_complete panics on a failed write,
+            // and a closed stdout (`| head`) is not an error.
+            let mut script = Vec::new();
+            clap_complete::generate(*shell, &mut command(), "toolpool", &mut script);
+            print_out(&String::from_utf8_lossy(&script));
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Bench {
             tool,
             args,
@@ -316,6 +540,7 @@ async fn run_command(cli: Cli) -> Result<ExitCode, CliError> {
         } => {
             run_bench(
                 &cli,
+                pool_builder(Some(1)),
                 tool.as_deref(),
                 args.as_deref(),
                 *calls,
@@ -325,19 +550,19 @@ async fn run_command(cli: Cli) -> Result<ExitCode, CliError> {
             .await
         }
         Command::Catalog { format } => {
-            let pool = build_unless_stopped(builder(&cli, Some(1)), &mut signals).await?;
+            let pool = build_unless_stopped(pool_builder(Some(1)), &mut signals).await?;
             let catalog = pool.catalog();
             let text = match format {
                 CatalogFormat::Json => pretty(&catalog.to_json()),
                 CatalogFormat::Openai => pretty(&catalog.to_openai()),
-                CatalogFormat::Table => catalog.to_table(),
+                CatalogFormat::Table => catalog.to_table_within(terminal_width()),
             };
             print_out(&text);
             pool.shutdown().await;
             Ok(ExitCode::SUCCESS)
         }
         Command::List { json } => {
-            let pool = build_unless_stopped(builder(&cli, Some(1)), &mut signals).await?;
+            let pool = build_unless_stopped(pool_builder(Some(1)), &mut signals).await?;
             let options = pool.catalog().list_options();
             let text = if *json {
                 pretty(&serde_json::to_value(&options).unwrap_or(Value::Null))
@@ -366,7 +591,7 @@ async fn run_command(cli: Cli) -> Result<ExitCode, CliError> {
                 Some(file) if file.as_os_str() == "-" => PromptInput::Terminal,
                 _ => PromptInput::Stdin,
             };
-            let builder = builder(&cli, Some(1)).human_prompt(Arc::new(TerminalPrompt::new(input)));
+            let builder = pool_builder(Some(1)).human_prompt(Arc::new(TerminalPrompt::new(input)));
             let pool = build_unless_stopped(builder, &mut signals).await?;
             // `call NAME --timeout S` is the global --timeout: for one call
             // the pool's default and the call's timeout are the same thing.
@@ -413,7 +638,7 @@ async fn run_command(cli: Cli) -> Result<ExitCode, CliError> {
             // The file is read before any worker starts: a missing file or
             // broken YAML needs no Python to be reported.
             let workflow = Workflow::load(workflow)?;
-            let pool = build_unless_stopped(builder(&cli, Some(1)), &mut signals).await?;
+            let pool = build_unless_stopped(pool_builder(Some(1)), &mut signals).await?;
             let resolved = workflow.resolve(&pool.catalog());
             let default_timeout = pool.default_timeout();
             pool.shutdown().await;
@@ -453,7 +678,7 @@ async fn run_command(cli: Cli) -> Result<ExitCode, CliError> {
                 .map_err(CliError::Usage)?;
             // The workflow file is read before any worker starts, as in `resolve`.
             let workflow = config.as_ref().map(Workflow::load).transpose()?;
-            let pool = builder(&cli, None).build().await?;
+            let pool = pool_builder(None).build().await?;
             if *watch {
                 crate::watch::spawn(&pool);
             }
@@ -507,7 +732,7 @@ async fn run_command(cli: Cli) -> Result<ExitCode, CliError> {
         }
         Command::Check { workflow } => {
             let workflow = Workflow::load(workflow)?;
-            let pool = build_unless_stopped(builder(&cli, Some(1)), &mut signals).await?;
+            let pool = build_unless_stopped(pool_builder(Some(1)), &mut signals).await?;
             let resolved = workflow.resolve(&pool.catalog());
             pool.shutdown().await;
             let resolved = resolved?;
@@ -599,6 +824,20 @@ fn pretty(value: &Value) -> String {
     serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
 }
 
+/// The width of the terminal stdout is, or `None` when it is not one (a
+/// pipe or a file gets every cell in full). `COLUMNS` wins when set.
+fn terminal_width() -> Option<usize> {
+    use std::io::IsTerminal;
+    let stdout = std::io::stdout();
+    if !stdout.is_terminal() {
+        return None;
+    }
+    let columns = std::env::var("COLUMNS").ok().and_then(|c| c.parse().ok());
+    columns
+        .filter(|&c: &usize| c > 0)
+        .or_else(|| terminal_size::terminal_size_of(&stdout).map(|(w, _)| usize::from(w.0)))
+}
+
 /// Prints to stdout with one trailing newline; a closed stdout is not an error.
 fn print_out(text: &str) {
     let mut out = std::io::stdout().lock();
@@ -648,8 +887,62 @@ fn json_kind(value: &Value) -> &'static str {
     }
 }
 
+/// `bench`'s progress on stderr: one bar per pool size, started when its
+/// measured calls start (so the rate and the time left are those of the
+/// calls, not of starting Python), and left in place when it is done.
+/// The bars share one `MultiProgress`, so each new one is drawn below the
+/// finished ones.
+#[derive(Default)]
+struct SizeProgress {
+    bars: indicatif::MultiProgress,
+    current: std::sync::Mutex<Option<indicatif::ProgressBar>>,
+}
+
+impl SizeProgress {
+    fn tell(&self, event: crate::bench::Progress) {
+        use crate::bench::Progress;
+        let Ok(mut bar) = self.current.lock() else {
+            return;
+        };
+        match event {
+            Progress::Measuring { workers, calls } => {
+                let new = indicatif::ProgressBar::new(calls as u64);
+                let style = indicatif::ProgressStyle::with_template(
+                    "{prefix} {bar:30} {pos}/{len} calls ({rate}, {eta} left)",
+                )
+                .map(|style| {
+                    style.with_key(
+                        "rate",
+                        |state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                            let _ = write!(w, "{:.0} calls/s", state.per_sec());
+                        },
+                    )
+                })
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+                new.set_style(style);
+                new.set_prefix(format!(
+                    "{workers} {}",
+                    if workers == 1 { "worker " } else { "workers" }
+                ));
+                *bar = Some(self.bars.add(new));
+            }
+            Progress::Called => {
+                if let Some(bar) = bar.as_ref() {
+                    bar.inc(1);
+                }
+            }
+            Progress::Measured { .. } => {
+                if let Some(bar) = bar.take() {
+                    bar.finish();
+                }
+            }
+        }
+    }
+}
+
 async fn run_bench(
     cli: &Cli,
+    base: PoolBuilder,
     tool: Option<&str>,
     args: Option<&str>,
     calls: u64,
@@ -667,7 +960,7 @@ async fn run_bench(
             })?),
         };
     let spares = cli.spare_workers.map_or(1, |n| n as usize);
-    let mut base = builder(cli, Some(1)).spare_workers(spares);
+    let mut base = base.spare_workers(spares);
     if let Some(dir) = &builtin {
         base = base.functions_dir(dir.path());
     }
@@ -681,18 +974,13 @@ async fn run_bench(
             .clone()
             .map_or_else(|| vec![1, 2, 4, 8], |sizes| sizes.0),
     };
-    let bar = indicatif::ProgressBar::new(calls * plan.pool_sizes.len() as u64);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{bar:40} {pos}/{len} calls ({per_sec}, {eta} left)",
-        )
-        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-    );
-    let ticker = bar.clone();
-    let rows = crate::bench::run(&base, &plan, move |_, n| ticker.inc(n as u64)).await?;
-    bar.finish_and_clear();
+    let progress = SizeProgress::default();
+    let rows = crate::bench::run(&base, &plan, move |event| progress.tell(event)).await?;
     if json {
-        print_out(&pretty(&serde_json::to_value(&rows).unwrap_or(Value::Null)));
+        let report = crate::bench::BenchReport::new(&plan, &rows);
+        print_out(&pretty(
+            &serde_json::to_value(&report).unwrap_or(Value::Null),
+        ));
     } else {
         print_out(&crate::bench::table(&plan.tool, plan.concurrency, &rows));
     }

@@ -1,4 +1,5 @@
-//! Workflow files (DESIGN.md §3): which function tools each agent node gets.
+//! Workflow files: which function tools each agent node gets (README,
+//! "Workflow files").
 //!
 //! Three steps, each usable on its own:
 //!
@@ -431,7 +432,7 @@ fn parse_yaml(text: &str) -> Result<Yaml, YamlError> {
 
 fn parse_yaml_here(text: &str) -> Result<Yaml, YamlError> {
     use serde_saphyr::budget::BudgetBreach;
-    use serde_saphyr::options::DuplicateKeyPolicy;
+    use serde_saphyr::options::{DuplicateKeyPolicy, NonFiniteFloatPolicy};
     use serde_saphyr::{Error, MessageFormatter, UserMessageFormatter};
     let options = serde_saphyr::options! {
         strict_booleans: true,
@@ -440,7 +441,7 @@ fn parse_yaml_here(text: &str) -> Result<Yaml, YamlError> {
             max_total_replayed_events: MAX_ALIAS_REPLAYED_EVENTS,
         },
         // `.inf` in a schema stays the string ".inf" instead of failing the file.
-        reject_non_finite_typeless_float: false,
+        non_finite_float_policy: NonFiniteFloatPolicy::AsString,
         with_snippet: false,
     };
     serde_saphyr::from_str_with_options::<Yaml>(text, options).map_err(|error| {
@@ -454,18 +455,19 @@ fn parse_yaml_here(text: &str) -> Result<Yaml, YamlError> {
             .map(|l| l.column())
             .and_then(|c| usize::try_from(c).ok())
             .filter(|c| *c > 0);
-        // An error inside an aliased value comes wrapped in `AliasError`,
-        // with the chain of aliases in its message.
-        let alias_bomb = match error {
-            Error::AliasReplayLimitExceeded { .. }
-            | Error::AliasExpansionLimitExceeded { .. }
-            | Error::AliasReplayStackDepthExceeded { .. }
-            | Error::AliasReplayCounterOverflow { .. } => true,
-            Error::AliasError { msg, .. } => {
-                msg.starts_with("alias replay") || msg.starts_with("alias expansion")
+        // An error inside an aliased value comes wrapped in `AliasError`
+        // (once per alias of the chain) around the original error.
+        fn is_alias_bomb(error: &Error) -> bool {
+            match error {
+                Error::AliasReplayLimitExceeded { .. }
+                | Error::AliasExpansionLimitExceeded { .. }
+                | Error::AliasReplayStackDepthExceeded { .. }
+                | Error::AliasReplayCounterOverflow { .. } => true,
+                Error::AliasError { error, .. } => is_alias_bomb(error),
+                _ => false,
             }
-            _ => false,
-        };
+        }
+        let alias_bomb = is_alias_bomb(error);
         let message = if alias_bomb {
             format!(
                 "its aliases expand to too much data (over {MAX_ALIAS_REPLAYED_EVENTS} \
@@ -1768,7 +1770,7 @@ mod tests {
         let errors = check("nodes: []\nnodes: []\n").unwrap_err();
         assert_eq!(
             errors,
-            ["test.yaml: not valid YAML at line 2, column 1: duplicate mapping key: nodes not allowed here"]
+            ["test.yaml: not valid YAML at line 2, column 1: duplicate mapping key `nodes` is not allowed here"]
         );
     }
 

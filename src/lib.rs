@@ -16,6 +16,7 @@ pub mod embedded;
 pub mod env;
 pub mod error;
 mod http_conn;
+pub mod logging;
 pub mod mcp;
 pub mod metrics;
 pub mod pool;

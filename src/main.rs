@@ -1,16 +1,8 @@
 use std::process::ExitCode;
 
-use clap::Parser;
-use tracing_subscriber::EnvFilter;
-
 fn main() -> ExitCode {
-    let cli = toolpool::cli::Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    let cli = toolpool::cli::parse();
+    toolpool::logging::init(cli.log_options());
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -113,18 +113,24 @@ pub fn render(stats: &PoolStats) -> String {
         stats.latency.count
     );
 
-    out.push_str("# HELP toolpool_worker_calls_served Calls each live worker has finished.\n# TYPE toolpool_worker_calls_served gauge\n");
-    for w in &stats.workers {
+    // Per-worker series are labelled by slot — the worker's rank in pid
+    // order (the order they started in), 0 the oldest — not by pid: a
+    // respawned worker takes a slot over instead of adding a series, so
+    // there are never more series than live workers (pool size + spares).
+    let mut by_age: Vec<_> = stats.workers.iter().collect();
+    by_age.sort_by_key(|w| w.pid);
+    out.push_str("# HELP toolpool_worker_calls_served Calls each live worker has finished, by slot (0 the oldest worker).\n# TYPE toolpool_worker_calls_served gauge\n");
+    for (slot, w) in by_age.iter().enumerate() {
         let _ = writeln!(
             out,
-            "toolpool_worker_calls_served{{pid=\"{}\"}} {}",
-            w.pid, w.calls_served
+            "toolpool_worker_calls_served{{slot=\"{slot}\"}} {}",
+            w.calls_served
         );
     }
-    out.push_str("# HELP toolpool_worker_rss_bytes Resident memory of each live worker.\n# TYPE toolpool_worker_rss_bytes gauge\n");
-    for w in &stats.workers {
+    out.push_str("# HELP toolpool_worker_rss_bytes Resident memory of each live worker, by slot (0 the oldest worker).\n# TYPE toolpool_worker_rss_bytes gauge\n");
+    for (slot, w) in by_age.iter().enumerate() {
         if let Some(rss) = w.rss_bytes {
-            let _ = writeln!(out, "toolpool_worker_rss_bytes{{pid=\"{}\"}} {rss}", w.pid);
+            let _ = writeln!(out, "toolpool_worker_rss_bytes{{slot=\"{slot}\"}} {rss}");
         }
     }
     out

@@ -30,6 +30,9 @@ use crate::worker::{
     CallOutcome, Spawner, StartError, Worker, WorkerInfo, WorkerKiller, WorkerSpec,
 };
 
+/// The tracing target of the log line of each failed call (and, at debug
+/// level, its traceback).
+pub const CALL_LOG_TARGET: &str = "toolpool::calls";
 /// How long a promoted spare's successor waits before it starts.
 const SPARE_REFILL_DELAY: Duration = Duration::from_millis(50);
 /// Longest back-off between attempts to start a worker that keeps failing.
@@ -70,7 +73,7 @@ pub struct CallReport {
     pub worker_pid: Option<i32>,
 }
 
-/// Builds a [`Pool`]; every setting has the default of DESIGN.md §2.
+/// Builds a [`Pool`]; the defaults are those of the command line (README, "Command line").
 #[derive(Debug, Clone)]
 pub struct PoolBuilder {
     functions_dir: Option<PathBuf>,
@@ -235,15 +238,17 @@ impl PoolBuilder {
 
     /// Starts the workers (in parallel) and builds the catalog.
     pub async fn build(self) -> Result<Pool, PoolError> {
-        let functions_dir = match &self.functions_dir {
-            Some(dir) => dir.clone(),
+        // `bundled_tools_hidden`: the default chose ./functions/function_calling,
+        // so NotFound says the bundled tools are not there.
+        let (functions_dir, bundled_tools_hidden) = match &self.functions_dir {
+            Some(dir) => (dir.clone(), false),
             None => {
                 let here = PathBuf::from("functions/function_calling");
                 if here.is_dir() {
-                    here
+                    (here, true)
                 } else {
-                    tracing::info!("no functions/function_calling here: using the bundled tools");
-                    crate::embedded::install_bundled_functions()?
+                    tracing::debug!("no functions/function_calling here: using the bundled tools");
+                    (crate::embedded::install_bundled_functions()?, false)
                 }
             }
         };
@@ -258,6 +263,7 @@ impl PoolBuilder {
         let config = json!({
             "protocol": crate::protocol::PROTOCOL_VERSION,
             "functions_dir": functions_dir,
+            "bundled_tools_hidden": bundled_tools_hidden,
             "session_dir": session.dir,
             "workspace": session.workspace,
             "session_id": session.id,
@@ -1083,10 +1089,12 @@ impl Pool {
             }
             Err(error) => {
                 shared.count_error(error);
+                // Under their own target, so that `toolpool call`, which prints
+                // the text itself, can leave it out of the log; the traceback
+                // only at debug level (`-v`).
+                tracing::warn!(target: CALL_LOG_TARGET, tool = name, "{error}");
                 if let Some(traceback) = &error.traceback {
-                    tracing::warn!(tool = name, "{error}\n{traceback}");
-                } else {
-                    tracing::warn!(tool = name, "{error}");
+                    tracing::debug!(target: CALL_LOG_TARGET, tool = name, "{traceback}");
                 }
             }
         }

@@ -1,51 +1,62 @@
 //! `--watch`: rebuilds the catalog and recycles the workers when a tool
-//! module changes. Polls a fingerprint of the functions directory (paths,
-//! sizes and modification times of its `*.py` files): no platform-specific
-//! notification API, and a burst of saves settles into one reload.
+//! module changes. File-system events (inotify, through `notify`) are
+//! debounced, so a burst of saves settles into one look; the reload happens
+//! only when the modules' content hash changed (a `touch`, or an editor's
+//! swap file, reloads nothing).
 
-use std::hash::{Hash, Hasher};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+use notify_debouncer_mini::notify::RecursiveMode;
+use sha2::{Digest, Sha256};
 
 use crate::pool::Pool;
 
-/// How often the functions directory is looked at.
-pub const POLL_INTERVAL: Duration = Duration::from_millis(500);
+/// How long the directory must be quiet before its modules are looked at.
+pub const DEBOUNCE: Duration = Duration::from_millis(300);
+/// When events cannot be had (no inotify, its watch limit reached): how
+/// often the directory is hashed instead.
+pub const POLL_INTERVAL: Duration = Duration::from_secs(2);
 
-/// A hash of every tool module's path, size and modification time.
-pub fn fingerprint(dir: &Path) -> u64 {
+/// A SHA-256 over every tool module's path (relative to `dir`) and content,
+/// in path order.
+pub fn fingerprint(dir: &Path) -> [u8; 32] {
     let mut files = Vec::new();
     collect(dir, &mut files);
     files.sort();
-    #[allow(deprecated)] // SipHasher: a stable, keyless hash is all this needs
-    let mut hasher = std::hash::SipHasher::new();
-    files.hash(&mut hasher);
-    hasher.finish()
+    let mut hasher = Sha256::new();
+    for path in files {
+        let relative = path.strip_prefix(dir).unwrap_or(&path);
+        let name = relative.to_string_lossy();
+        let content = std::fs::read(&path).unwrap_or_default();
+        // Lengths first, so that no two different sets hash alike.
+        hasher.update((name.len() as u64).to_le_bytes());
+        hasher.update(name.as_bytes());
+        hasher.update((content.len() as u64).to_le_bytes());
+        hasher.update(&content);
+    }
+    hasher.finalize().into()
 }
 
-fn collect(dir: &Path, files: &mut Vec<(String, u64, u128)>) {
+/// The `*.py` files the catalog imports: names starting with `_` or `.`
+/// (and `__pycache__`) are skipped, as discovery skips them.
+fn collect(dir: &Path, files: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
     for entry in entries.flatten() {
-        let path = entry.path();
         let name = entry.file_name();
         let name = name.to_string_lossy();
         if name.starts_with('_') || name.starts_with('.') {
             continue;
         }
-        let Ok(meta) = entry.metadata() else {
+        let Ok(kind) = entry.file_type() else {
             continue;
         };
-        if meta.is_dir() {
-            collect(&path, files);
+        if kind.is_dir() {
+            collect(&entry.path(), files);
         } else if name.ends_with(".py") {
-            let modified = meta
-                .modified()
-                .ok()
-                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                .map_or(0, |d| d.as_nanos());
-            files.push((path.to_string_lossy().into_owned(), meta.len(), modified));
+            files.push(entry.path());
         }
     }
 }
@@ -54,15 +65,54 @@ fn collect(dir: &Path, files: &mut Vec<(String, u64, u128)>) {
 pub fn spawn(pool: &Pool) {
     let dir = pool.catalog().functions_dir.clone();
     let weak = pool.downgrade();
+    let (changed_tx, mut changed) = tokio::sync::mpsc::unbounded_channel();
+    let debouncer = notify_debouncer_mini::new_debouncer(DEBOUNCE, move |events| {
+        let _ = changed_tx.send(events);
+    })
+    .and_then(|mut debouncer| {
+        debouncer
+            .watcher()
+            .watch(&dir, RecursiveMode::Recursive)
+            .map(|()| debouncer)
+    });
+    let mut debouncer = match debouncer {
+        Ok(debouncer) => Some(debouncer),
+        Err(e) => {
+            tracing::warn!(
+                "cannot watch {} for changes ({e}): looking every {} s instead",
+                dir.display(),
+                POLL_INTERVAL.as_secs()
+            );
+            None
+        }
+    };
     tokio::spawn(async move {
         let mut seen = fingerprint(&dir);
         loop {
-            tokio::time::sleep(POLL_INTERVAL).await;
+            // The timer also notices, within POLL_INTERVAL, that the pool
+            // shut down, so the watch ends with it.
+            let look = tokio::select! {
+                events = changed.recv(), if debouncer.is_some() => match events {
+                    Some(Ok(_)) => true,
+                    Some(Err(e)) => {
+                        tracing::warn!("watching {}: {e}", dir.display());
+                        true
+                    }
+                    None => {
+                        debouncer = None;
+                        true
+                    }
+                },
+                () = tokio::time::sleep(POLL_INTERVAL) => debouncer.is_none(),
+            };
             let Some(pool) = weak.upgrade() else {
                 return;
             };
             if pool.is_closed() {
                 return;
+            }
+            if !look {
+                continue;
             }
             let now = fingerprint(&dir);
             if now == seen {

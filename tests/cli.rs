@@ -153,9 +153,19 @@ fn call_that_raises_prints_the_agent_text_and_exits_1() {
         run.stdout,
         "Tool raise_value_error error: ValueError: nope\n"
     );
+    let run = toolpool(
+        &session,
+        &[
+            "-v",
+            "call",
+            "raise_value_error",
+            "--args",
+            r#"{"message": "nope"}"#,
+        ],
+    );
     assert!(
         run.stderr.contains("Traceback"),
-        "traceback goes to the log: {}",
+        "traceback goes to the log at -v: {}",
         run.stderr
     );
 }
@@ -302,8 +312,12 @@ fn bench_reports_each_pool_size() {
         ],
     );
     assert_eq!(run.code, 0, "{}", run.stderr);
-    let rows = json_out(&run);
-    let rows = rows.as_array().unwrap();
+    let report = json_out(&run);
+    assert_eq!(report["tool"], json!("noop"));
+    assert_eq!(report["args"], json!({}));
+    assert_eq!(report["concurrency"], json!(4));
+    assert_eq!(report["calls"], json!(40));
+    let rows = report["results"].as_array().unwrap();
     assert_eq!(rows.len(), 2);
     assert_eq!(rows[0]["workers"], json!(1));
     assert_eq!(rows[1]["workers"], json!(2));

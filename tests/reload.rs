@@ -108,5 +108,12 @@ fn fingerprint_changes_with_the_modules_only() {
     std::fs::write(tools.path().join("__pycache__/x.py"), "ignored").unwrap();
     assert_eq!(before, toolpool::watch::fingerprint(tools.path()));
     write_module(tools.path(), 10, true);
-    assert_ne!(before, toolpool::watch::fingerprint(tools.path()));
+    let changed = toolpool::watch::fingerprint(tools.path());
+    assert_ne!(before, changed);
+    // The same content written again (a newer modification time) is no
+    // change; another content of the same size is.
+    write_module(tools.path(), 10, true);
+    assert_eq!(changed, toolpool::watch::fingerprint(tools.path()));
+    write_module(tools.path(), 11, true);
+    assert_ne!(changed, toolpool::watch::fingerprint(tools.path()));
 }

@@ -1,4 +1,4 @@
-//! Workflow files (DESIGN.md §3): golden tests over `tests/fixtures/workflows/`,
+//! Workflow files (README, "Workflow files"): golden tests over `tests/fixtures/workflows/`,
 //! then the library API, then `resolve`/`check` and node timeouts end to end.
 //!
 //! The golden tests need no Python: they validate against a catalog snapshot
@@ -316,7 +316,7 @@ fn agent_nodes_with_function_tooling_need_unique_ids() {
 fn duplicate_yaml_keys_are_refused_with_their_line() {
     assert_eq!(
         golden("duplicate_keys"),
-        "duplicate_keys.yaml: not valid YAML at line 10, column 17: duplicate mapping key: name not allowed here\n"
+        "duplicate_keys.yaml: not valid YAML at line 10, column 17: duplicate mapping key `name` is not allowed here\n"
     );
 }
 

@@ -19,5 +19,6 @@ Module map (dependencies point down the list):
     slots       parameters and nested fields, from resolved type hints
     typeinfo    what kind of type an annotation is
     docstrings  descriptions from docstrings
-The protocol is docs/protocol.md; the contract is DESIGN.md §4 and §5.
+The protocol is docs/protocol.md; the catalog's type mapping is docs/catalog.md;
+the path of a call through both sides is docs/architecture.md.
 """

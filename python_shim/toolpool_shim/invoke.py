@@ -1,4 +1,4 @@
-"""Running one tool call (DESIGN §5): find, check and coerce arguments, call, convert the result."""
+"""Running one tool call: find, check and coerce arguments, call, convert the result."""
 
 import difflib
 import inspect
@@ -72,6 +72,8 @@ class Invoker:
         if tool is not None:
             return tool
         message = f"function '{name}' not found under function directory"
+        if self._config.get("functions_dir"):
+            message += f" {self._config['functions_dir']}"
         matches = difflib.get_close_matches(name, list(self._toolset.tools), n=3)
         if matches:
             message += " (did you mean " + ", ".join(f"'{match}'" for match in matches) + "?)"
@@ -79,6 +81,13 @@ class Invoker:
         if failed:
             message += "; modules that failed to import: " + ", ".join(
                 f"{error.module} ({error.error})" for error in failed
+            )
+        if self._config.get("bundled_tools_hidden"):
+            # The default picked ./functions/function_calling over the bundled
+            # tools: a newcomer who made that folder may expect both.
+            message += (
+                "; the bundled tools are not used, since functions/function_calling exists "
+                "in the current directory (--functions-dir chooses the directory)"
             )
         raise ToolFailure("NotFound", message)
 

@@ -1,4 +1,4 @@
-"""JSON Schema for a function's parameters, from its resolved type hints (DESIGN §4)."""
+"""JSON Schema for a function's parameters, from its resolved type hints (docs/catalog.md)."""
 
 import enum
 import math

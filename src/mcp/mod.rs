@@ -1,4 +1,4 @@
-//! `toolpool serve`: the pool as an MCP server (DESIGN.md §7), built on the
+//! `toolpool serve`: the pool as an MCP server (README, "MCP server"), built on the
 //! official Rust SDK, `rmcp`.
 //!
 //! - `tools/list` is the whole catalog, or one workflow node's tools (the

@@ -1,5 +1,5 @@
 """The catalog: discovery, import errors, duplicates, ordering, and the exact JSON Schema
-of every function in tests/fixtures/functions/schema.py and schema_future.py (DESIGN §4)."""
+of every function in tests/fixtures/functions/schema.py and schema_future.py (docs/catalog.md)."""
 
 import contextlib
 import importlib

@@ -206,7 +206,7 @@ class EndToEnd(unittest.TestCase):
         reply = self.guardian.invoke("gret", {})
         self.assertEqual(reply["error"]["type"], "NotFound")
         self.assertEqual(reply["error"]["message"], (
-            "function 'gret' not found under function directory (did you mean 'greet'?); "
+            f"function 'gret' not found under function directory {support.E2E_FUNCTIONS} (did you mean 'greet'?); "
             "modules that failed to import: failing_import (RuntimeError: this module refuses to load)"
         ))
         reply = self.guardian.invoke("greet", {"name": "x", "_context": {}})

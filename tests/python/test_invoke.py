@@ -1,4 +1,4 @@
-"""Invocation (DESIGN §5): argument checks and coercion for every schema row, `_context`,
+"""Invocation: argument checks and coercion for every schema row, `_context`,
 async tools, exceptions of every kind, unknown functions."""
 
 import asyncio
@@ -12,6 +12,7 @@ from toolpool_shim.discovery import LoadError
 from toolpool_shim.invoke import Invoker, ToolFailure
 
 CONFIG = {
+    "functions_dir": "/project/functions/function_calling",
     "workspace": "/sessions/s1/code_workspace",
     "session_dir": "/sessions/s1",
     "session_id": "s1",
@@ -310,14 +311,27 @@ class UnknownFunctions(InvokeCase):
         error = self.failure("needs_path_and_cont")
         self.assertEqual((error["type"], error["message"]), ("NotFound", (
             "function 'needs_path_and_cont' not found under function directory "
-            "(did you mean 'needs_path_and_count'?); modules that failed to import: "
+            "/project/functions/function_calling (did you mean 'needs_path_and_count'?); modules that failed to import: "
             "broken (ModuleNotFoundError: No module named 'nope'), "
             "sub/bad (SyntaxError: invalid syntax (bad.py, line 1))"
         )))
 
     def test_no_close_match_and_no_failed_import(self):
         self.invoker = Invoker(support.toolset_of(needs_path_and_count), CONFIG, None)
-        self.assertEqual(self.failure("zzz")["message"], "function 'zzz' not found under function directory")
+        self.assertEqual(
+            self.failure("zzz")["message"],
+            "function 'zzz' not found under function directory /project/functions/function_calling",
+        )
+
+    def test_a_local_functions_folder_says_the_bundled_tools_are_not_used(self):
+        config = dict(CONFIG, bundled_tools_hidden=True)
+        self.invoker = Invoker(support.toolset_of(needs_path_and_count), config, None)
+        self.assertEqual(self.failure("get_current_time")["message"], (
+            "function 'get_current_time' not found under function directory "
+            "/project/functions/function_calling; the bundled tools are not used, since "
+            "functions/function_calling exists in the current directory "
+            "(--functions-dir chooses the directory)"
+        ))
 
 
 class Context(InvokeCase):

@@ -1,0 +1,98 @@
+//! The command's log on stderr: its level (`-q`, `-v`, `RUST_LOG`) and
+//! whether it is coloured (`--color`, `NO_COLOR`, whether stderr is a
+//! terminal).
+
+use std::io::IsTerminal;
+
+use tracing_subscriber::EnvFilter;
+
+/// `--color`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ColorChoice {
+    // No doc comments on the variants: clap would turn them into a long
+    // help that spreads every option of `--help` over several lines.
+    Auto,
+    Always,
+    Never,
+}
+
+/// What the log shows.
+#[derive(Debug, Clone, Copy)]
+pub struct LogOptions {
+    pub color: ColorChoice,
+    /// `-q`: errors only.
+    pub quiet: bool,
+    /// `-v` count: 1 debug for toolpool, 2 debug for everything.
+    pub verbose: u8,
+    /// Whether each failed call gets a log line at the default level
+    /// (`toolpool call` prints the text itself: its log says it at `-v`).
+    pub calls_logged: bool,
+}
+
+impl LogOptions {
+    /// Whether the log is coloured, given NO_COLOR and whether stderr is a terminal.
+    pub fn ansi(&self, no_color: bool, stderr_is_terminal: bool) -> bool {
+        match self.color {
+            ColorChoice::Always => true,
+            ColorChoice::Never => false,
+            ColorChoice::Auto => stderr_is_terminal && !no_color,
+        }
+    }
+
+    /// The filter: `-q`/`-v` when given, else `RUST_LOG` when set, else `info`.
+    pub fn filter(&self, rust_log: Option<&str>) -> EnvFilter {
+        let base = match (self.quiet, self.verbose, rust_log) {
+            (true, _, _) => "error".to_string(),
+            (false, 0, Some(spec)) => spec.to_string(),
+            (false, 0, None) => "info".to_string(),
+            (false, 1, _) => "info,toolpool=debug".to_string(),
+            (false, _, _) => "debug".to_string(),
+        };
+        let mut spec = base;
+        let names_calls = spec.contains(crate::pool::CALL_LOG_TARGET);
+        if !self.calls_logged && self.verbose == 0 && !names_calls {
+            spec.push(',');
+            spec.push_str(crate::pool::CALL_LOG_TARGET);
+            spec.push_str("=off");
+        }
+        // A RUST_LOG that does not parse: say so, and log as by default.
+        EnvFilter::try_new(&spec).unwrap_or_else(|e| {
+            eprintln!("toolpool: RUST_LOG={spec:?} is not a log filter ({e}); using info");
+            EnvFilter::new("info")
+        })
+    }
+}
+
+/// Sets up the log on stderr for the rest of the process.
+pub fn init(options: LogOptions) {
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+    let rust_log = std::env::var("RUST_LOG").ok().filter(|s| !s.is_empty());
+    tracing_subscriber::fmt()
+        .with_env_filter(options.filter(rust_log.as_deref()))
+        .with_ansi(options.ansi(no_color, std::io::stderr().is_terminal()))
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(color: ColorChoice) -> LogOptions {
+        LogOptions {
+            color,
+            quiet: false,
+            verbose: 0,
+            calls_logged: true,
+        }
+    }
+
+    #[test]
+    fn colour_follows_the_terminal_unless_told() {
+        assert!(options(ColorChoice::Auto).ansi(false, true));
+        assert!(!options(ColorChoice::Auto).ansi(false, false));
+        assert!(!options(ColorChoice::Auto).ansi(true, true));
+        assert!(options(ColorChoice::Always).ansi(true, false));
+        assert!(!options(ColorChoice::Never).ansi(false, true));
+    }
+}
