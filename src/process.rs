@@ -69,7 +69,16 @@ pub struct Tracked {
 impl Tracked {
     /// The guardian's worker: its oldest child, which it forked first.
     pub fn child_of(guardian: ProcessId) -> Option<Tracked> {
-        let children = crate::reaper::children_of(guardian.raw());
+        // The guardian is single-threaded: its main thread's children are
+        // all of them. Without that file (CONFIG_PROC_CHILDREN), scan /proc.
+        let listed = std::fs::read_to_string(format!("/proc/{guardian}/task/{guardian}/children"));
+        let children: Vec<crate::reaper::Stat> = match listed {
+            Ok(text) => text
+                .split_whitespace()
+                .filter_map(|pid| crate::reaper::stat(pid.parse().ok()?))
+                .collect(),
+            Err(_) => crate::reaper::children_of(guardian.raw()),
+        };
         let oldest = children.iter().min_by_key(|c| c.start_time)?;
         let pid = ProcessId::new(oldest.pid)?;
         let pidfd = pidfd_open(pid);

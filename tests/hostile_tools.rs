@@ -7,6 +7,7 @@
 //! nothing of the call is alive once `call` exits, that the next call works.
 
 mod common;
+mod mcp_support;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -223,6 +224,39 @@ async fn a_stopped_supervisor_does_not_invent_timeouts() {
         String::from_utf8_lossy(&output.stderr)
     );
     assert_eq!(stdout.trim(), "slept 0.3");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_server_does_not_invent_timeouts_for_calls_in_flight() {
+    // The reproduction: 8 short calls with a 2 s timeout, the server
+    // stopped for 3 s while they run. Every reply was in its pipe in time.
+    let served = mcp_support::serve(&["--workers", "8", "--timeout", "2", "serve"]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut calls = Vec::new();
+    for i in 0..8 {
+        let peer = served.client.peer().clone();
+        let started = dir.path().join(format!("started{i}"));
+        calls.push((
+            started.clone(),
+            tokio::spawn(async move {
+                let args =
+                    json!({"seconds": 0.2, "token": format!("call {i}"), "started_file": started});
+                mcp_support::call(&peer, "slow_then_answer", args).await
+            }),
+        ));
+    }
+    for (started, _) in &calls {
+        wait_for_pid_file(started, Duration::from_secs(30)).await;
+    }
+    let server = Pid::from_raw(served.pid());
+    kill(server, Signal::SIGSTOP).unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    kill(server, Signal::SIGCONT).unwrap();
+    for (i, (_, call)) in calls.into_iter().enumerate() {
+        let result = call.await.unwrap();
+        assert_eq!(mcp_support::ok_text(&result), format!("call {i}"));
+    }
+    assert_eq!(served.close().await.0, 0);
 }
 
 /// Collects what the pool logs, to check what it blames.

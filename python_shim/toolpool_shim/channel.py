@@ -21,6 +21,10 @@ import threading
 from . import codec, frames
 
 
+# MessagePack of {"t": "started", "id": ...} up to the id's encoding.
+_STARTED = b"\x82\xa1t\xa7started\xa2id"
+
+
 class CallbackError(Exception):
     """The supervisor answered a worker-originated call with an error."""
 
@@ -66,6 +70,24 @@ class Channel:
             except OSError:
                 # The supervisor closed its end: there is nobody left to answer.
                 os._exit(0)
+
+    def acknowledge(self, request_id: int) -> None:
+        """Send {"t": "started", "id": request_id}: the request was taken and is about to run.
+
+        Sent before every call, so it is encoded by hand (the map is always
+        the same but for the id) rather than through the codec.
+        """
+        if isinstance(request_id, int) and 0 <= request_id < 128:
+            body = _STARTED + bytes((request_id,))
+        elif isinstance(request_id, int) and 0 <= request_id < 2 ** 64:
+            body = _STARTED + b"\xcf" + request_id.to_bytes(8, "big")
+        else:
+            body = codec.pack({"t": "started", "id": request_id})
+        with self._write_lock:
+            try:
+                frames.write_frame(self._out_fd, body, self.max_frame)
+            except OSError:
+                os._exit(0)  # the supervisor closed its end
 
     def call(self, method: str, params: dict):
         """Ask the supervisor to run `method` (a context service) and wait for its answer."""

@@ -120,7 +120,7 @@ def _serve(channel: Channel, toolset, classes, invoker: Invoker) -> None:
             elif kind == "invoke" and isinstance(request.get("name"), str):
                 # Proof that this worker was sound when the call began: one
                 # that dies before this was broken by an earlier call.
-                channel.send({"t": "started", "id": request_id})
+                channel.acknowledge(request_id)
                 value, blocks = invoker.invoke(request["name"], _arguments(request), request.get("context") or {})
             else:
                 raise ToolFailure("ProtocolError", f"not a request this worker understands: {kind!r} (protocol {PROTOCOL_VERSION})")
