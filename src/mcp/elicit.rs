@@ -2,8 +2,9 @@
 //!
 //! Each `tools/call` gets its own [`HumanPrompt`]: an [`Elicitation`] on the
 //! connection the call came from when that client declared the elicitation
-//! capability (form mode), else [`NoHuman`], which answers every prompt with
-//! a clear "no human available" error. A pool-wide prompt (such as the
+//! capability (form mode) on a protocol version with server-to-client
+//! requests (2025-11-25 and older), else [`NoHuman`], which answers every
+//! prompt with a clear "no human available" error naming why. A pool-wide prompt (such as the
 //! terminal) is never used in serve mode: stdin is the MCP transport.
 //!
 //! The request is a form with one required string, `response`; the tool gets
@@ -16,23 +17,37 @@ use std::sync::Arc;
 
 use rmcp::model::{
     CancelledNotificationParam, ClientResult, ElicitRequest, ElicitRequestParams,
-    ElicitationAction, ElicitationSchema, RequestId, ServerRequest,
+    ElicitationAction, ElicitationSchema, ProtocolVersion, RequestId, ServerRequest,
 };
-use rmcp::service::{ElicitationMode, PeerRequestOptions};
+use rmcp::service::{ElicitationMode, PeerRequestOptions, RequestContext};
 use rmcp::{Peer, RoleServer};
 use serde_json::{Map, Value};
 
 use crate::context::{BoxFuture, HumanPrompt, PromptAnswer, PromptError, PromptRequest};
 
-/// The prompt service for one call from `peer`.
-pub fn for_peer(peer: &Peer<RoleServer>) -> Arc<dyn HumanPrompt> {
-    if peer
+/// The prompt service for one call, made in `context`.
+pub fn for_request(context: &RequestContext<RoleServer>) -> Arc<dyn HumanPrompt> {
+    let modern = context
+        .protocol_version()
+        .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
+    if modern {
+        return Arc::new(NoHuman(
+            "the MCP client is on protocol 2026-07-28, which has no server-to-client requests, \
+             so no human can be asked during the call",
+        ));
+    }
+    if context
+        .peer
         .supported_elicitation_modes()
         .contains(&ElicitationMode::Form)
     {
-        Arc::new(Elicitation { peer: peer.clone() })
+        Arc::new(Elicitation {
+            peer: context.peer.clone(),
+        })
     } else {
-        Arc::new(NoHuman)
+        Arc::new(NoHuman(
+            "the MCP client has no human available (it did not declare the elicitation capability)",
+        ))
     }
 }
 
@@ -41,17 +56,13 @@ pub struct Elicitation {
     peer: Peer<RoleServer>,
 }
 
-/// For clients without the elicitation capability.
-pub struct NoHuman;
+/// For clients that cannot be asked; carries the reason the tool is told.
+pub struct NoHuman(&'static str);
 
 impl HumanPrompt for NoHuman {
     fn request(&self, _request: PromptRequest) -> BoxFuture<'_, Result<PromptAnswer, PromptError>> {
-        Box::pin(async {
-            Err(PromptError::Unavailable(
-                "the MCP client has no human available (it did not declare the elicitation capability)"
-                    .into(),
-            ))
-        })
+        let reason = self.0;
+        Box::pin(async move { Err(PromptError::Unavailable(reason.into())) })
     }
 }
 

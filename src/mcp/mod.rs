@@ -22,10 +22,11 @@
 //!   within the grace period, kill the rest, reap every worker, answer every
 //!   call, exit 0.
 //!
-//! Protocol versions: up to 2025-11-25, the newest with an `initialize`
-//! handshake. 2026-07-28 forbids server-to-client requests, and a tool that
-//! asks a human mid-call needs one (an elicitation request) while its worker
-//! waits; clients that speak 2026-07-28 fall back to 2025-11-25.
+//! Protocol versions: 2026-07-28 (no `initialize`; each request carries its
+//! version and capabilities in `_meta`, negotiated per request by rmcp) beside
+//! 2025-11-25 and every older version rmcp speaks (the `initialize`
+//! handshake). 2026-07-28 has no server-to-client requests, so there a human
+//! prompt cannot become an elicitation request (see [`elicit::for_request`]).
 //!
 //! stdout carries only the MCP transport; logs, including what tools print,
 //! go to stderr.
@@ -41,9 +42,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CustomRequest, CustomResult, ErrorCode,
-    Implementation, JsonObject, ListToolsResult, MetaObject, PaginatedRequestParams,
-    ProtocolVersion, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CustomRequest,
+    CustomResult, ErrorCode, Implementation, JsonObject, ListToolsResult, MetaObject,
+    PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
@@ -66,7 +67,11 @@ const EOF_SETTLE: Duration = Duration::from_millis(200);
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(10);
 
 /// The newest protocol version served (see the module docs).
-const MAX_PROTOCOL: ProtocolVersion = ProtocolVersion::V_2025_11_25;
+const MAX_PROTOCOL: ProtocolVersion = ProtocolVersion::V_2026_07_28;
+
+/// The version an `initialize` handshake settles on when the client asks for
+/// one without a handshake (2026-07-28) or one rmcp does not know.
+const HANDSHAKE_PROTOCOL: ProtocolVersion = ProtocolVersion::V_2025_11_25;
 
 /// Which tools the server offers.
 #[derive(Debug, Clone)]
@@ -284,7 +289,7 @@ impl ServerHandler for ToolpoolServer {
                 .into(),
         );
         info.server_info = implementation;
-        info.protocol_version = MAX_PROTOCOL;
+        info.protocol_version = HANDSHAKE_PROTOCOL;
         info.instructions = Some(
             "Each tool is a Python function run in an isolated worker. A call that runs past \
              its timeout is killed and reported as a tool error (TimeoutError); failures are \
@@ -363,7 +368,7 @@ impl ServerHandler for ToolpoolServer {
             return Ok(CallToolResponse::Complete(call_result(Err(error), None)));
         }
         let args = Value::Object(request.arguments.unwrap_or_default());
-        let human = elicit::for_peer(&context.peer);
+        let human = elicit::for_request(&context);
         let call = self.invoke(&name, args, human);
         tokio::select! {
             report = call => Ok(CallToolResponse::Complete(
@@ -371,10 +376,13 @@ impl ServerHandler for ToolpoolServer {
             )),
             _ = context.ct.cancelled() => {
                 // Dropping `call` killed its worker (or took it out of the
-                // queue). rmcp sends no response to a cancelled request, so
-                // what is returned here is never seen.
+                // queue). rmcp drops the answer to a cancelled request; it is
+                // a result, not an error, because rmcp logs every error
+                // answer as a warning and a cancellation is no fault.
                 tracing::info!(tool = %name, id = %context.id, "call cancelled by the client");
-                Err(McpError::internal_error("the call was cancelled", None))
+                Ok(CallToolResponse::Complete(CallToolResult::error(vec![
+                    ContentBlock::text("the call was cancelled"),
+                ])))
             }
         }
     }

@@ -35,10 +35,13 @@ def base_args(session_dir: str, *args: str, functions: Path = FIXTURES) -> list[
 
 
 @contextlib.asynccontextmanager
-async def served(*args: str, functions: Path = FIXTURES, **client_options):
+async def served(*args: str, functions: Path = FIXTURES, log: list | None = None, **client_options):
     """A connected `Client` on `toolpool <args>` (args end with `serve ...`) over the tools in `functions`.
 
-    The server's stderr goes to a file; on failure it is printed.
+    The server's stderr goes to a file; on failure it is printed, and once the
+    client has closed its text is appended to `log` when one is given.
+    `mode="legacy"` in `client_options` makes the client use the `initialize`
+    handshake (2025-11-25); by default it discovers 2026-07-28.
     """
     with tempfile.TemporaryDirectory() as tmp:
         stderr_path = Path(tmp) / "stderr.txt"
@@ -51,10 +54,22 @@ async def served(*args: str, functions: Path = FIXTURES, **client_options):
             try:
                 async with Client(stdio_client(params, errlog=errlog), **client_options) as client:
                     yield client
+                if log is not None:
+                    errlog.flush()
+                    log.append(stderr_path.read_text())
             except BaseException:
                 errlog.flush()
                 sys.stderr.write(f"--- toolpool stderr:\n{stderr_path.read_text()}\n")
                 raise
+
+
+MODES = {"2026-07-28": "auto", "2025-11-25": "legacy"}
+"""Protocol version → the client's `mode` that speaks it."""
+
+
+def warnings_in(log: str) -> list[str]:
+    """The WARN (and worse) lines of a server log."""
+    return [line for line in log.splitlines() if " WARN " in line or " ERROR " in line]
 
 
 def text_of(result) -> str:

@@ -19,7 +19,7 @@ class Elicitation(unittest.IsolatedAsyncioTestCase):
             await anyio.sleep(1.5)  # longer than the timeout: waiting does not count
             return types.ElicitResult(action="accept", content={"response": "forty-two"})
 
-        async with served("--workers", "1", "--timeout", "1", "serve", elicitation_callback=answer) as client:
+        async with served("--workers", "1", "--timeout", "1", "serve", mode="legacy", elicitation_callback=answer) as client:
             result = await client.call_tool("ask_human", {"question": "Six times seven?", "node": "Writer"})
             answer_json = json.loads(ok(result))
             self.assertEqual(answer_json["text"], "forty-two")
@@ -33,12 +33,12 @@ class Elicitation(unittest.IsolatedAsyncioTestCase):
         async def decline(context, params):
             return types.ElicitResult(action="decline")
 
-        async with served("--workers", "1", "serve", elicitation_callback=decline) as client:
+        async with served("--workers", "1", "serve", mode="legacy", elicitation_callback=decline) as client:
             text = error(await client.call_tool("ask_then_sleep", {"question": "Approve?", "seconds": 0}))
             self.assertTrue(text.startswith("Tool ask_then_sleep error: HumanPromptDeclined: "), text)
 
     async def test_without_the_capability_no_human_is_available(self):
-        async with served("--workers", "1", "serve") as client:
+        async with served("--workers", "1", "serve", mode="legacy") as client:
             text = error(await client.call_tool("ask_then_sleep", {"question": "Anyone?", "seconds": 0}))
             self.assertTrue(text.startswith("Tool ask_then_sleep error: HumanPromptUnavailable: "), text)
             self.assertIn("no human available", text)
