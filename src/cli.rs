@@ -425,9 +425,7 @@ async fn run_command(cli: Cli) -> Result<ExitCode, CliError> {
             // The workflow file is read before any worker starts, as in `resolve`.
             let workflow = config.as_ref().map(Workflow::load).transpose()?;
             let pool = builder(&cli, None).build().await?;
-            if *watch {
-                crate::watch::spawn(&pool);
-            }
+            let reloads = watch.then(|| crate::watch::spawn(&pool));
             let _metrics = match metrics {
                 Some(addr) => {
                     let listener = match tokio::net::TcpListener::bind(addr).await {
@@ -444,7 +442,7 @@ async fn run_command(cli: Cli) -> Result<ExitCode, CliError> {
                 }
                 None => None,
             };
-            let tools = match (workflow, node) {
+            let tools = match (&workflow, node) {
                 (Some(workflow), Some(node)) => {
                     let resolved = workflow
                         .resolve(&pool.catalog())
@@ -463,6 +461,8 @@ async fn run_command(cli: Cli) -> Result<ExitCode, CliError> {
                 tools,
                 http: *http,
                 grace: *grace,
+                reloads,
+                workflow,
             };
             crate::mcp::serve(pool, options)
                 .await

@@ -82,7 +82,7 @@ def _serve(channel: Channel, toolset, classes, invoker: Invoker) -> None:
                 value = None  # exercises the whole request path: warms a spare
             elif kind == "catalog":
                 if catalog is None:
-                    catalog = build_catalog(toolset, classes.warnings)
+                    catalog = build_catalog(toolset, classes.warnings, classes.blocks + classes.records)
                 value = catalog
             elif kind == "invoke" and isinstance(request.get("name"), str):
                 value, blocks = invoker.invoke(request["name"], request.get("args"), request.get("context") or {})

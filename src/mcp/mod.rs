@@ -34,24 +34,27 @@
 mod content;
 mod elicit;
 mod http;
+mod listeners;
 mod stdio;
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use rmcp::model::SubscriptionFilter;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CustomRequest,
     CustomResult, ErrorCode, Implementation, JsonObject, ListToolsResult, MetaObject,
     PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig, Tool,
 };
-use rmcp::service::RequestContext;
+use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{json, Value};
 use tokio::sync::Notify;
 
-use crate::config::NodeTools;
+use crate::catalog::FunctionSpec;
+use crate::config::{NodeTools, Workflow};
 use crate::context::HumanPrompt;
 use crate::error::{ErrorKind, ToolError};
 use crate::pool::{CallReport, InvokeOptions, Pool};
@@ -91,6 +94,13 @@ pub struct ServeOptions {
     pub http: Option<std::net::SocketAddr>,
     /// How long calls in flight may run on at shutdown before they are killed.
     pub grace: Duration,
+    /// `--watch`: told (a new count) after each reload of the catalog; the
+    /// server then declares `tools.listChanged` and tells its clients when
+    /// their tool list changed.
+    pub reloads: Option<tokio::sync::watch::Receiver<u64>>,
+    /// With [`ToolSet::Node`]: the workflow the node is re-resolved against
+    /// after a reload.
+    pub workflow: Option<Workflow>,
 }
 
 /// What stops the server from starting; after it started, `serve` always
@@ -108,6 +118,9 @@ pub enum ServeError {
 /// process is told to stop (SIGTERM, SIGINT); then shuts the pool down.
 pub async fn serve(pool: Pool, options: ServeOptions) -> Result<(), ServeError> {
     let server = ToolpoolServer::new(pool, options.tools);
+    if let Some(reloads) = options.reloads {
+        server.follow_reloads(reloads, options.workflow);
+    }
     match options.http {
         None => stdio::serve(server, options.grace).await,
         Some(addr) => http::serve(server, addr, options.grace).await,
@@ -123,7 +136,11 @@ pub struct ToolpoolServer {
 
 struct Inner {
     pool: Pool,
-    tools: ToolSet,
+    /// Replaced after a reload in node mode (the node re-resolved).
+    tools: RwLock<ToolSet>,
+    /// Set by [`ToolpoolServer::follow_reloads`]: the tool list can change.
+    list_changes: AtomicBool,
+    listeners: listeners::Listeners,
     calls: CallCounter,
     /// Set at shutdown: calls arriving after it are refused.
     closing: AtomicBool,
@@ -134,7 +151,9 @@ impl ToolpoolServer {
         ToolpoolServer {
             inner: Arc::new(Inner {
                 pool,
-                tools,
+                tools: RwLock::new(tools),
+                list_changes: AtomicBool::new(false),
+                listeners: listeners::Listeners::default(),
                 calls: CallCounter::default(),
                 closing: AtomicBool::new(false),
             }),
@@ -148,7 +167,72 @@ impl ToolpoolServer {
     /// The tools as `tools/list` gives them: built on each request, so that
     /// a rebuilt catalog shows.
     pub fn tools(&self) -> Vec<Tool> {
-        list_tools(&self.inner.pool, &self.inner.tools)
+        list_tools(&self.inner.pool, &self.tool_set())
+    }
+
+    fn tool_set(&self) -> ToolSet {
+        match self.inner.tools.read() {
+            Ok(tools) => tools.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// The catalog function behind the tool the client calls `name`.
+    fn function_of(&self, name: &str) -> Option<FunctionSpec> {
+        let function = match self.tool_set() {
+            ToolSet::Catalog => name.to_string(),
+            ToolSet::Node(node) => node.tools.into_iter().find(|t| t.name == name)?.function,
+        };
+        let catalog = self.inner.pool.catalog();
+        catalog
+            .functions
+            .iter()
+            .find(|f| f.name == function)
+            .cloned()
+    }
+
+    /// After each reload: re-resolves the node (in node mode) and, when the
+    /// tool list changed, tells every listener. Runs until the watcher ends.
+    fn follow_reloads(
+        &self,
+        mut reloads: tokio::sync::watch::Receiver<u64>,
+        workflow: Option<Workflow>,
+    ) {
+        self.inner.list_changes.store(true, Ordering::Release);
+        let server = self.clone();
+        tokio::spawn(async move {
+            let mut listed = server.tools();
+            while reloads.changed().await.is_ok() {
+                listed = server.reloaded(workflow.as_ref(), listed).await;
+            }
+        });
+    }
+
+    /// `before`: the list before the reload; returns the list after it.
+    async fn reloaded(&self, workflow: Option<&Workflow>, before: Vec<Tool>) -> Vec<Tool> {
+        if let (Some(workflow), ToolSet::Node(node)) = (workflow, self.tool_set()) {
+            let resolved = workflow
+                .resolve(&self.inner.pool.catalog())
+                .and_then(|resolved| resolved.node_tools(&node.id).cloned());
+            match resolved {
+                Ok(resolved) => match self.inner.tools.write() {
+                    Ok(mut tools) => *tools = ToolSet::Node(resolved),
+                    Err(poisoned) => *poisoned.into_inner() = ToolSet::Node(resolved),
+                },
+                Err(error) => tracing::warn!(
+                    node = %node.id,
+                    "after the reload the workflow no longer resolves, so the node keeps its tools: {error}"
+                ),
+            }
+        }
+        let after = self.tools();
+        if after == before {
+            tracing::debug!("reloaded; the tool list is unchanged");
+        } else {
+            let told = self.inner.listeners.notify_tool_list_changed().await;
+            tracing::info!(clients = told, "the tool list changed; clients told");
+        }
+        after
     }
 
     /// Calls one tool by the name the client sees; its human prompts go to
@@ -159,7 +243,7 @@ impl ToolpoolServer {
             human_prompt: Some(human),
             ..InvokeOptions::default()
         };
-        match &inner.tools {
+        match self.tool_set() {
             ToolSet::Catalog => inner.pool.invoke_report(name, args, options).await,
             ToolSet::Node(node) => node.invoke_report(&inner.pool, name, args, options).await,
         }
@@ -220,9 +304,16 @@ impl ToolpoolServer {
 /// The `tools/list` entries.
 fn list_tools(pool: &Pool, tools: &ToolSet) -> Vec<Tool> {
     let default_timeout = pool.default_timeout();
+    let catalog = pool.catalog();
+    let output_of = |function: &str| {
+        catalog
+            .functions
+            .iter()
+            .find(|f| f.name == function)
+            .and_then(|f| f.output_schema.as_ref())
+    };
     match tools {
-        ToolSet::Catalog => pool
-            .catalog()
+        ToolSet::Catalog => catalog
             .functions
             .iter()
             .map(|f| {
@@ -231,7 +322,13 @@ fn list_tools(pool: &Pool, tools: &ToolSet) -> Vec<Tool> {
                     "toolpool/module": f.module,
                     "toolpool/timeout": seconds(default_timeout),
                 });
-                tool(&f.name, &f.description, &f.parameters, meta)
+                tool(
+                    &f.name,
+                    &f.description,
+                    &f.parameters,
+                    meta,
+                    f.output_schema.as_ref(),
+                )
             })
             .collect(),
         ToolSet::Node(node) => node
@@ -243,13 +340,25 @@ fn list_tools(pool: &Pool, tools: &ToolSet) -> Vec<Tool> {
                     "toolpool/node": node.id,
                     "toolpool/timeout": seconds(t.timeout.unwrap_or(default_timeout)),
                 });
-                tool(&t.name, &t.description, &t.parameters, meta)
+                tool(
+                    &t.name,
+                    &t.description,
+                    &t.parameters,
+                    meta,
+                    output_of(&t.function),
+                )
             })
             .collect(),
     }
 }
 
-fn tool(name: &str, description: &str, parameters: &Value, meta: Value) -> Tool {
+fn tool(
+    name: &str,
+    description: &str,
+    parameters: &Value,
+    meta: Value,
+    output: Option<&Value>,
+) -> Tool {
     // The catalog and `resolve` only produce object schemas; anything else
     // would be rejected by clients, so fall back to "no parameters".
     let schema: JsonObject = match parameters {
@@ -263,12 +372,17 @@ fn tool(name: &str, description: &str, parameters: &Value, meta: Value) -> Tool 
         Value::Object(meta) => MetaObject(meta),
         _ => MetaObject(JsonObject::new()),
     };
-    Tool::new_with_raw(
+    let tool = Tool::new_with_raw(
         name.to_string(),
         Some(Cow::Owned(description.to_string())),
         Arc::new(schema),
     )
-    .with_meta(meta)
+    .with_meta(meta);
+    // The shim only makes object schemas (a non-object result is wrapped).
+    match output {
+        Some(Value::Object(output)) => tool.with_raw_output_schema(Arc::new(output.clone())),
+        _ => tool,
+    }
 }
 
 /// Seconds as a JSON number: `30`, not `30.0`, when whole.
@@ -282,7 +396,15 @@ fn seconds(duration: Duration) -> Value {
 
 impl ServerHandler for ToolpoolServer {
     fn get_info(&self) -> ServerConfig {
-        let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build());
+        let capabilities = if self.inner.list_changes.load(Ordering::Acquire) {
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build()
+        } else {
+            ServerCapabilities::builder().enable_tools().build()
+        };
+        let mut info = ServerConfig::new(capabilities);
         let mut implementation = Implementation::new("toolpool", env!("CARGO_PKG_VERSION"));
         implementation.description = Some(
             "Python function tools run in a pool of isolated workers, with enforced timeouts"
@@ -313,6 +435,32 @@ impl ServerHandler for ToolpoolServer {
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
         self.tools().into_iter().find(|t| t.name == name)
+    }
+
+    /// A session from `initialize` is told of list changes on its connection.
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        if self.inner.list_changes.load(Ordering::Acquire) {
+            self.inner.listeners.add_session(context.peer);
+        }
+    }
+
+    /// 2026-07-28 `subscriptions/listen`: tool list changes, with `--watch`.
+    fn accepted_subscription_filter(
+        &self,
+        _requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        self.inner.list_changes.load(Ordering::Acquire).then(|| {
+            let mut filter = SubscriptionFilter::new();
+            filter.tools_list_changed = Some(true);
+            filter
+        })
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
+        let id = self.inner.listeners.add_stream(context.sink().clone());
+        context.cancelled().await;
+        self.inner.listeners.remove(id);
+        Ok(())
     }
 
     /// A `tools/call` whose params rmcp could not read (arguments that are
@@ -371,9 +519,15 @@ impl ServerHandler for ToolpoolServer {
         let human = elicit::for_request(&context);
         let call = self.invoke(&name, args, human);
         tokio::select! {
-            report = call => Ok(CallToolResponse::Complete(
-                call_result(report.result, report.content.as_deref()),
-            )),
+            report = call => {
+                let structured = match (&report.result, &report.content) {
+                    (Ok(value), None) => self.function_of(&name).and_then(|f| f.structured_result(value)),
+                    _ => None,
+                };
+                let mut result = call_result(report.result, report.content.as_deref());
+                result.structured_content = structured;
+                Ok(CallToolResponse::Complete(result))
+            }
             _ = context.ct.cancelled() => {
                 // Dropping `call` killed its worker (or took it out of the
                 // queue). rmcp drops the answer to a cancelled request; it is
