@@ -310,7 +310,7 @@ fn list_tools(pool: &Pool, tools: &ToolSet) -> Vec<Tool> {
             .functions
             .iter()
             .find(|f| f.name == function)
-            .and_then(|f| f.output_schema.as_ref())
+            .and_then(output_schema)
     };
     match tools {
         ToolSet::Catalog => catalog
@@ -327,7 +327,7 @@ fn list_tools(pool: &Pool, tools: &ToolSet) -> Vec<Tool> {
                     &f.description,
                     &f.parameters,
                     meta,
-                    f.output_schema.as_ref(),
+                    output_schema(f),
                 )
             })
             .collect(),
@@ -352,12 +352,23 @@ fn list_tools(pool: &Pool, tools: &ToolSet) -> Vec<Tool> {
     }
 }
 
+/// A function's MCP `outputSchema`. A wrapped one (`{"result": ...}`) is
+/// marked the way fastmcp marks its own, so that its client (and others that
+/// follow it) hands the caller the result itself rather than the wrapper.
+fn output_schema(function: &FunctionSpec) -> Option<Value> {
+    let mut schema = function.output_schema.clone()?;
+    if let (true, Value::Object(fields)) = (function.output_wrapped, &mut schema) {
+        fields.insert("x-fastmcp-wrap-result".into(), Value::Bool(true));
+    }
+    Some(schema)
+}
+
 fn tool(
     name: &str,
     description: &str,
     parameters: &Value,
     meta: Value,
-    output: Option<&Value>,
+    output: Option<Value>,
 ) -> Tool {
     // The catalog and `resolve` only produce object schemas; anything else
     // would be rejected by clients, so fall back to "no parameters".
@@ -380,7 +391,7 @@ fn tool(
     .with_meta(meta);
     // The shim only makes object schemas (a non-object result is wrapped).
     match output {
-        Some(Value::Object(output)) => tool.with_raw_output_schema(Arc::new(output.clone())),
+        Some(Value::Object(output)) => tool.with_raw_output_schema(Arc::new(output)),
         _ => tool,
     }
 }
