@@ -4,7 +4,9 @@
 //! connection the call came from when that client declared the elicitation
 //! capability (form mode) on a protocol version with server-to-client
 //! requests (2025-11-25 and older), else [`NoHuman`], which answers every
-//! prompt with a clear "no human available" error naming why. A pool-wide prompt (such as the
+//! prompt with a clear "no human available" error. On 2026-07-28 a client
+//! with the capability is asked through multi-round-trip results instead
+//! (`super::mrtr`), with the same message and form. A pool-wide prompt (such as the
 //! terminal) is never used in serve mode: stdin is the MCP transport.
 //!
 //! The request is a form with one required string, `response`; the tool gets
@@ -27,13 +29,10 @@ use crate::context::{BoxFuture, HumanPrompt, PromptAnswer, PromptError, PromptRe
 
 /// The prompt service for one call, made in `context`.
 pub fn for_request(context: &RequestContext<RoleServer>) -> Arc<dyn HumanPrompt> {
-    let modern = context
-        .protocol_version()
-        .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
-    if modern {
+    if is_modern(context) {
+        // With the capability the call goes through `mrtr` instead.
         return Arc::new(NoHuman(
-            "the MCP client is on protocol 2026-07-28, which has no server-to-client requests, \
-             so no human can be asked during the call",
+            "the MCP client has no human available (its request did not declare the elicitation capability)",
         ));
     }
     if context
@@ -56,6 +55,13 @@ pub struct Elicitation {
     peer: Peer<RoleServer>,
 }
 
+/// True for a request on 2026-07-28 or later: no server-to-client requests.
+pub fn is_modern(context: &RequestContext<RoleServer>) -> bool {
+    context
+        .protocol_version()
+        .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28)
+}
+
 /// For clients that cannot be asked; carries the reason the tool is told.
 pub struct NoHuman(&'static str);
 
@@ -67,7 +73,7 @@ impl HumanPrompt for NoHuman {
 }
 
 /// The text the user is shown: who asks, the task, and what to look at.
-fn message(request: &PromptRequest) -> String {
+pub(super) fn message(request: &PromptRequest) -> String {
     let who = match request.node_id.as_str() {
         "" => format!("The tool '{}'", request.tool),
         node => format!("The tool '{}' (node '{node}')", request.tool),
@@ -80,7 +86,7 @@ fn message(request: &PromptRequest) -> String {
     text
 }
 
-fn schema(request: &PromptRequest) -> ElicitationSchema {
+pub(super) fn schema(request: &PromptRequest) -> ElicitationSchema {
     let mut description = request.task_description.trim().to_string();
     if description.chars().count() > 200 {
         description = description.chars().take(199).collect::<String>() + "…";
@@ -163,7 +169,7 @@ impl HumanPrompt for Elicitation {
 
 /// The tool's answer from the accepted form: the `response` text; any other
 /// fields go into the answer's metadata.
-fn answer(content: Option<Value>) -> PromptAnswer {
+pub(super) fn answer(content: Option<Value>) -> PromptAnswer {
     let mut fields = match content {
         Some(Value::Object(fields)) => fields,
         Some(Value::String(text)) => return PromptAnswer::text(text),

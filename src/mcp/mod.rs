@@ -35,6 +35,7 @@ mod content;
 mod elicit;
 mod http;
 mod listeners;
+mod mrtr;
 mod stdio;
 
 use std::borrow::Cow;
@@ -141,6 +142,8 @@ struct Inner {
     /// Set by [`ToolpoolServer::follow_reloads`]: the tool list can change.
     list_changes: AtomicBool,
     listeners: listeners::Listeners,
+    /// Calls suspended while a 2026-07-28 client asks its human.
+    round_trips: Arc<mrtr::RoundTrips>,
     calls: CallCounter,
     /// Set at shutdown: calls arriving after it are refused.
     closing: AtomicBool,
@@ -154,6 +157,7 @@ impl ToolpoolServer {
                 tools: RwLock::new(tools),
                 list_changes: AtomicBool::new(false),
                 listeners: listeners::Listeners::default(),
+                round_trips: mrtr::RoundTrips::new(),
                 calls: CallCounter::default(),
                 closing: AtomicBool::new(false),
             }),
@@ -526,31 +530,97 @@ impl ServerHandler for ToolpoolServer {
             let error = ToolError::new(&name, ErrorKind::PoolClosed, "the server is shutting down");
             return Ok(CallToolResponse::Complete(call_result(Err(error), None)));
         }
-        let args = Value::Object(request.arguments.unwrap_or_default());
+        let args = Value::Object(request.arguments.clone().unwrap_or_default());
+        let asks_by_round_trips = elicit::is_modern(&context)
+            && (request.request_state.is_some()
+                || context
+                    .client_capabilities()
+                    .is_some_and(|c| c.elicitation.is_some()));
+        if asks_by_round_trips {
+            return self
+                .call_in_round_trips(name, args, &request, &context)
+                .await;
+        }
         let human = elicit::for_request(&context);
         let call = self.invoke(&name, args, human);
         tokio::select! {
-            report = call => {
-                let structured = match (&report.result, &report.content) {
-                    (Ok(value), None) => self.function_of(&name).and_then(|f| f.structured_result(value)),
-                    _ => None,
-                };
-                let mut result = call_result(report.result, report.content.as_deref());
-                result.structured_content = structured;
-                Ok(CallToolResponse::Complete(result))
-            }
+            report = call => Ok(CallToolResponse::Complete(self.result_of(&name, report))),
             _ = context.ct.cancelled() => {
                 // Dropping `call` killed its worker (or took it out of the
-                // queue). rmcp drops the answer to a cancelled request; it is
-                // a result, not an error, because rmcp logs every error
-                // answer as a warning and a cancellation is no fault.
+                // queue).
                 tracing::info!(tool = %name, id = %context.id, "call cancelled by the client");
-                Ok(CallToolResponse::Complete(CallToolResult::error(vec![
-                    ContentBlock::text("the call was cancelled"),
-                ])))
+                Ok(CallToolResponse::Complete(cancelled()))
             }
         }
     }
+}
+
+impl ToolpoolServer {
+    /// A call on 2026-07-28 whose tool may ask a human: the first request
+    /// starts it, each retry (with `requestState`) resumes it; either way it
+    /// runs until it finishes or asks (see [`mrtr`]).
+    async fn call_in_round_trips(
+        &self,
+        name: String,
+        args: Value,
+        request: &CallToolRequestParams,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let binding = mrtr::binding(context.client_info().as_ref(), &name, &args);
+        let running = match &request.request_state {
+            Some(state) => self
+                .inner
+                .round_trips
+                .resume(state, &binding, request.input_responses.as_ref())
+                .map_err(|e| McpError::invalid_params(e.to_string(), None))?,
+            None => {
+                let server = self.clone();
+                let tool = name.clone();
+                mrtr::Running::start(
+                    move |human| async move { server.invoke(&tool, args, human).await },
+                )
+            }
+        };
+        let step = self
+            .inner
+            .round_trips
+            .drive(running, binding, &context.ct)
+            .await;
+        Ok(match step {
+            mrtr::Step::Done(report) => CallToolResponse::Complete(self.result_of(&name, report)),
+            mrtr::Step::Asks(input) => CallToolResponse::InputRequired(input),
+            mrtr::Step::Failed(error) => {
+                CallToolResponse::Complete(CallToolResult::error(vec![ContentBlock::text(
+                    format!("Tool {name} error: WorkerDied: {error}"),
+                )]))
+            }
+            mrtr::Step::Cancelled => {
+                tracing::info!(tool = %name, id = %context.id, "call cancelled by the client");
+                CallToolResponse::Complete(cancelled())
+            }
+        })
+    }
+
+    /// The MCP result of a finished call: its content, and its value as
+    /// `structuredContent` when the function has an output schema.
+    fn result_of(&self, name: &str, report: CallReport) -> CallToolResult {
+        let structured = match (&report.result, &report.content) {
+            (Ok(value), None) => self
+                .function_of(name)
+                .and_then(|f| f.structured_result(value)),
+            _ => None,
+        };
+        let mut result = call_result(report.result, report.content.as_deref());
+        result.structured_content = structured;
+        result
+    }
+}
+
+/// The answer to a cancelled call. rmcp drops it (the client gave up on the
+/// request); it is a result, not an error, because rmcp logs every error
+/// answer as a warning and a cancellation is no fault.
+fn cancelled() -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text("the call was cancelled")])
 }
 
 /// Counts `tools/call` handlers running, so shutdown can wait until every
