@@ -12,11 +12,16 @@
 //! - `notifications/cancelled` cancels the request's token; the call future
 //!   is dropped, which kills the worker it was running on (the pool starts a
 //!   replacement) or, for a queued call, just takes it out of the queue.
+//! - A tool's result is also `structuredContent` when its function has an
+//!   output schema (from its return annotation; see `FunctionSpec`).
 //! - A tool's human prompt (`_context["human_prompt"].request(...)`) becomes
-//!   an elicitation request to the client that made the call, when it
+//!   an elicitation request to the client that made the call (2025-11-25),
+//!   or a multi-round-trip result (2026-07-28, see [`mrtr`]), when it
 //!   declared the capability; otherwise the tool is told no human is
 //!   available (see [`elicit`]). The pool does not count the wait against
 //!   the call's timeout.
+//! - With `--watch`, a reload that changes the tool list is told to every
+//!   client (see [`listeners`]); in node mode the node is re-resolved.
 //! - Shutdown (stdin EOF on stdio, SIGTERM/SIGINT on either transport): stop
 //!   taking calls, let the calls already received (running or queued) finish
 //!   within the grace period, kill the rest, reap every worker, answer every
@@ -25,8 +30,7 @@
 //! Protocol versions: 2026-07-28 (no `initialize`; each request carries its
 //! version and capabilities in `_meta`, negotiated per request by rmcp) beside
 //! 2025-11-25 and every older version rmcp speaks (the `initialize`
-//! handshake). 2026-07-28 has no server-to-client requests, so there a human
-//! prompt cannot become an elicitation request (see [`elicit::for_request`]).
+//! handshake).
 //!
 //! stdout carries only the MCP transport; logs, including what tools print,
 //! go to stderr.
