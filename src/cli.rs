@@ -177,6 +177,9 @@ pub enum Command {
         /// Rebuild the catalog and recycle the workers when a tool module changes
         #[arg(long)]
         watch: bool,
+        /// Answer a call still running after SECS with a task the client polls (protocol 2026-07-28, clients that declare the tasks extension)
+        #[arg(long, value_name = "SECS", value_parser = parse_seconds)]
+        task_after: Option<Duration>,
     },
 }
 
@@ -421,6 +424,7 @@ async fn run_command(cli: Cli) -> Result<ExitCode, CliError> {
             grace,
             metrics,
             watch,
+            task_after,
         } => {
             // The workflow file is read before any worker starts, as in `resolve`.
             let workflow = config.as_ref().map(Workflow::load).transpose()?;
@@ -463,6 +467,7 @@ async fn run_command(cli: Cli) -> Result<ExitCode, CliError> {
                 grace: *grace,
                 reloads,
                 workflow,
+                task_after: *task_after,
             };
             crate::mcp::serve(pool, options)
                 .await

@@ -104,3 +104,8 @@ fn python_client_is_told_of_list_changes_in_both_versions() {
 fn fastmcp_client_over_stdio_and_http_in_both_versions() {
     run_python_module("test_fastmcp");
 }
+
+#[test]
+fn long_calls_become_tasks_on_2026_07_28() {
+    run_python_module("test_tasks");
+}

@@ -41,18 +41,19 @@ mod http;
 mod listeners;
 mod mrtr;
 mod stdio;
+mod tasks;
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use rmcp::model::SubscriptionFilter;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CustomRequest,
     CustomResult, ErrorCode, Implementation, JsonObject, ListToolsResult, MetaObject,
     PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig, Tool,
 };
+use rmcp::model::{CancelTaskParams, GetTaskParams, GetTaskResult, SubscriptionFilter};
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{json, Value};
@@ -106,6 +107,9 @@ pub struct ServeOptions {
     /// With [`ToolSet::Node`]: the workflow the node is re-resolved against
     /// after a reload.
     pub workflow: Option<Workflow>,
+    /// `--task-after`: a call from a 2026-07-28 client that declares the
+    /// tasks extension becomes a task once it has run this long.
+    pub task_after: Option<Duration>,
 }
 
 /// What stops the server from starting; after it started, `serve` always
@@ -122,7 +126,10 @@ pub enum ServeError {
 /// Serves the pool over MCP until the client goes away (stdin EOF) or the
 /// process is told to stop (SIGTERM, SIGINT); then shuts the pool down.
 pub async fn serve(pool: Pool, options: ServeOptions) -> Result<(), ServeError> {
-    let server = ToolpoolServer::new(pool, options.tools);
+    let mut server = ToolpoolServer::new(pool, options.tools);
+    if let Some(after) = options.task_after {
+        server = server.with_tasks_after(after);
+    }
     if let Some(reloads) = options.reloads {
         server.follow_reloads(reloads, options.workflow);
     }
@@ -148,6 +155,9 @@ struct Inner {
     listeners: listeners::Listeners,
     /// Calls suspended while a 2026-07-28 client asks its human.
     round_trips: Arc<mrtr::RoundTrips>,
+    /// `--task-after`, and the calls that became tasks.
+    task_after: Option<Duration>,
+    tasks: Arc<tasks::Tasks>,
     calls: CallCounter,
     /// Set at shutdown: calls arriving after it are refused.
     closing: AtomicBool,
@@ -162,10 +172,21 @@ impl ToolpoolServer {
                 list_changes: AtomicBool::new(false),
                 listeners: listeners::Listeners::default(),
                 round_trips: mrtr::RoundTrips::new(),
+                task_after: None,
+                tasks: Arc::default(),
                 calls: CallCounter::default(),
                 closing: AtomicBool::new(false),
             }),
         }
+    }
+
+    /// Calls running longer than `after` become tasks (see [`tasks`]), for
+    /// clients that declare the tasks extension. Before the server is shared.
+    pub fn with_tasks_after(mut self, after: Duration) -> ToolpoolServer {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.task_after = Some(after);
+        }
+        self
     }
 
     pub fn pool(&self) -> &Pool {
@@ -423,6 +444,13 @@ impl ServerHandler for ToolpoolServer {
         } else {
             ServerCapabilities::builder().enable_tools().build()
         };
+        let mut capabilities = capabilities;
+        if self.inner.task_after.is_some() {
+            capabilities
+                .extensions
+                .get_or_insert_with(Default::default)
+                .insert(rmcp::model::TASKS_EXTENSION_ID.into(), JsonObject::new());
+        }
         let mut info = ServerConfig::new(capabilities);
         let mut implementation = Implementation::new("toolpool", env!("CARGO_PKG_VERSION"));
         implementation.description = Some(
@@ -473,6 +501,29 @@ impl ServerHandler for ToolpoolServer {
             filter.tools_list_changed = Some(true);
             filter
         })
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, McpError> {
+        match self.inner.tasks.get(&request.task_id) {
+            Some(task) => Ok(GetTaskResult::new(task)),
+            None => Err(no_task(&request.task_id)),
+        }
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        if self.inner.tasks.cancel(&request.task_id) {
+            Ok(())
+        } else {
+            Err(no_task(&request.task_id))
+        }
     }
 
     async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
@@ -546,6 +597,11 @@ impl ServerHandler for ToolpoolServer {
                 .await;
         }
         let human = elicit::for_request(&context);
+        if let Some(after) = self.task_after_for(&context) {
+            return Ok(self
+                .call_maybe_as_task(name, args, human, after, &context)
+                .await);
+        }
         let call = self.invoke(&name, args, human);
         tokio::select! {
             report = call => Ok(CallToolResponse::Complete(self.result_of(&name, report))),
@@ -560,6 +616,59 @@ impl ServerHandler for ToolpoolServer {
 }
 
 impl ToolpoolServer {
+    /// `--task-after`, when this request may be answered with a task: on
+    /// 2026-07-28, from a client that declares the tasks extension.
+    fn task_after_for(&self, context: &RequestContext<RoleServer>) -> Option<Duration> {
+        let declares = context
+            .client_capabilities()
+            .is_some_and(|c| c.supports_tasks());
+        self.inner
+            .task_after
+            .filter(|_| declares && elicit::is_modern(context))
+    }
+
+    /// Runs the call in its own task; answers with its result if it ends
+    /// within `after`, else with a task it goes on running in.
+    async fn call_maybe_as_task(
+        &self,
+        name: String,
+        args: Value,
+        human: Arc<dyn HumanPrompt>,
+        after: Duration,
+        context: &RequestContext<RoleServer>,
+    ) -> CallToolResponse {
+        let server = self.clone();
+        let tool = name.clone();
+        let mut call = tokio::spawn(async move {
+            let report = server.invoke(&tool, args, human).await;
+            server.result_of(&tool, report)
+        });
+        let abort = call.abort_handle();
+        let finished = tokio::select! {
+            result = &mut call => Some(result),
+            _ = tokio::time::sleep(after) => None,
+            _ = context.ct.cancelled() => {
+                // Aborting drops the call future: its worker is killed.
+                abort.abort();
+                tracing::info!(tool = %name, id = %context.id, "call cancelled by the client");
+                return CallToolResponse::Complete(cancelled());
+            }
+        };
+        match finished {
+            Some(Ok(result)) => CallToolResponse::Complete(result),
+            Some(Err(e)) => {
+                CallToolResponse::Complete(CallToolResult::error(vec![ContentBlock::text(
+                    format!("Tool {name} error: WorkerDied: the call's task failed: {e}"),
+                )]))
+            }
+            None => {
+                let task = self.inner.tasks.adopt(call);
+                tracing::info!(tool = %name, task = %task.task.task_id, "the call runs on as a task");
+                CallToolResponse::Task(task)
+            }
+        }
+    }
+
     /// A call on 2026-07-28 whose tool may ask a human: the first request
     /// starts it, each retry (with `requestState`) resumes it; either way it
     /// runs until it finishes or asks (see [`mrtr`]).
@@ -618,6 +727,16 @@ impl ToolpoolServer {
         result.structured_content = structured;
         result
     }
+}
+
+fn no_task(id: &str) -> McpError {
+    McpError::invalid_params(
+        format!(
+            "no task '{id}' (a finished task is kept {} s)",
+            tasks::KEEP_FINISHED.as_secs()
+        ),
+        None,
+    )
 }
 
 /// The answer to a cancelled call. rmcp drops it (the client gave up on the
