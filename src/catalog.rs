@@ -18,6 +18,28 @@ pub struct FunctionSpec {
     /// Path relative to the functions directory.
     pub file: String,
     pub line: u32,
+    /// The JSON Schema of the result, from the return annotation: always an
+    /// object schema (MCP's `outputSchema`); `None` when the annotation says
+    /// nothing (none, `Any`, `None`, an attachment result).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<Value>,
+    /// The result is not an object: `output_schema` describes it as
+    /// `{"result": <the result>}`, and that is how it is sent structured.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub output_wrapped: bool,
+}
+
+impl FunctionSpec {
+    /// The result as MCP's `structuredContent`: `value` (wrapped when the
+    /// schema says so), or `None` when the function has no output schema or
+    /// an unwrapped result is not an object.
+    pub fn structured_result(&self, value: &Value) -> Option<Value> {
+        self.output_schema.as_ref()?;
+        if self.output_wrapped {
+            return Some(json!({ "result": value }));
+        }
+        value.is_object().then(|| value.clone())
+    }
 }
 
 /// A module that failed to import, or a name defined twice.
@@ -351,7 +373,23 @@ mod tests {
             parameters: json!({"type": "object", "properties": {"a": {}, "b": {}}, "required": ["a"]}),
             file: format!("{module}.py"),
             line: 1,
+            output_schema: None,
+            output_wrapped: false,
         }
+    }
+
+    #[test]
+    fn structured_results_are_objects_wrapped_as_the_schema_says() {
+        let mut f = spec("m", "f");
+        assert_eq!(f.structured_result(&json!({"a": 1})), None);
+        f.output_schema = Some(json!({"type": "object"}));
+        assert_eq!(f.structured_result(&json!({"a": 1})), Some(json!({"a": 1})));
+        assert_eq!(f.structured_result(&json!([1])), None);
+        f.output_wrapped = true;
+        assert_eq!(
+            f.structured_result(&json!([1])),
+            Some(json!({"result": [1]}))
+        );
     }
 
     fn catalog() -> Catalog {

@@ -366,6 +366,9 @@ pub enum Command {
         /// Rebuild the catalog and recycle the workers when a tool module changes
         #[arg(long)]
         watch: bool,
+        /// Answer a call still running after SECS with a task the client polls (protocol 2026-07-28, clients that declare the tasks extension)
+        #[arg(long, value_name = "SECS", value_parser = parse_seconds)]
+        task_after: Option<Duration>,
     },
     /// Interpreter, codec, kill mechanism, subreaper and limits in force
     Doctor,
@@ -666,6 +669,7 @@ async fn run_command(cli: Cli) -> Result<ExitCode, CliError> {
             grace,
             metrics,
             watch,
+            task_after,
         } => {
             // Checked before any worker starts: a public address without a
             // token is refused here.
@@ -679,9 +683,7 @@ async fn run_command(cli: Cli) -> Result<ExitCode, CliError> {
             // The workflow file is read before any worker starts, as in `resolve`.
             let workflow = config.as_ref().map(Workflow::load).transpose()?;
             let pool = pool_builder(None).build().await?;
-            if *watch {
-                crate::watch::spawn(&pool);
-            }
+            let reloads = watch.then(|| crate::watch::spawn(&pool));
             let _metrics = match metrics {
                 Some(addr) => {
                     let listener = match tokio::net::TcpListener::bind(addr).await {
@@ -698,7 +700,7 @@ async fn run_command(cli: Cli) -> Result<ExitCode, CliError> {
                 }
                 None => None,
             };
-            let tools = match (workflow, node) {
+            let tools = match (&workflow, node) {
                 (Some(workflow), Some(node)) => {
                     let resolved = workflow
                         .resolve(&pool.catalog())
@@ -717,6 +719,9 @@ async fn run_command(cli: Cli) -> Result<ExitCode, CliError> {
                 tools,
                 http,
                 grace: *grace,
+                reloads,
+                workflow,
+                task_after: *task_after,
             };
             crate::mcp::serve(pool, options)
                 .await

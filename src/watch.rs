@@ -61,10 +61,14 @@ fn collect(dir: &Path, files: &mut Vec<PathBuf>) {
     }
 }
 
-/// Watches `pool`'s functions directory until the pool shuts down.
-pub fn spawn(pool: &Pool) {
+/// Watches `pool`'s functions directory until the pool shuts down. The
+/// receiver is told the number of reloads so far after each successful one
+/// (the MCP server tells its clients the tool list changed); it closes when
+/// the watcher ends.
+pub fn spawn(pool: &Pool) -> tokio::sync::watch::Receiver<u64> {
     let dir = pool.catalog().functions_dir.clone();
     let weak = pool.downgrade();
+    let (reloaded, reloads) = tokio::sync::watch::channel(0u64);
     let (changed_tx, mut changed) = tokio::sync::mpsc::unbounded_channel();
     let debouncer = notify_debouncer_mini::new_debouncer(DEBOUNCE, move |events| {
         let _ = changed_tx.send(events);
@@ -120,9 +124,11 @@ pub fn spawn(pool: &Pool) {
             }
             seen = now;
             tracing::info!("{} changed: reloading the tools", dir.display());
-            if let Err(e) = pool.reload().await {
-                tracing::error!("reload failed, the old catalog stays: {e}");
+            match pool.reload().await {
+                Ok(_) => reloaded.send_modify(|count| *count += 1),
+                Err(e) => tracing::error!("reload failed, the old catalog stays: {e}"),
             }
         }
     });
+    reloads
 }

@@ -1,14 +1,15 @@
 //! Runs the Python MCP client tests (`tests/python_mcp/`): the official
-//! Python `mcp` package driving `toolpool serve`. They need the virtual
-//! environment `scripts/test-deps` prepares (target/pyvenv-test, or
-//! TOOLPOOL_TEST_VENV); without the `mcp` package there they are skipped
-//! with a notice, except in CI (`CI` set) or when TOOLPOOL_TEST_VENV is set,
-//! where they are required.
+//! Python `mcp` package and fastmcp's client driving `toolpool serve`. They
+//! need the virtual environment `scripts/test-deps` prepares
+//! (target/pyvenv-test, or TOOLPOOL_TEST_VENV); without the package there
+//! they are skipped with a notice, except in CI (`CI` set) or when
+//! TOOLPOOL_TEST_VENV is set, where they are required.
 
 use std::path::PathBuf;
 use std::process::Command;
 
-fn venv_python() -> Option<PathBuf> {
+/// The venv's python, if it can import `package`.
+fn venv_python(package: &str) -> Option<PathBuf> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let chosen = std::env::var_os("TOOLPOOL_TEST_VENV");
     let required = chosen.is_some() || std::env::var_os("CI").is_some();
@@ -17,7 +18,7 @@ fn venv_python() -> Option<PathBuf> {
         .unwrap_or_else(|| root.join("target/pyvenv-test"));
     let python = venv.join("bin/python");
     let has_mcp = Command::new(&python)
-        .args(["-c", "import mcp"])
+        .args(["-c", &format!("import {package}")])
         .output()
         .is_ok_and(|o| o.status.success());
     if has_mcp {
@@ -25,11 +26,11 @@ fn venv_python() -> Option<PathBuf> {
     }
     assert!(
         !required,
-        "{} cannot import the Python `mcp` package (scripts/test-deps installs it)",
+        "{} cannot import the Python `{package}` package (scripts/test-deps installs it)",
         python.display()
     );
     eprintln!(
-        "skipped: no Python `mcp` package in {} (run scripts/test-deps to install it)",
+        "skipped: no Python `{package}` package in {} (run scripts/test-deps to install it)",
         venv.display()
     );
     None
@@ -37,7 +38,12 @@ fn venv_python() -> Option<PathBuf> {
 
 /// Runs one module of tests/python_mcp with unittest.
 fn run_python_module(module: &str) {
-    let Some(python) = venv_python() else {
+    let package = if module == "test_fastmcp" {
+        "fastmcp"
+    } else {
+        "mcp"
+    };
+    let Some(python) = venv_python(package) else {
         return;
     };
     let root = env!("CARGO_MANIFEST_DIR");
@@ -87,4 +93,24 @@ fn python_client_receives_attachments_as_content() {
 #[test]
 fn python_client_http_front_end_refuses_and_limits() {
     run_python_module("test_http_front");
+}
+
+#[test]
+fn python_client_structured_results_in_both_versions() {
+    run_python_module("test_structured");
+}
+
+#[test]
+fn python_client_is_told_of_list_changes_in_both_versions() {
+    run_python_module("test_list_changes");
+}
+
+#[test]
+fn fastmcp_client_over_stdio_and_http_in_both_versions() {
+    run_python_module("test_fastmcp");
+}
+
+#[test]
+fn long_calls_become_tasks_on_2026_07_28() {
+    run_python_module("test_tasks");
 }

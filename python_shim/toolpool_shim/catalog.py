@@ -5,28 +5,35 @@ import sys
 from . import discovery, docstrings, schema
 
 
-def build_catalog(toolset, warnings=()) -> dict:
-    """The catalog reply; `warnings`: what the worker could not do as the project expects (standins.py)."""
+def build_catalog(toolset, warnings=(), content_classes: tuple = ()) -> dict:
+    """The catalog reply; `warnings`: what the worker could not do as the project expects (standins.py);
+    `content_classes`: the attachment result classes (their tools get no output schema)."""
     functions = []
     errors = [error.as_dict() for error in toolset.errors]
     for tool in toolset.tools.values():
         doc = tool.func.__doc__
         try:
             parameters = schema.parameters_schema(tool.signature, docstrings.param_docs(doc))
+            output, wrapped = schema.output_schema(tool.signature.returns, content_classes)
         except Exception as exc:
             # A schema this code cannot build must cost one function, not the catalog.
             error = f"cannot describe function '{tool.name}': {discovery.describe_exception(exc)}"
             print(f"toolpool: {tool.module}: {error}", file=sys.stderr)
             errors.append({"module": tool.module, "file": tool.file, "error": error})
             continue
-        functions.append({
+        entry = {
             "name": tool.name,
             "module": tool.module,
             "description": docstrings.summary(doc),
             "parameters": parameters,
             "file": tool.file,
             "line": tool.line,
-        })
+        }
+        if output is not None:
+            entry["output_schema"] = output
+            if wrapped:
+                entry["output_wrapped"] = True
+        functions.append(entry)
     functions.sort(key=lambda entry: (entry["module"], entry["name"]))
     errors.sort(key=lambda entry: entry["module"])
     return {"functions": functions, "errors": errors, "warnings": list(warnings)}

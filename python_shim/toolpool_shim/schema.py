@@ -43,6 +43,46 @@ def parameters_schema(signature, docs: dict) -> dict:
     return schema
 
 
+def output_schema(returns, content_classes: tuple = ()) -> tuple:
+    """(MCP `outputSchema`, wrapped) for a return annotation; (None, False) when it says nothing.
+
+    MCP wants an object schema: a result whose annotation is not an object
+    (a list, a number, a union) is described as `{"result": <schema>}` and sent
+    that way (`wrapped`). No schema for an unannotated, `Any`, `None` or
+    unknown return, nor for attachment results (they are sent as content).
+    Unknown keys are allowed at every level: a result with more fields than
+    declared is still a result.
+    """
+    if returns is EMPTY or _mentions(returns, content_classes):
+        return None, False
+    schema = _open(type_schema(returns))
+    if not schema or schema == {"type": "null"}:
+        return None, False
+    if schema.get("type") == "object":
+        return schema, False
+    return {"type": "object", "properties": {"result": schema}, "required": ["result"]}, True
+
+
+def _mentions(tp, classes: tuple) -> bool:
+    """True when `tp` is, or has among its arguments, one of `classes` (or a subclass)."""
+    if isinstance(tp, type) and classes and issubclass(tp, classes):
+        return True
+    return any(_mentions(arg, classes) for arg in get_args(tp) if arg is not tp)
+
+
+def _open(schema):
+    """`schema` without `additionalProperties: false`, at every level."""
+    if isinstance(schema, list):
+        return [_open(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    return {
+        key: _open(value)
+        for key, value in schema.items()
+        if not (key == "additionalProperties" and value is False)
+    }
+
+
 def slot_schema(slot, doc: str | None = None, expanding: frozenset = frozenset()) -> dict:
     schema = type_schema(slot.annotation, expanding)
     description = slot.description or doc

@@ -32,6 +32,7 @@ class Signature:
     visible: tuple         # Slots the agent may set, in declaration order
     takes_kwargs: bool     # **kwargs: unknown arguments are passed through
     takes_context: bool    # gets `_context` (declares it, or takes **kwargs)
+    returns: Any = EMPTY   # the resolved return annotation
 
 
 def describe(func) -> Signature:
@@ -59,7 +60,7 @@ def describe(func) -> Signature:
                 default=param.default,
                 positional_only=param.kind is param.POSITIONAL_ONLY,
             ))
-    return Signature(tuple(visible), takes_kwargs, declares_context or takes_kwargs)
+    return Signature(tuple(visible), takes_kwargs, declares_context or takes_kwargs, hints.get("return", EMPTY))
 
 
 @functools.lru_cache(maxsize=None)

@@ -115,7 +115,7 @@ def _serve(channel: Channel, toolset, classes, invoker: Invoker) -> None:
                 value = Encoded()  # null; exercises the whole request path: warms a spare
             elif kind == "catalog":
                 if catalog is None:
-                    catalog = build_catalog(toolset, classes.warnings)
+                    catalog = build_catalog(toolset, classes.warnings, classes.blocks + classes.records)
                 value = Encoded(value=catalog)
             elif kind == "invoke" and isinstance(request.get("name"), str):
                 # Proof that this worker was sound when the call began: one

@@ -2,8 +2,11 @@
 //!
 //! Each `tools/call` gets its own [`HumanPrompt`]: an [`Elicitation`] on the
 //! connection the call came from when that client declared the elicitation
-//! capability (form mode), else [`NoHuman`], which answers every prompt with
-//! a clear "no human available" error. A pool-wide prompt (such as the
+//! capability (form mode) on a protocol version with server-to-client
+//! requests (2025-11-25 and older), else [`NoHuman`], which answers every
+//! prompt with a clear "no human available" error. On 2026-07-28 a client
+//! with the capability is asked through multi-round-trip results instead
+//! (`super::mrtr`), with the same message and form. A pool-wide prompt (such as the
 //! terminal) is never used in serve mode: stdin is the MCP transport.
 //!
 //! The request is a form with one required string, `response`; the tool gets
@@ -16,23 +19,34 @@ use std::sync::Arc;
 
 use rmcp::model::{
     CancelledNotificationParam, ClientResult, ElicitRequest, ElicitRequestParams,
-    ElicitationAction, ElicitationSchema, RequestId, ServerRequest,
+    ElicitationAction, ElicitationSchema, ProtocolVersion, RequestId, ServerRequest,
 };
-use rmcp::service::{ElicitationMode, PeerRequestOptions};
+use rmcp::service::{ElicitationMode, PeerRequestOptions, RequestContext};
 use rmcp::{Peer, RoleServer};
 use serde_json::{Map, Value};
 
 use crate::context::{BoxFuture, HumanPrompt, PromptAnswer, PromptError, PromptRequest};
 
-/// The prompt service for one call from `peer`.
-pub fn for_peer(peer: &Peer<RoleServer>) -> Arc<dyn HumanPrompt> {
-    if peer
+/// The prompt service for one call, made in `context`.
+pub fn for_request(context: &RequestContext<RoleServer>) -> Arc<dyn HumanPrompt> {
+    if is_modern(context) {
+        // With the capability the call goes through `mrtr` instead.
+        return Arc::new(NoHuman(
+            "the MCP client has no human available (its request did not declare the elicitation capability)",
+        ));
+    }
+    if context
+        .peer
         .supported_elicitation_modes()
         .contains(&ElicitationMode::Form)
     {
-        Arc::new(Elicitation { peer: peer.clone() })
+        Arc::new(Elicitation {
+            peer: context.peer.clone(),
+        })
     } else {
-        Arc::new(NoHuman)
+        Arc::new(NoHuman(
+            "the MCP client has no human available (it did not declare the elicitation capability)",
+        ))
     }
 }
 
@@ -41,22 +55,25 @@ pub struct Elicitation {
     peer: Peer<RoleServer>,
 }
 
-/// For clients without the elicitation capability.
-pub struct NoHuman;
+/// True for a request on 2026-07-28 or later: no server-to-client requests.
+pub fn is_modern(context: &RequestContext<RoleServer>) -> bool {
+    context
+        .protocol_version()
+        .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28)
+}
+
+/// For clients that cannot be asked; carries the reason the tool is told.
+pub struct NoHuman(&'static str);
 
 impl HumanPrompt for NoHuman {
     fn request(&self, _request: PromptRequest) -> BoxFuture<'_, Result<PromptAnswer, PromptError>> {
-        Box::pin(async {
-            Err(PromptError::Unavailable(
-                "the MCP client has no human available (it did not declare the elicitation capability)"
-                    .into(),
-            ))
-        })
+        let reason = self.0;
+        Box::pin(async move { Err(PromptError::Unavailable(reason.into())) })
     }
 }
 
 /// The text the user is shown: who asks, the task, and what to look at.
-fn message(request: &PromptRequest) -> String {
+pub(super) fn message(request: &PromptRequest) -> String {
     let who = match request.node_id.as_str() {
         "" => format!("The tool '{}'", request.tool),
         node => format!("The tool '{}' (node '{node}')", request.tool),
@@ -69,7 +86,7 @@ fn message(request: &PromptRequest) -> String {
     text
 }
 
-fn schema(request: &PromptRequest) -> ElicitationSchema {
+pub(super) fn schema(request: &PromptRequest) -> ElicitationSchema {
     let mut description = request.task_description.trim().to_string();
     if description.chars().count() > 200 {
         description = description.chars().take(199).collect::<String>() + "…";
@@ -152,7 +169,7 @@ impl HumanPrompt for Elicitation {
 
 /// The tool's answer from the accepted form: the `response` text; any other
 /// fields go into the answer's metadata.
-fn answer(content: Option<Value>) -> PromptAnswer {
+pub(super) fn answer(content: Option<Value>) -> PromptAnswer {
     let mut fields = match content {
         Some(Value::Object(fields)) => fields,
         Some(Value::String(text)) => return PromptAnswer::text(text),

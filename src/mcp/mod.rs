@@ -12,20 +12,25 @@
 //! - `notifications/cancelled` cancels the request's token; the call future
 //!   is dropped, which kills the worker it was running on (the pool starts a
 //!   replacement) or, for a queued call, just takes it out of the queue.
+//! - A tool's result is also `structuredContent` when its function has an
+//!   output schema (from its return annotation; see `FunctionSpec`).
 //! - A tool's human prompt (`_context["human_prompt"].request(...)`) becomes
-//!   an elicitation request to the client that made the call, when it
+//!   an elicitation request to the client that made the call (2025-11-25),
+//!   or a multi-round-trip result (2026-07-28, see [`mrtr`]), when it
 //!   declared the capability; otherwise the tool is told no human is
 //!   available (see [`elicit`]). The pool does not count the wait against
 //!   the call's timeout.
+//! - With `--watch`, a reload that changes the tool list is told to every
+//!   client (see [`listeners`]); in node mode the node is re-resolved.
 //! - Shutdown (stdin EOF on stdio, SIGTERM/SIGINT on either transport): stop
 //!   taking calls, let the calls already received (running or queued) finish
 //!   within the grace period, kill the rest, reap every worker, answer every
 //!   call, exit 0.
 //!
-//! Protocol versions: up to 2025-11-25, the newest with an `initialize`
-//! handshake. 2026-07-28 forbids server-to-client requests, and a tool that
-//! asks a human mid-call needs one (an elicitation request) while its worker
-//! waits; clients that speak 2026-07-28 fall back to 2025-11-25.
+//! Protocol versions: 2026-07-28 (no `initialize`; each request carries its
+//! version and capabilities in `_meta`, negotiated per request by rmcp) beside
+//! 2025-11-25 and every older version rmcp speaks (the `initialize`
+//! handshake).
 //!
 //! stdout carries only the MCP transport; logs, including what tools print,
 //! go to stderr.
@@ -34,25 +39,30 @@ mod content;
 mod elicit;
 mod http;
 mod http_access;
+mod listeners;
+mod mrtr;
 mod stdio;
 mod stdio_gate;
+mod tasks;
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CustomRequest, CustomResult, ErrorCode,
-    Implementation, JsonObject, ListToolsResult, MetaObject, PaginatedRequestParams,
-    ProtocolVersion, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CustomRequest,
+    CustomResult, ErrorCode, Implementation, JsonObject, ListToolsResult, MetaObject,
+    PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig, Tool,
 };
-use rmcp::service::RequestContext;
+use rmcp::model::{CancelTaskParams, GetTaskParams, GetTaskResult, SubscriptionFilter};
+use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{json, Value};
 use tokio::sync::Notify;
 
-use crate::config::NodeTools;
+use crate::catalog::FunctionSpec;
+use crate::config::{NodeTools, Workflow};
 use crate::context::HumanPrompt;
 use crate::error::{ErrorKind, ToolError};
 use crate::pool::{CallReport, InvokeOptions, Pool};
@@ -70,7 +80,11 @@ const EOF_SETTLE: Duration = Duration::from_millis(200);
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(10);
 
 /// The newest protocol version served (see the module docs).
-const MAX_PROTOCOL: ProtocolVersion = ProtocolVersion::V_2025_11_25;
+const MAX_PROTOCOL: ProtocolVersion = ProtocolVersion::V_2026_07_28;
+
+/// The version an `initialize` handshake settles on when the client asks for
+/// one without a handshake (2026-07-28) or one rmcp does not know.
+const HANDSHAKE_PROTOCOL: ProtocolVersion = ProtocolVersion::V_2025_11_25;
 
 /// Which tools the server offers.
 #[derive(Debug, Clone)]
@@ -90,6 +104,16 @@ pub struct ServeOptions {
     pub http: Option<HttpOptions>,
     /// How long calls in flight may run on at shutdown before they are killed.
     pub grace: Duration,
+    /// `--watch`: told (a new count) after each reload of the catalog; the
+    /// server then declares `tools.listChanged` and tells its clients when
+    /// their tool list changed.
+    pub reloads: Option<tokio::sync::watch::Receiver<u64>>,
+    /// With [`ToolSet::Node`]: the workflow the node is re-resolved against
+    /// after a reload.
+    pub workflow: Option<Workflow>,
+    /// `--task-after`: a call from a 2026-07-28 client that declares the
+    /// tasks extension becomes a task once it has run this long.
+    pub task_after: Option<Duration>,
 }
 
 /// What stops the server from starting; after it started, `serve` always
@@ -106,7 +130,13 @@ pub enum ServeError {
 /// Serves the pool over MCP until the client goes away (stdin EOF) or the
 /// process is told to stop (SIGTERM, SIGINT); then shuts the pool down.
 pub async fn serve(pool: Pool, options: ServeOptions) -> Result<(), ServeError> {
-    let server = ToolpoolServer::new(pool, options.tools);
+    let mut server = ToolpoolServer::new(pool, options.tools);
+    if let Some(after) = options.task_after {
+        server = server.with_tasks_after(after);
+    }
+    if let Some(reloads) = options.reloads {
+        server.follow_reloads(reloads, options.workflow);
+    }
     match options.http {
         None => stdio::serve(server, options.grace).await,
         Some(http) => http::serve(server, http, options.grace).await,
@@ -125,7 +155,16 @@ pub struct ToolpoolServer {
 
 struct Inner {
     pool: Pool,
-    tools: ToolSet,
+    /// Replaced after a reload in node mode (the node re-resolved).
+    tools: RwLock<ToolSet>,
+    /// Set by [`ToolpoolServer::follow_reloads`]: the tool list can change.
+    list_changes: AtomicBool,
+    listeners: listeners::Listeners,
+    /// Calls suspended while a 2026-07-28 client asks its human.
+    round_trips: Arc<mrtr::RoundTrips>,
+    /// `--task-after`, and the calls that became tasks.
+    task_after: Option<Duration>,
+    tasks: Arc<tasks::Tasks>,
     calls: CallCounter,
     /// Set at shutdown: calls arriving after it are refused.
     closing: AtomicBool,
@@ -136,7 +175,12 @@ impl ToolpoolServer {
         ToolpoolServer {
             inner: Arc::new(Inner {
                 pool,
-                tools,
+                tools: RwLock::new(tools),
+                list_changes: AtomicBool::new(false),
+                listeners: listeners::Listeners::default(),
+                round_trips: mrtr::RoundTrips::new(),
+                task_after: None,
+                tasks: Arc::default(),
                 calls: CallCounter::default(),
                 closing: AtomicBool::new(false),
             }),
@@ -152,6 +196,15 @@ impl ToolpoolServer {
         }
     }
 
+    /// Calls running longer than `after` become tasks (see [`tasks`]), for
+    /// clients that declare the tasks extension. Before the server is shared.
+    pub fn with_tasks_after(mut self, after: Duration) -> ToolpoolServer {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.task_after = Some(after);
+        }
+        self
+    }
+
     pub fn pool(&self) -> &Pool {
         &self.inner.pool
     }
@@ -159,7 +212,72 @@ impl ToolpoolServer {
     /// The tools as `tools/list` gives them: built on each request, so that
     /// a rebuilt catalog shows.
     pub fn tools(&self) -> Vec<Tool> {
-        list_tools(&self.inner.pool, &self.inner.tools)
+        list_tools(&self.inner.pool, &self.tool_set())
+    }
+
+    fn tool_set(&self) -> ToolSet {
+        match self.inner.tools.read() {
+            Ok(tools) => tools.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// The catalog function behind the tool the client calls `name`.
+    fn function_of(&self, name: &str) -> Option<FunctionSpec> {
+        let function = match self.tool_set() {
+            ToolSet::Catalog => name.to_string(),
+            ToolSet::Node(node) => node.tools.into_iter().find(|t| t.name == name)?.function,
+        };
+        let catalog = self.inner.pool.catalog();
+        catalog
+            .functions
+            .iter()
+            .find(|f| f.name == function)
+            .cloned()
+    }
+
+    /// After each reload: re-resolves the node (in node mode) and, when the
+    /// tool list changed, tells every listener. Runs until the watcher ends.
+    fn follow_reloads(
+        &self,
+        mut reloads: tokio::sync::watch::Receiver<u64>,
+        workflow: Option<Workflow>,
+    ) {
+        self.inner.list_changes.store(true, Ordering::Release);
+        let server = self.clone();
+        tokio::spawn(async move {
+            let mut listed = server.tools();
+            while reloads.changed().await.is_ok() {
+                listed = server.reloaded(workflow.as_ref(), listed).await;
+            }
+        });
+    }
+
+    /// `before`: the list before the reload; returns the list after it.
+    async fn reloaded(&self, workflow: Option<&Workflow>, before: Vec<Tool>) -> Vec<Tool> {
+        if let (Some(workflow), ToolSet::Node(node)) = (workflow, self.tool_set()) {
+            let resolved = workflow
+                .resolve(&self.inner.pool.catalog())
+                .and_then(|resolved| resolved.node_tools(&node.id).cloned());
+            match resolved {
+                Ok(resolved) => match self.inner.tools.write() {
+                    Ok(mut tools) => *tools = ToolSet::Node(resolved),
+                    Err(poisoned) => *poisoned.into_inner() = ToolSet::Node(resolved),
+                },
+                Err(error) => tracing::warn!(
+                    node = %node.id,
+                    "after the reload the workflow no longer resolves, so the node keeps its tools: {error}"
+                ),
+            }
+        }
+        let after = self.tools();
+        if after == before {
+            tracing::debug!("reloaded; the tool list is unchanged");
+        } else {
+            let told = self.inner.listeners.notify_tool_list_changed().await;
+            tracing::info!(clients = told, "the tool list changed; clients told");
+        }
+        after
     }
 
     /// Calls one tool by the name the client sees; its human prompts go to
@@ -170,7 +288,7 @@ impl ToolpoolServer {
             human_prompt: Some(human),
             ..InvokeOptions::default()
         };
-        match &inner.tools {
+        match self.tool_set() {
             ToolSet::Catalog => inner.pool.invoke_report(name, args, options).await,
             ToolSet::Node(node) => node.invoke_report(&inner.pool, name, args, options).await,
         }
@@ -250,9 +368,16 @@ impl ToolpoolServer {
 /// The `tools/list` entries.
 fn list_tools(pool: &Pool, tools: &ToolSet) -> Vec<Tool> {
     let default_timeout = pool.default_timeout();
+    let catalog = pool.catalog();
+    let output_of = |function: &str| {
+        catalog
+            .functions
+            .iter()
+            .find(|f| f.name == function)
+            .and_then(output_schema)
+    };
     match tools {
-        ToolSet::Catalog => pool
-            .catalog()
+        ToolSet::Catalog => catalog
             .functions
             .iter()
             .map(|f| {
@@ -261,7 +386,13 @@ fn list_tools(pool: &Pool, tools: &ToolSet) -> Vec<Tool> {
                     "toolpool/module": f.module,
                     "toolpool/timeout": seconds(default_timeout),
                 });
-                tool(&f.name, &f.description, &f.parameters, meta)
+                tool(
+                    &f.name,
+                    &f.description,
+                    &f.parameters,
+                    meta,
+                    output_schema(f),
+                )
             })
             .collect(),
         ToolSet::Node(node) => node
@@ -273,13 +404,36 @@ fn list_tools(pool: &Pool, tools: &ToolSet) -> Vec<Tool> {
                     "toolpool/node": node.id,
                     "toolpool/timeout": seconds(t.timeout.unwrap_or(default_timeout)),
                 });
-                tool(&t.name, &t.description, &t.parameters, meta)
+                tool(
+                    &t.name,
+                    &t.description,
+                    &t.parameters,
+                    meta,
+                    output_of(&t.function),
+                )
             })
             .collect(),
     }
 }
 
-fn tool(name: &str, description: &str, parameters: &Value, meta: Value) -> Tool {
+/// A function's MCP `outputSchema`. A wrapped one (`{"result": ...}`) is
+/// marked the way fastmcp marks its own, so that its client (and others that
+/// follow it) hands the caller the result itself rather than the wrapper.
+fn output_schema(function: &FunctionSpec) -> Option<Value> {
+    let mut schema = function.output_schema.clone()?;
+    if let (true, Value::Object(fields)) = (function.output_wrapped, &mut schema) {
+        fields.insert("x-fastmcp-wrap-result".into(), Value::Bool(true));
+    }
+    Some(schema)
+}
+
+fn tool(
+    name: &str,
+    description: &str,
+    parameters: &Value,
+    meta: Value,
+    output: Option<Value>,
+) -> Tool {
     // The catalog and `resolve` only produce object schemas; anything else
     // would be rejected by clients, so fall back to "no parameters".
     let schema: JsonObject = match parameters {
@@ -293,12 +447,17 @@ fn tool(name: &str, description: &str, parameters: &Value, meta: Value) -> Tool 
         Value::Object(meta) => MetaObject(meta),
         _ => MetaObject(JsonObject::new()),
     };
-    Tool::new_with_raw(
+    let tool = Tool::new_with_raw(
         name.to_string(),
         Some(Cow::Owned(description.to_string())),
         Arc::new(schema),
     )
-    .with_meta(meta)
+    .with_meta(meta);
+    // The shim only makes object schemas (a non-object result is wrapped).
+    match output {
+        Some(Value::Object(output)) => tool.with_raw_output_schema(Arc::new(output)),
+        _ => tool,
+    }
 }
 
 /// Seconds as a JSON number: `30`, not `30.0`, when whole.
@@ -312,14 +471,29 @@ fn seconds(duration: Duration) -> Value {
 
 impl ServerHandler for ToolpoolServer {
     fn get_info(&self) -> ServerConfig {
-        let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build());
+        let capabilities = if self.inner.list_changes.load(Ordering::Acquire) {
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build()
+        } else {
+            ServerCapabilities::builder().enable_tools().build()
+        };
+        let mut capabilities = capabilities;
+        if self.inner.task_after.is_some() {
+            capabilities
+                .extensions
+                .get_or_insert_with(Default::default)
+                .insert(rmcp::model::TASKS_EXTENSION_ID.into(), JsonObject::new());
+        }
+        let mut info = ServerConfig::new(capabilities);
         let mut implementation = Implementation::new("toolpool", env!("CARGO_PKG_VERSION"));
         implementation.description = Some(
             "Python function tools run in a pool of isolated workers, with enforced timeouts"
                 .into(),
         );
         info.server_info = implementation;
-        info.protocol_version = MAX_PROTOCOL;
+        info.protocol_version = HANDSHAKE_PROTOCOL;
         info.instructions = Some(
             "Each tool is a Python function run in an isolated worker. A call that runs past \
              its timeout is killed and reported as a tool error (TimeoutError); failures are \
@@ -343,6 +517,55 @@ impl ServerHandler for ToolpoolServer {
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
         self.tools().into_iter().find(|t| t.name == name)
+    }
+
+    /// A session from `initialize` is told of list changes on its connection.
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        if self.inner.list_changes.load(Ordering::Acquire) {
+            self.inner.listeners.add_session(context.peer);
+        }
+    }
+
+    /// 2026-07-28 `subscriptions/listen`: tool list changes, with `--watch`.
+    fn accepted_subscription_filter(
+        &self,
+        _requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        self.inner.list_changes.load(Ordering::Acquire).then(|| {
+            let mut filter = SubscriptionFilter::new();
+            filter.tools_list_changed = Some(true);
+            filter
+        })
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, McpError> {
+        match self.inner.tasks.get(&request.task_id) {
+            Some(task) => Ok(GetTaskResult::new(task)),
+            None => Err(no_task(&request.task_id)),
+        }
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        if self.inner.tasks.cancel(&request.task_id) {
+            Ok(())
+        } else {
+            Err(no_task(&request.task_id))
+        }
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
+        let id = self.inner.listeners.add_stream(context.sink().clone());
+        context.cancelled().await;
+        self.inner.listeners.remove(id);
+        Ok(())
     }
 
     /// A `tools/call` whose params rmcp could not read (arguments that are
@@ -397,20 +620,33 @@ impl ServerHandler for ToolpoolServer {
             let error = ToolError::new(&name, ErrorKind::PoolClosed, "the server is shutting down");
             return Ok(CallToolResponse::Complete(call_result(Err(error), None)));
         }
-        let args = Value::Object(request.arguments.unwrap_or_default());
-        let human = elicit::for_peer(&context.peer);
+        let args = Value::Object(request.arguments.clone().unwrap_or_default());
+        let asks_by_round_trips = elicit::is_modern(&context)
+            && (request.request_state.is_some()
+                || context
+                    .client_capabilities()
+                    .is_some_and(|c| c.elicitation.is_some()));
+        if asks_by_round_trips {
+            return self
+                .call_in_round_trips(name, args, &request, &context)
+                .await;
+        }
+        let human = elicit::for_request(&context);
+        if let Some(after) = self.task_after_for(&context) {
+            return Ok(self
+                .call_maybe_as_task(name, args, human, after, &context)
+                .await);
+        }
+        // Only 2025-11-25 HTTP sessions can be ended (DELETE) under a call.
         let session_closed = self.session.closed(&context);
         let call = self.invoke(&name, args, human);
         tokio::select! {
-            report = call => Ok(CallToolResponse::Complete(
-                call_result(report.result, report.content.as_deref()),
-            )),
+            report = call => Ok(CallToolResponse::Complete(self.result_of(&name, report))),
             _ = context.ct.cancelled() => {
                 // Dropping `call` killed its worker (or took it out of the
-                // queue). rmcp sends no response to a cancelled request, so
-                // what is returned here is never seen.
+                // queue).
                 tracing::info!(tool = %name, id = %context.id, "call cancelled by the client");
-                Err(McpError::internal_error("the call was cancelled", None))
+                Ok(CallToolResponse::Complete(cancelled()))
             }
             _ = session_closed => {
                 // As above: the client ended the session (HTTP DELETE).
@@ -419,6 +655,137 @@ impl ServerHandler for ToolpoolServer {
             }
         }
     }
+}
+
+impl ToolpoolServer {
+    /// `--task-after`, when this request may be answered with a task: on
+    /// 2026-07-28, from a client that declares the tasks extension.
+    fn task_after_for(&self, context: &RequestContext<RoleServer>) -> Option<Duration> {
+        let declares = context
+            .client_capabilities()
+            .is_some_and(|c| c.supports_tasks());
+        self.inner
+            .task_after
+            .filter(|_| declares && elicit::is_modern(context))
+    }
+
+    /// Runs the call in its own task; answers with its result if it ends
+    /// within `after`, else with a task it goes on running in.
+    async fn call_maybe_as_task(
+        &self,
+        name: String,
+        args: Value,
+        human: Arc<dyn HumanPrompt>,
+        after: Duration,
+        context: &RequestContext<RoleServer>,
+    ) -> CallToolResponse {
+        let server = self.clone();
+        let tool = name.clone();
+        let mut call = tokio::spawn(async move {
+            let report = server.invoke(&tool, args, human).await;
+            server.result_of(&tool, report)
+        });
+        let abort = call.abort_handle();
+        let finished = tokio::select! {
+            result = &mut call => Some(result),
+            _ = tokio::time::sleep(after) => None,
+            _ = context.ct.cancelled() => {
+                // Aborting drops the call future: its worker is killed.
+                abort.abort();
+                tracing::info!(tool = %name, id = %context.id, "call cancelled by the client");
+                return CallToolResponse::Complete(cancelled());
+            }
+        };
+        match finished {
+            Some(Ok(result)) => CallToolResponse::Complete(result),
+            Some(Err(e)) => {
+                CallToolResponse::Complete(CallToolResult::error(vec![ContentBlock::text(
+                    format!("Tool {name} error: WorkerDied: the call's task failed: {e}"),
+                )]))
+            }
+            None => {
+                let task = self.inner.tasks.adopt(call);
+                tracing::info!(tool = %name, task = %task.task.task_id, "the call runs on as a task");
+                CallToolResponse::Task(task)
+            }
+        }
+    }
+
+    /// A call on 2026-07-28 whose tool may ask a human: the first request
+    /// starts it, each retry (with `requestState`) resumes it; either way it
+    /// runs until it finishes or asks (see [`mrtr`]).
+    async fn call_in_round_trips(
+        &self,
+        name: String,
+        args: Value,
+        request: &CallToolRequestParams,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let binding = mrtr::binding(context.client_info().as_ref(), &name, &args);
+        let running = match &request.request_state {
+            Some(state) => self
+                .inner
+                .round_trips
+                .resume(state, &binding, request.input_responses.as_ref())
+                .map_err(|e| McpError::invalid_params(e.to_string(), None))?,
+            None => {
+                let server = self.clone();
+                let tool = name.clone();
+                mrtr::Running::start(
+                    move |human| async move { server.invoke(&tool, args, human).await },
+                )
+            }
+        };
+        let step = self
+            .inner
+            .round_trips
+            .drive(running, binding, &context.ct)
+            .await;
+        Ok(match step {
+            mrtr::Step::Done(report) => CallToolResponse::Complete(self.result_of(&name, report)),
+            mrtr::Step::Asks(input) => CallToolResponse::InputRequired(input),
+            mrtr::Step::Failed(error) => {
+                CallToolResponse::Complete(CallToolResult::error(vec![ContentBlock::text(
+                    format!("Tool {name} error: WorkerDied: {error}"),
+                )]))
+            }
+            mrtr::Step::Cancelled => {
+                tracing::info!(tool = %name, id = %context.id, "call cancelled by the client");
+                CallToolResponse::Complete(cancelled())
+            }
+        })
+    }
+
+    /// The MCP result of a finished call: its content, and its value as
+    /// `structuredContent` when the function has an output schema.
+    fn result_of(&self, name: &str, report: CallReport) -> CallToolResult {
+        let structured = match (&report.result, &report.content) {
+            (Ok(value), None) => self
+                .function_of(name)
+                .and_then(|f| f.structured_result(value)),
+            _ => None,
+        };
+        let mut result = call_result(report.result, report.content.as_deref());
+        result.structured_content = structured;
+        result
+    }
+}
+
+fn no_task(id: &str) -> McpError {
+    McpError::invalid_params(
+        format!(
+            "no task '{id}' (a finished task is kept {} s)",
+            tasks::KEEP_FINISHED.as_secs()
+        ),
+        None,
+    )
+}
+
+/// The answer to a cancelled call. rmcp drops it (the client gave up on the
+/// request); it is a result, not an error, because rmcp logs every error
+/// answer as a warning and a cancellation is no fault.
+fn cancelled() -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text("the call was cancelled")])
 }
 
 /// Counts `tools/call` handlers running, so shutdown can wait until every

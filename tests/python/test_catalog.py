@@ -257,7 +257,8 @@ class FixtureCatalog(unittest.TestCase):
 
     def test_keys_come_in_the_documented_order(self):
         entry = self.by_name["schema_param_meta"]
-        self.assertEqual(list(entry), ["name", "module", "description", "parameters", "file", "line"])
+        self.assertEqual(list(entry)[:6], ["name", "module", "description", "parameters", "file", "line"])
+        self.assertLessEqual(set(list(entry)[6:]), {"output_schema", "output_wrapped"})
         self.assertEqual(list(entry["parameters"]), ["type", "properties", "required", "additionalProperties"])
         self.assertEqual(list(entry["parameters"]["properties"]), [
             "path", "mode", "count", "mixed", "outer", "inner", "color",
@@ -589,3 +590,54 @@ class Pydantic(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class OutputSchemas(unittest.TestCase):
+    """The return annotation as MCP's outputSchema: an object, a non-object wrapped."""
+
+    def output(self, returns, content_classes=()):
+        from toolpool_shim import schema
+        return schema.output_schema(returns, content_classes)
+
+    def test_object_results_are_their_own_schema(self):
+        import dataclasses
+        import typing
+
+        class Movie(typing.TypedDict):
+            title: str
+            year: int
+
+        @dataclasses.dataclass
+        class Point:
+            x: int
+            y: int = 0
+
+        self.assertEqual(self.output(dict[str, int]), ({"type": "object", "additionalProperties": {"type": "integer"}}, False))
+        movie, wrapped = self.output(Movie)
+        self.assertFalse(wrapped)
+        self.assertEqual(movie["properties"], {"title": {"type": "string"}, "year": {"type": "integer"}})
+        self.assertNotIn("additionalProperties", movie, "a result with more keys than declared is still a result")
+        point, _ = self.output(Point)
+        self.assertEqual(point["required"], ["x"])
+
+    def test_other_results_are_wrapped(self):
+        self.assertEqual(
+            self.output(list[int]),
+            ({"type": "object", "properties": {"result": {"type": "array", "items": {"type": "integer"}}},
+              "required": ["result"]}, True),
+        )
+        schema, wrapped = self.output(int | None)
+        self.assertTrue(wrapped)
+        self.assertEqual(schema["required"], ["result"])
+
+    def test_no_schema_when_the_annotation_says_nothing(self):
+        import inspect
+        import typing
+
+        class Block:
+            pass
+
+        for returns in (inspect.Parameter.empty, typing.Any, object, None, type(None)):
+            self.assertEqual(self.output(returns), (None, False), returns)
+        self.assertEqual(self.output(Block, (Block,)), (None, False))
+        self.assertEqual(self.output(list[Block], (Block,)), (None, False))

@@ -35,13 +35,21 @@ def base_args(session_dir: str, *args: str, functions: Path = FIXTURES) -> list[
 
 
 @contextlib.asynccontextmanager
-async def served(*args: str, functions: Path = FIXTURES, **client_options):
+async def served(
+    *args: str, functions: Path = FIXTURES, log: list | None = None, log_file: list | None = None, **client_options
+):
     """A connected `Client` on `toolpool <args>` (args end with `serve ...`) over the tools in `functions`.
 
-    The server's stderr goes to a file; on failure it is printed.
+    The server's stderr goes to a file; on failure it is printed, and once the
+    client has closed its text is appended to `log` when one is given; the
+    file's path is appended to `log_file` at the start, to read it meanwhile.
+    `mode="legacy"` in `client_options` makes the client use the `initialize`
+    handshake (2025-11-25); by default it discovers 2026-07-28.
     """
     with tempfile.TemporaryDirectory() as tmp:
         stderr_path = Path(tmp) / "stderr.txt"
+        if log_file is not None:
+            log_file.append(stderr_path)
         params = StdioServerParameters(
             command=BIN,
             args=base_args(str(Path(tmp) / "session"), *args, functions=functions),
@@ -51,10 +59,22 @@ async def served(*args: str, functions: Path = FIXTURES, **client_options):
             try:
                 async with Client(stdio_client(params, errlog=errlog), **client_options) as client:
                     yield client
+                if log is not None:
+                    errlog.flush()
+                    log.append(stderr_path.read_text())
             except BaseException:
                 errlog.flush()
                 sys.stderr.write(f"--- toolpool stderr:\n{stderr_path.read_text()}\n")
                 raise
+
+
+MODES = {"2026-07-28": "auto", "2025-11-25": "legacy"}
+"""Protocol version → the client's `mode` that speaks it."""
+
+
+def warnings_in(log: str) -> list[str]:
+    """The WARN (and worse) lines of a server log."""
+    return [line for line in log.splitlines() if " WARN " in line or " ERROR " in line]
 
 
 def text_of(result) -> str:
@@ -155,14 +175,15 @@ def cli_json(*args: str):
 
 
 @contextlib.asynccontextmanager
-async def http_server(*args: str):
-    """`toolpool <args>` (args end with `serve --http ...`) as a process;
-    yields (process, url) once it listens; SIGTERM and wait at the end."""
+async def http_server(*args: str, functions: Path = FIXTURES, log: list | None = None):
+    """`toolpool <args>` (args end with `serve --http ...`) as a process over
+    the tools in `functions`; yields (process, url) once it listens; SIGTERM
+    and wait at the end, then the server's stderr is appended to `log`."""
     with tempfile.TemporaryDirectory() as tmp:
         stderr_path = Path(tmp) / "stderr.txt"
         with open(stderr_path, "w") as errlog:
             process = subprocess.Popen(
-                [BIN, *base_args(str(Path(tmp) / "session"), *args)],
+                [BIN, *base_args(str(Path(tmp) / "session"), *args, functions=functions)],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=errlog,
@@ -189,3 +210,5 @@ async def http_server(*args: str):
                         process.wait()
                 if process.stdout is not None:
                     process.stdout.close()
+                if log is not None:
+                    log.append(stderr_path.read_text())

@@ -7,17 +7,28 @@ import unittest
 
 import anyio
 
-from support import VERSION, cli_json, error, ok, served
+from support import MODES, VERSION, cli_json, error, ok, served, warnings_in
 
 
 class Basics(unittest.IsolatedAsyncioTestCase):
-    async def test_initialize_names_toolpool(self):
-        async with served("--workers", "1", "serve") as client:
-            self.assertEqual(client.server_info.name, "toolpool")
-            if VERSION:
-                self.assertEqual(client.server_info.version, VERSION)
-            self.assertIsNotNone(client.server_capabilities.tools)
-            self.assertEqual(client.protocol_version, "2025-11-25")
+    async def test_both_protocol_versions_name_toolpool(self):
+        for version, mode in MODES.items():
+            with self.subTest(version=version):
+                log = []
+                async with served("--workers", "1", "serve", mode=mode, log=log) as client:
+                    self.assertEqual(client.server_info.name, "toolpool")
+                    if VERSION:
+                        self.assertEqual(client.server_info.version, VERSION)
+                    self.assertIsNotNone(client.server_capabilities.tools)
+                    self.assertEqual(client.protocol_version, version)
+                    self.assertEqual(ok(await client.call_tool("add", {"a": 2, "b": 3})), "5")
+                # The auto mode's `server/discover` probe is no warning.
+                self.assertEqual(warnings_in(log[0]), [])
+
+    async def test_a_pinned_2026_client_is_served(self):
+        async with served("--workers", "1", "serve", mode="2026-07-28") as client:
+            self.assertEqual(client.protocol_version, "2026-07-28")
+            self.assertEqual(ok(await client.call_tool("add", {"a": 1, "b": 2})), "3")
 
     async def test_list_is_the_catalog(self):
         async with served("--workers", "1", "serve") as client:

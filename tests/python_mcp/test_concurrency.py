@@ -8,7 +8,7 @@ from pathlib import Path
 
 import anyio
 
-from support import gone_within, ok, parent_of, read_pid_file, served, text_of
+from support import MODES, gone_within, warnings_in, ok, parent_of, read_pid_file, served, text_of
 
 
 class Concurrency(unittest.IsolatedAsyncioTestCase):
@@ -32,9 +32,17 @@ class Concurrency(unittest.IsolatedAsyncioTestCase):
             self.assertLess(elapsed, 1.8, f"4 one-second calls on 4 workers took {elapsed:.2f} s")
 
     async def test_cancelling_a_call_kills_its_worker(self):
+        for version, mode in MODES.items():
+            with self.subTest(version=version):
+                log = []
+                await self.cancel_a_call(mode, log)
+                # An ordinary cancellation is no warning.
+                self.assertEqual(warnings_in(log[0]), [])
+
+    async def cancel_a_call(self, mode, log):
         with tempfile.TemporaryDirectory() as tmp:
             pid_file = Path(tmp) / "grandchild"
-            async with served("--workers", "1", "serve") as client:
+            async with served("--workers", "1", "serve", mode=mode, log=log) as client:
                 scope = anyio.CancelScope()
 
                 async def doomed():

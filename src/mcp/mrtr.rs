@@ -1,0 +1,376 @@
+//! Human prompts on protocol 2026-07-28, as multi-round-trip results.
+//!
+//! 2026-07-28 has no server-to-client requests. When a tool asks a human,
+//! its call stays suspended in its worker (the pool does not count the wait
+//! against the timeout) and the `tools/call` is answered with an
+//! `InputRequiredResult`: an elicitation request under the key `human` and a
+//! `requestState`. The client asks its user and retries the same
+//! `tools/call` with the answer in `inputResponses` and the `requestState`
+//! echoed; that resumes the same suspended call, which then finishes or asks
+//! again.
+//!
+//! The `requestState` is an opaque handle: a random id and an HMAC-SHA256
+//! (key drawn at start) over the id and the call's binding — the client's
+//! name and version, the tool and its arguments. A handle that was not made
+//! here, or is presented for another client or call, fails its check; one
+//! already used, or older than [`HUMAN_WAIT`], is no longer in the table.
+//! Either way the retry is answered with an invalid-params error. A call
+//! nobody comes back for within [`HUMAN_WAIT`] is dropped, which kills its
+//! worker.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use base64::Engine as _;
+use rmcp::model::{
+    ElicitRequest, ElicitRequestParams, ElicitResult, ElicitationAction, InputRequest,
+    InputRequests, InputRequiredResult, InputResponses,
+};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
+
+use super::elicit;
+use crate::context::{BoxFuture, HumanPrompt, PromptAnswer, PromptError, PromptRequest};
+use crate::pool::CallReport;
+
+/// How long a suspended call waits for the client to come back with the
+/// human's answer.
+pub const HUMAN_WAIT: Duration = Duration::from_secs(600);
+
+/// The key of the one input request in an `InputRequiredResult`.
+const INPUT_KEY: &str = "human";
+
+type Answer = Result<PromptAnswer, PromptError>;
+
+/// A tool's question, and where its answer goes.
+struct Asked {
+    request: PromptRequest,
+    answer: oneshot::Sender<Answer>,
+}
+
+/// The prompt service of a call made on 2026-07-28: hands each question to
+/// the `tools/call` handler driving the call.
+pub struct RoundTripPrompt {
+    asked: mpsc::Sender<Asked>,
+}
+
+impl HumanPrompt for RoundTripPrompt {
+    fn request(&self, request: PromptRequest) -> BoxFuture<'_, Answer> {
+        Box::pin(async move {
+            let (answer, answered) = oneshot::channel();
+            self.asked
+                .send(Asked { request, answer })
+                .await
+                .map_err(|_| PromptError::Failed("the MCP request ended".into()))?;
+            answered.await.unwrap_or_else(|_| {
+                Err(PromptError::Failed(
+                    "the MCP client did not come back with the human's answer".into(),
+                ))
+            })
+        })
+    }
+}
+
+/// A call running in its own task (dropping this aborts it, which kills its
+/// worker), with the questions it asks.
+pub struct Running {
+    report: AbortOnDropHandle<CallReport>,
+    asked: mpsc::Receiver<Asked>,
+}
+
+impl Running {
+    /// Starts `call`, made with the prompt service from `prompt`.
+    pub fn start<F, Fut>(call: F) -> Running
+    where
+        F: FnOnce(Arc<dyn HumanPrompt>) -> Fut,
+        Fut: std::future::Future<Output = CallReport> + Send + 'static,
+    {
+        let (tx, asked) = mpsc::channel(1);
+        let future = call(Arc::new(RoundTripPrompt { asked: tx }));
+        Running {
+            report: AbortOnDropHandle::new(tokio::spawn(future)),
+            asked,
+        }
+    }
+}
+
+/// Where a call driven by [`RoundTrips::drive`] got to.
+pub enum Step {
+    Done(CallReport),
+    /// The tool asks a human: the answer to send the client.
+    Asks(InputRequiredResult),
+    /// The call's task ended without a report (it panicked).
+    Failed(String),
+    /// The client cancelled the request; the call was dropped.
+    Cancelled,
+}
+
+/// Why a retry's `requestState` is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error("the requestState is not one this server gave this client for this call")]
+    Forged,
+    #[error("the requestState was already used, or the call it stood for has ended (a suspended call waits {} s for the answer)", HUMAN_WAIT.as_secs())]
+    Stale,
+}
+
+struct Suspended {
+    binding: [u8; 32],
+    answer: oneshot::Sender<Answer>,
+    call: Running,
+}
+
+/// The suspended calls of one server (shared by its sessions).
+pub struct RoundTrips {
+    key: [u8; 32],
+    suspended: Mutex<HashMap<[u8; 16], Suspended>>,
+}
+
+impl RoundTrips {
+    pub fn new() -> Arc<RoundTrips> {
+        Arc::new(RoundTrips {
+            key: random(),
+            suspended: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Runs `call` until it finishes, asks a human, or `ct` is cancelled.
+    pub async fn drive(
+        self: &Arc<Self>,
+        mut call: Running,
+        binding: [u8; 32],
+        ct: &CancellationToken,
+    ) -> Step {
+        tokio::select! {
+            report = &mut call.report => match report {
+                Ok(report) => Step::Done(report),
+                Err(e) => Step::Failed(format!("the call's task failed: {e}")),
+            },
+            Some(asked) = call.asked.recv() => Step::Asks(self.suspend(asked, call, binding)),
+            _ = ct.cancelled() => Step::Cancelled,
+        }
+    }
+
+    fn suspend(
+        self: &Arc<Self>,
+        asked: Asked,
+        call: Running,
+        binding: [u8; 32],
+    ) -> InputRequiredResult {
+        let id: [u8; 16] = random();
+        let params = ElicitRequestParams::FormElicitationParams {
+            meta: None,
+            message: elicit::message(&asked.request),
+            requested_schema: elicit::schema(&asked.request),
+        };
+        let mut requests = InputRequests::new();
+        requests.insert(
+            INPUT_KEY.into(),
+            InputRequest::Elicitation(ElicitRequest::new(params)),
+        );
+        let state = self.seal(&id, &binding);
+        self.lock().insert(
+            id,
+            Suspended {
+                binding,
+                answer: asked.answer,
+                call,
+            },
+        );
+        // Nobody came back in time: drop the call (its worker is killed).
+        let table = Arc::downgrade(self);
+        tokio::spawn(async move {
+            tokio::time::sleep(HUMAN_WAIT).await;
+            if let Some(table) = table.upgrade() {
+                if table.lock().remove(&id).is_some() {
+                    tracing::info!("a suspended call's human answer never came; the call is ended");
+                }
+            }
+        });
+        InputRequiredResult::new(Some(requests), Some(state))
+    }
+
+    /// The suspended call `state` stands for, given the human's answer from
+    /// `responses`; it is taken out of the table (a handle works once).
+    pub fn resume(
+        &self,
+        state: &str,
+        binding: &[u8; 32],
+        responses: Option<&InputResponses>,
+    ) -> Result<Running, StateError> {
+        let id = self.open(state, binding)?;
+        let suspended = self.lock().remove(&id).ok_or(StateError::Stale)?;
+        if &suspended.binding != binding {
+            return Err(StateError::Forged);
+        }
+        let answer = answer_of(responses.and_then(|r| r.get(INPUT_KEY)));
+        // The tool may have ended meanwhile (its worker died): then the
+        // answer has nowhere to go, and driving the call reports how it ended.
+        let _ = suspended.answer.send(answer);
+        Ok(suspended.call)
+    }
+
+    fn seal(&self, id: &[u8; 16], binding: &[u8; 32]) -> String {
+        let mut sealed = id.to_vec();
+        sealed.extend_from_slice(&hmac(&self.key, &[id, binding]));
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(sealed)
+    }
+
+    fn open(&self, state: &str, binding: &[u8; 32]) -> Result<[u8; 16], StateError> {
+        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(state)
+            .map_err(|_| StateError::Forged)?;
+        if bytes.len() != 48 {
+            return Err(StateError::Forged);
+        }
+        let (id, mac) = bytes.split_at(16);
+        let expected = hmac(&self.key, &[id, binding]);
+        // Constant time: how much of a guess matched must not show.
+        let differs = mac
+            .iter()
+            .zip(expected)
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b));
+        if differs != 0 {
+            return Err(StateError::Forged);
+        }
+        let mut out = [0u8; 16];
+        out.copy_from_slice(id);
+        Ok(out)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 16], Suspended>> {
+        match self.suspended.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+}
+
+/// What a call's handle is bound to: the client (name and version as it
+/// gives them in the request), the tool and its arguments.
+pub fn binding(client: Option<&rmcp::model::Implementation>, tool: &str, args: &Value) -> [u8; 32] {
+    let mut hasher = Sha256::new();
+    for part in [
+        client.map_or("", |c| c.name.as_str()),
+        client.map_or("", |c| c.version.as_str()),
+        tool,
+        &args.to_string(),
+    ] {
+        hasher.update((part.len() as u64).to_le_bytes());
+        hasher.update(part.as_bytes());
+    }
+    hasher.finalize().into()
+}
+
+/// The tool's answer from the client's `ElicitResult`.
+fn answer_of(response: Option<&Value>) -> Answer {
+    let Some(response) = response else {
+        return Err(PromptError::Failed(format!(
+            "the MCP client's retry carried no answer to the '{INPUT_KEY}' request"
+        )));
+    };
+    let result: ElicitResult = serde_json::from_value(response.clone()).map_err(|e| {
+        PromptError::Failed(format!(
+            "the MCP client's answer is not an elicitation result: {e}"
+        ))
+    })?;
+    match result.action {
+        ElicitationAction::Accept => Ok(elicit::answer(result.content)),
+        ElicitationAction::Decline => Err(PromptError::Declined(None)),
+        ElicitationAction::Cancel => Err(PromptError::Cancelled(None)),
+        other => Err(PromptError::Failed(format!(
+            "the MCP client answered the elicitation with {other:?}"
+        ))),
+    }
+}
+
+/// HMAC-SHA256 (RFC 2104) of the concatenated `parts`.
+fn hmac(key: &[u8; 32], parts: &[&[u8]]) -> [u8; 32] {
+    let mut block = [0u8; 64];
+    block[..32].copy_from_slice(key);
+    let pad = |byte: u8| block.map(|b| b ^ byte);
+    let mut inner = Sha256::new();
+    inner.update(pad(0x36));
+    for part in parts {
+        inner.update(part);
+    }
+    let inner: [u8; 32] = inner.finalize().into();
+    let mut outer = Sha256::new();
+    outer.update(pad(0x5c));
+    outer.update(inner);
+    outer.finalize().into()
+}
+
+/// Bytes from the kernel's random source. If it cannot be read, a hash of
+/// the time and process stands in: handles then are still checked, just
+/// with a guessable key, which is logged.
+fn random<const N: usize>() -> [u8; N] {
+    let mut out = [0u8; N];
+    let read = std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut out));
+    if let Err(e) = read {
+        tracing::error!("cannot read /dev/urandom ({e}); requestState keys are weak");
+        let seed = format!("{:?}{}", std::time::SystemTime::now(), std::process::id());
+        let digest: [u8; 32] = Sha256::digest(seed.as_bytes()).into();
+        for (i, byte) in out.iter_mut().enumerate() {
+            *byte = digest[i % 32];
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hmac_is_python_s_hmac_sha256() {
+        // hmac.new(bytes(range(32)), b"what do ya want for nothing?", "sha256")
+        let key: [u8; 32] = std::array::from_fn(|i| i as u8);
+        let mac = hmac(&key, &[b"what do ya want ", b"for nothing?"]);
+        let hex: String = mac.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(hex, PYTHON_HMAC);
+    }
+
+    const PYTHON_HMAC: &str = "099805f4ac310786968565c098db515cc50862b420ae31e20238312344bed36a";
+
+    #[test]
+    fn a_state_opens_only_with_its_binding_and_key() {
+        let trips = RoundTrips::new();
+        let binding = [7u8; 32];
+        let state = trips.seal(&[1u8; 16], &binding);
+        assert_eq!(trips.open(&state, &binding).unwrap(), [1u8; 16]);
+        assert!(matches!(
+            trips.open(&state, &[8u8; 32]),
+            Err(StateError::Forged)
+        ));
+        assert!(matches!(
+            RoundTrips::new().open(&state, &binding),
+            Err(StateError::Forged)
+        ));
+        let mut tampered = state.into_bytes();
+        tampered[3] = if tampered[3] == b'A' { b'B' } else { b'A' };
+        let tampered = String::from_utf8(tampered).unwrap();
+        assert!(matches!(
+            trips.open(&tampered, &binding),
+            Err(StateError::Forged)
+        ));
+        assert!(matches!(
+            trips.open("not base64!", &binding),
+            Err(StateError::Forged)
+        ));
+    }
+
+    #[test]
+    fn the_binding_covers_client_tool_and_arguments() {
+        let client = rmcp::model::Implementation::new("c", "1");
+        let a = binding(Some(&client), "t", &serde_json::json!({"x": 1}));
+        assert_ne!(a, binding(None, "t", &serde_json::json!({"x": 1})));
+        assert_ne!(a, binding(Some(&client), "u", &serde_json::json!({"x": 1})));
+        assert_ne!(a, binding(Some(&client), "t", &serde_json::json!({"x": 2})));
+    }
+}

@@ -1,0 +1,68 @@
+"""Structured results: a tool's return annotation as its `outputSchema`, and
+its result as `structuredContent` beside the text, in both protocol versions,
+over stdio and HTTP."""
+
+import json
+import unittest
+
+import anyio
+from mcp import Client
+
+from support import MODES, cli_json, http_server, ok, served
+
+INT_RESULT = {"type": "object", "properties": {"result": {"type": "integer"}}, "required": ["result"]}
+
+
+class Structured(unittest.IsolatedAsyncioTestCase):
+    async def check(self, client):
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        # A non-object result is wrapped as MCP asks: {"result": ...}.
+        # (marked as fastmcp marks a wrapped result, so its client unwraps it)
+        self.assertEqual(tools["add"].output_schema, {**INT_RESULT, "x-fastmcp-wrap-result": True})
+        result = await client.call_tool("add", {"a": 2, "b": 3})
+        self.assertEqual(ok(result), "5")
+        self.assertEqual(result.structured_content, {"result": 5})
+        # An object result is sent as it is.
+        self.assertEqual(tools["return_dataclass"].output_schema["type"], "object")
+        self.assertEqual(set(tools["return_dataclass"].output_schema["properties"]), {"x", "y", "label"})
+        result = await client.call_tool("return_dataclass", {})
+        self.assertEqual(result.structured_content, json.loads(ok(result)))
+        self.assertEqual(set(result.structured_content), {"x", "y", "label"})
+        # `list[...]` is wrapped too.
+        self.assertEqual(tools["kwargs_tool"].output_schema["properties"]["result"]["type"], "array")
+        # No annotation worth a schema (`Any`): text only.
+        self.assertIsNone(tools["echo"].output_schema)
+        result = await client.call_tool("echo", {"value": {"k": 1}})
+        self.assertIsNone(result.structured_content)
+        self.assertEqual(json.loads(ok(result)), {"k": 1})
+
+    async def test_over_stdio_in_both_versions(self):
+        for version, mode in MODES.items():
+            with self.subTest(version=version):
+                async with served("--workers", "1", "serve", mode=mode) as client:
+                    self.assertEqual(client.protocol_version, version)
+                    await self.check(client)
+
+    async def test_over_http_in_both_versions(self):
+        async with http_server("--workers", "1", "serve", "--http", "127.0.0.1:0") as (_, url):
+            for version, mode in MODES.items():
+                with self.subTest(version=version):
+                    async with Client(url, mode=mode) as client:
+                        self.assertEqual(client.protocol_version, version)
+                        await self.check(client)
+
+    async def test_the_catalog_carries_the_output_schema(self):
+        catalog = (await anyio.to_thread.run_sync(cli_json, "catalog", "--format", "json"))["functions"]
+        by_name = {f["name"]: f for f in catalog}
+        self.assertEqual(by_name["add"]["output_schema"], INT_RESULT)
+        self.assertTrue(by_name["add"]["output_wrapped"])
+        self.assertNotIn("output_wrapped", by_name["return_dataclass"])
+        self.assertNotIn("output_schema", by_name["echo"])
+        # The keys that were there are as they were.
+        self.assertEqual(
+            set(by_name["echo"]), {"name", "module", "description", "parameters", "file", "line"}
+        )
+
+
+if __name__ == "__main__":
+    unittest.main()

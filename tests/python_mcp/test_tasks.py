@@ -1,0 +1,114 @@
+"""`--task-after`: on 2026-07-28 a call from a client that declares the tasks
+extension and runs past the limit is answered with a task; `tasks/get`
+reports it and its result; `tasks/cancel` kills its worker. No client library
+here drives tasks, so this speaks JSON-RPC on the server's stdio itself."""
+
+import json
+import subprocess
+import tempfile
+import time
+import unittest
+from pathlib import Path
+
+from support import BIN, alive, base_args, parent_of
+
+TASKS = "io.modelcontextprotocol/tasks"
+
+
+def meta(tasks=True):
+    capabilities = {"extensions": {TASKS: {}}} if tasks else {}
+    return {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": capabilities,
+    }
+
+
+class Server:
+    def __init__(self, tmp, *args):
+        self.stderr = open(Path(tmp) / "stderr.txt", "w")
+        self.process = subprocess.Popen(
+            [BIN, *base_args(str(Path(tmp) / "session"), "--workers", "2", "serve", *args)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True,
+        )
+        self.next_id = 0
+
+    def request(self, method, params):
+        self.next_id += 1
+        message = {"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params}
+        self.process.stdin.write(json.dumps(message) + "\n")
+        self.process.stdin.flush()
+        while True:
+            reply = json.loads(self.process.stdout.readline())
+            if reply.get("id") == self.next_id:
+                return reply
+
+    def call(self, name, arguments, tasks=True):
+        return self.request("tools/call", {"name": name, "arguments": arguments, "_meta": meta(tasks)})
+
+    def close(self):
+        self.process.stdin.close()
+        self.process.wait(timeout=30)
+        self.process.stdout.close()
+        self.stderr.close()
+
+
+def wait_for(check, seconds=30):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError("timed out")
+
+
+class Tasks(unittest.TestCase):
+    def setUp(self):
+        self._tmp = tempfile.TemporaryDirectory()
+        self.server = Server(self._tmp.name, "--task-after", "0.5")
+
+    def tearDown(self):
+        self.server.close()
+        self._tmp.cleanup()
+
+    def get(self, task_id):
+        return self.server.request("tasks/get", {"taskId": task_id, "_meta": meta()})
+
+    def test_a_long_call_becomes_a_task_with_its_result(self):
+        quick = self.server.call("add", {"a": 2, "b": 3})["result"]
+        self.assertEqual(quick["resultType"], "complete")
+        self.assertEqual(quick["content"][0]["text"], "5")
+
+        answer = self.server.call("slow_then_answer", {"seconds": 2, "token": "t1"})["result"]
+        self.assertEqual(answer["resultType"], "task", answer)
+        task_id = answer["taskId"]
+        self.assertEqual(answer["status"], "working")
+        self.assertEqual(self.get(task_id)["result"]["status"], "working")
+        done = wait_for(lambda: (r := self.get(task_id)["result"])["status"] == "completed" and r)
+        self.assertEqual(done["result"]["content"][0]["text"], "t1")
+        self.assertEqual(done["ttlMs"], 300_000)
+
+        # Without the extension the same call holds its request to the end.
+        plain = self.server.call("slow_then_answer", {"seconds": 1, "token": "t2"}, tasks=False)["result"]
+        self.assertEqual(plain["content"][0]["text"], "t2")
+
+        unknown = self.get("no-such-task")
+        self.assertIn("no task 'no-such-task'", unknown["error"]["message"])
+
+    def test_cancelling_a_task_kills_its_worker(self):
+        pid_file = Path(self._tmp.name) / "grandchild"
+        answer = self.server.call("spawn_grandchild", {"pid_file": str(pid_file)})["result"]
+        self.assertEqual(answer["resultType"], "task", answer)
+        grandchild = wait_for(lambda: pid_file.exists() and pid_file.read_text().strip() and int(pid_file.read_text()))
+        worker = parent_of(grandchild)
+        cancelled = self.server.request("tasks/cancel", {"taskId": answer["taskId"], "_meta": meta()})
+        self.assertNotIn("error", cancelled)
+        wait_for(lambda: not alive(worker), 10)
+        wait_for(lambda: not alive(grandchild), 10)
+        self.assertEqual(self.get(answer["taskId"])["result"]["status"], "cancelled")
+        self.assertEqual(self.server.call("add", {"a": 1, "b": 1})["result"]["content"][0]["text"], "2")
+
+
+if __name__ == "__main__":
+    unittest.main()
