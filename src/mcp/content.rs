@@ -13,6 +13,7 @@ use rmcp::model::{CallToolResult, ContentBlock as McpContent, Resource};
 use serde_json::Value;
 
 use crate::content::{result_text, BlockKind, ContentBlock};
+use crate::context::AttachmentStore;
 use crate::error::ToolError;
 
 /// Largest image or audio file sent inline (base64) over MCP; larger ones
@@ -24,9 +25,12 @@ pub const INLINE_LIMIT: u64 = 4 * 1024 * 1024;
 pub fn call_result(
     result: Result<Value, ToolError>,
     content: Option<&[ContentBlock]>,
+    store: Option<&AttachmentStore>,
 ) -> CallToolResult {
     match (result, content) {
-        (Ok(_), Some(blocks)) => CallToolResult::success(blocks.iter().map(mcp_block).collect()),
+        (Ok(_), Some(blocks)) => {
+            CallToolResult::success(blocks.iter().map(|block| mcp_block(block, store)).collect())
+        }
         (Ok(value), None) => {
             CallToolResult::success(vec![McpContent::text(result_text(&value, None))])
         }
@@ -34,7 +38,7 @@ pub fn call_result(
     }
 }
 
-fn mcp_block(block: &ContentBlock) -> McpContent {
+fn mcp_block(block: &ContentBlock, store: Option<&AttachmentStore>) -> McpContent {
     let text = || {
         McpContent::text(
             block
@@ -53,9 +57,9 @@ fn mcp_block(block: &ContentBlock) -> McpContent {
     let inline = matches!(block.kind, BlockKind::Image | BlockKind::Audio)
         && attachment.size.is_some_and(|size| size <= INLINE_LIMIT);
     if inline {
-        // Read here, not trusted from the worker: the path is the store's,
-        // inside the workspace.
-        if let Ok(bytes) = std::fs::read(path) {
+        // Read through the store, beneath the workspace (a path swapped for a
+        // link to outside since it was checked cannot lead out).
+        if let Some(bytes) = store.and_then(|store| store.read_beneath(path, INLINE_LIMIT)) {
             let data = base64::engine::general_purpose::STANDARD.encode(bytes);
             return match block.kind {
                 BlockKind::Audio => McpContent::audio(data, attachment.mime_type.clone()),

@@ -602,7 +602,7 @@ impl ServerHandler for ToolpoolServer {
             ErrorKind::InvalidArguments,
             format!("the arguments must be a JSON object, got {got}"),
         );
-        let mut result = call_result(Err(error), None);
+        let mut result = call_result(Err(error), None, None);
         result.result_type = None;
         let result = serde_json::to_value(result)
             .map_err(|e| McpError::internal_error(e.to_string(), None))?;
@@ -618,7 +618,11 @@ impl ServerHandler for ToolpoolServer {
         let name = request.name.to_string();
         if self.inner.closing.load(Ordering::Acquire) {
             let error = ToolError::new(&name, ErrorKind::PoolClosed, "the server is shutting down");
-            return Ok(CallToolResponse::Complete(call_result(Err(error), None)));
+            return Ok(CallToolResponse::Complete(call_result(
+                Err(error),
+                None,
+                None,
+            )));
         }
         let args = Value::Object(request.arguments.clone().unwrap_or_default());
         let asks_by_round_trips = elicit::is_modern(&context)
@@ -765,7 +769,8 @@ impl ToolpoolServer {
                 .and_then(|f| f.structured_result(value)),
             _ => None,
         };
-        let mut result = call_result(report.result, report.content.as_deref());
+        let store = self.inner.pool.attachments();
+        let mut result = call_result(report.result, report.content.as_deref(), Some(store));
         result.structured_content = structured;
         result
     }

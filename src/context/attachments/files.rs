@@ -60,25 +60,27 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-pub(super) fn hash_file(path: &Path) -> Result<(String, u64), AttachmentError> {
-    hash_while_copying(path, None)
+/// SHA-256 and size of the opened file `input` (named `source` in errors).
+pub(super) fn hash_file(input: File, source: &Path) -> Result<(String, u64), AttachmentError> {
+    hash_while_copying(input, source, None)
 }
 
-/// Copies `source` to `target`, hashing exactly the bytes copied.
+/// Copies the opened `input` to `target`, hashing exactly the bytes copied.
 pub(super) fn copy_and_hash(
+    input: File,
     source: &Path,
     target: &Path,
 ) -> Result<(String, u64), AttachmentError> {
     let mut output = File::create(target).map_err(io_error("write", target))?;
-    hash_while_copying(source, Some((&mut output, target)))
+    hash_while_copying(input, source, Some((&mut output, target)))
 }
 
-/// SHA-256 and size of `source`, read once; each chunk also goes to `copy`.
+/// SHA-256 and size of `input`, read once; each chunk also goes to `copy`.
 fn hash_while_copying(
+    mut input: File,
     source: &Path,
     mut copy: Option<(&mut File, &Path)>,
 ) -> Result<(String, u64), AttachmentError> {
-    let mut input = File::open(source).map_err(io_error("read", source))?;
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     let mut size = 0u64;

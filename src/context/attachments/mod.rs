@@ -179,7 +179,10 @@ impl AttachmentStore {
     ) -> Result<AttachmentRecord, AttachmentError> {
         let source = self.resolve_in_workspace(path)?;
         let display = path.display().to_string();
-        let meta = std::fs::metadata(&source).map_err(io_error("read", &source))?;
+        let meta = self
+            .open_beneath(&source)?
+            .metadata()
+            .map_err(io_error("read", &source))?;
         if !meta.is_file() {
             return Err(AttachmentError::NotAFile(display));
         }
@@ -193,7 +196,7 @@ impl AttachmentStore {
             .unwrap_or_else(|| "attachment.bin".into());
         let mut digest = None;
         if options.deduplicate {
-            let (sha, _) = hash_file(&source)?;
+            let (sha, _) = hash_file(self.open_beneath(&source)?, &source)?;
             let source_text = source.to_string_lossy();
             let mut state = self.lock_state();
             self.refresh(&mut state);
@@ -211,12 +214,12 @@ impl AttachmentStore {
             let dir = self.root.join(&id);
             std::fs::create_dir_all(&dir).map_err(io_error("create", &dir))?;
             let target = dir.join(&file_name);
-            let (sha, size) = copy_and_hash(&source, &target)?;
+            let (sha, size) = copy_and_hash(self.open_beneath(&source)?, &source, &target)?;
             (target, sha, size)
         } else {
             let (sha, size) = match digest {
                 Some(sha) => (sha, meta.len()),
-                None => hash_file(&source)?,
+                None => hash_file(self.open_beneath(&source)?, &source)?,
             };
             (source.clone(), sha, size)
         };
@@ -351,7 +354,7 @@ impl AttachmentStore {
                     let name = source.file_name().map(|n| n.to_string_lossy().into_owned());
                     let target = dir.join(safe_file_name(name.as_deref().unwrap_or_default()));
                     if target != source {
-                        copy_and_hash(&source, &target)?;
+                        copy_and_hash(self.open_beneath(&source)?, &source, &target)?;
                     }
                     kept = target;
                 }
@@ -359,6 +362,51 @@ impl AttachmentStore {
             }
         }
         self.commit(record, persist)
+    }
+
+    /// Opens `path` (absolute, or relative to the workspace) for reading,
+    /// resolved beneath the workspace by the kernel (`openat2` with
+    /// `RESOLVE_BENEATH`): a directory swapped for a symbolic link to outside
+    /// between a check and the open cannot lead out. Where the kernel has no
+    /// `openat2`, the checked canonical path is opened.
+    pub fn open_beneath(&self, path: &Path) -> Result<File, AttachmentError> {
+        use nix::fcntl::{openat2, OFlag, OpenHow, ResolveFlag};
+        let real = self.resolve_in_workspace(path)?;
+        let relative = real.strip_prefix(&self.workspace).unwrap_or(Path::new(""));
+        let relative = if relative.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            relative
+        };
+        let workspace = File::open(&self.workspace).map_err(io_error("open", &self.workspace))?;
+        // O_NONBLOCK: opening a FIFO planted there does not hang the store.
+        let how = OpenHow::new()
+            .flags(OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NOCTTY | OFlag::O_NONBLOCK)
+            .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_MAGICLINKS);
+        match openat2(&workspace, relative, how) {
+            Ok(fd) => Ok(File::from(fd)),
+            Err(nix::errno::Errno::ENOSYS) => File::open(&real).map_err(io_error("read", &real)),
+            Err(nix::errno::Errno::EXDEV) => Err(AttachmentError::OutsideWorkspace {
+                path: path.display().to_string(),
+                workspace: self.workspace.clone(),
+                detail: " (it changed to lead outside while being opened)".into(),
+            }),
+            Err(errno) => Err(io_error("read", &real)(errno.into())),
+        }
+    }
+
+    /// The bytes of `path`, a regular file beneath the workspace of at most
+    /// `limit` bytes (see [`Self::open_beneath`]); `None` otherwise.
+    pub fn read_beneath(&self, path: &Path, limit: u64) -> Option<Vec<u8>> {
+        use std::io::Read;
+        let file = self.open_beneath(path).ok()?;
+        let meta = file.metadata().ok()?;
+        if !meta.is_file() || meta.len() > limit {
+            return None;
+        }
+        let mut bytes = Vec::with_capacity(meta.len() as usize);
+        file.take(limit + 1).read_to_end(&mut bytes).ok()?;
+        (bytes.len() as u64 <= limit).then_some(bytes)
     }
 
     /// The canonical path of `path` when it is a regular file inside the
@@ -838,5 +886,55 @@ mod tests {
         assert_eq!(store.confine("../out.txt"), None);
         assert_eq!(store.confine("/etc/passwd"), None);
         assert_eq!(store.confine("."), None);
+    }
+
+    #[test]
+    fn reads_stay_beneath_the_workspace_while_a_directory_is_swapped_for_a_link() {
+        let (dir, store) = store();
+        let workspace = dir.path().join("code_workspace").canonicalize().unwrap();
+        let outside = dir.path().join("outside");
+        std::fs::create_dir_all(workspace.join("d")).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(workspace.join("d/f.txt"), b"inside").unwrap();
+        std::fs::write(outside.join("f.txt"), b"SECRET").unwrap();
+        std::os::unix::fs::symlink(&outside, workspace.join("swap")).unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        // A racing process would do this: swap the directory and the link, again and again.
+        let racer = {
+            let stop = stop.clone();
+            let (a, b) = (
+                std::ffi::CString::new(workspace.join("d").to_str().unwrap()).unwrap(),
+                std::ffi::CString::new(workspace.join("swap").to_str().unwrap()).unwrap(),
+            );
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    // SAFETY: two valid NUL-terminated paths; renameat2 only renames.
+                    unsafe {
+                        libc::renameat2(
+                            libc::AT_FDCWD,
+                            a.as_ptr(),
+                            libc::AT_FDCWD,
+                            b.as_ptr(),
+                            libc::RENAME_EXCHANGE,
+                        );
+                    }
+                }
+            })
+        };
+        let (mut inside, mut leaked) = (0, 0);
+        for _ in 0..3000 {
+            match store.read_beneath(Path::new("d/f.txt"), 1024).as_deref() {
+                Some(b"inside") => inside += 1,
+                Some(_) => leaked += 1,
+                None => {}
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        racer.join().unwrap();
+        assert_eq!(
+            leaked, 0,
+            "a read led outside the workspace ({inside} stayed inside)"
+        );
+        assert!(inside > 0, "no read succeeded at all");
     }
 }
