@@ -346,7 +346,9 @@ impl PoolBuilder {
             .map_err(|e| PoolError::Catalog(e.to_string()))?;
         let catalog = catalog_from(outcome, functions_dir)?;
         let info = first.info().clone();
-        tracing::info!(
+        // Debug, not info: every one-shot command (`catalog`, `call`) starts
+        // a pool, and `toolpool doctor` prints the same (`-v` shows it here).
+        tracing::debug!(
             python = %info.python_version,
             codec = %info.codec,
             kill = %info.kill_mechanism,
