@@ -1005,7 +1005,9 @@ impl Lease {
 impl Drop for Lease {
     fn drop(&mut self) {
         if let Some(worker) = self.worker.take() {
-            tracing::warn!(
+            // Info: the caller gave up (an MCP cancellation, a dropped
+            // future), an ordinary end of a call, not a fault.
+            tracing::info!(
                 worker = worker.pid(),
                 "call abandoned mid-flight: killing its worker"
             );
