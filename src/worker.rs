@@ -53,7 +53,10 @@ const MAX_OPEN_CALLBACKS: usize = 256;
 const STDERR_LINE_MAX: usize = 16 * 1024;
 /// At a deadline, how long a reply already on its way may take to be read
 /// (it was readable, or the supervisor was not running to read it).
-const DEADLINE_DRAIN: Duration = Duration::from_millis(20);
+/// Short: the select below reads what is readable before the timer, so the
+/// window only has to cover one turn of the reactor (it may see the pipe's
+/// readiness after the timer fired, e.g. when this process was stopped).
+const DEADLINE_DRAIN: Duration = Duration::from_millis(5);
 
 /// A tool module that broke a worker's start, as the boot config's
 /// `skip_modules` lists it.

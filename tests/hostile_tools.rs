@@ -167,6 +167,7 @@ async fn a_pid_namespace_is_the_kill_mechanism_where_the_kernel_allows_it() {
 fn doctor_names_the_interpreter_codec_kill_mechanism_and_limits() {
     let session = tempfile::tempdir().unwrap();
     let out = run(calls_command(session.path()).args([
+        "-v",
         "--memory-limit",
         "512",
         "--human-timeout",
@@ -190,7 +191,7 @@ fn doctor_names_the_interpreter_codec_kill_mechanism_and_limits() {
             out.stdout
         );
     }
-    // The start-up log names the mechanism too.
+    // The start-up log names the mechanism too (at -v: debug).
     assert!(
         out.stderr.contains("kill mechanism: pid-namespace"),
         "{}",
