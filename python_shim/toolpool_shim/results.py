@@ -45,16 +45,28 @@ def encode(value) -> Encoded:
     return Encoded(json_text=text) if text is not None else Encoded(value=to_jsonable(value))
 
 
-def _default(value):
-    """The C encoder's hook for what JSON has no type for: as _convert converts it."""
-    if isinstance(value, enum.Enum):
-        return value.value
+_NOT_TEXT = object()
+
+
+def _as_text(value):
+    """Scalars JSON has no type for, as text: bytes as base64, dates in ISO
+    8601, UUID/Decimal/Path as str; _NOT_TEXT for anything else."""
     if isinstance(value, (bytes, bytearray, memoryview)):
         return base64.b64encode(value).decode("ascii")
     if isinstance(value, (datetime.date, datetime.time)):
         return value.isoformat()
     if isinstance(value, (uuid.UUID, decimal.Decimal, pathlib.PurePath)):
         return str(value)
+    return _NOT_TEXT
+
+
+def _default(value):
+    """The C encoder's hook for what JSON has no type for: as _convert converts it."""
+    if isinstance(value, enum.Enum):
+        return value.value
+    text = _as_text(value)
+    if text is not _NOT_TEXT:
+        return text
     if _is_pydantic_model(value):
         return value.model_dump(mode="json")
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -103,12 +115,9 @@ def _convert(value, open_containers: set):
         return value
     if isinstance(value, int):
         return value if _INT_MIN <= value <= _UINT_MAX else str(value)
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return base64.b64encode(value).decode("ascii")
-    if isinstance(value, (datetime.date, datetime.time)):
-        return value.isoformat()
-    if isinstance(value, (uuid.UUID, decimal.Decimal, pathlib.PurePath)):
-        return str(value)
+    text = _as_text(value)
+    if text is not _NOT_TEXT:
+        return text
     if _is_pydantic_model(value):
         return _convert(value.model_dump(mode="json"), open_containers)
     is_dataclass = dataclasses.is_dataclass(value) and not isinstance(value, type)
