@@ -144,45 +144,23 @@ impl Cli {
     }
 }
 
+/// What a command that only reads the catalog has no use for.
+const CATALOG_ONLY_IDLE: &[&str] = &[
+    "workers",
+    "timeout",
+    "session_dir",
+    "session_id",
+    "max_calls_per_worker",
+    "memory_limit",
+    "spare_workers",
+];
+
 /// Pool options that change nothing for a command, hidden from its help
 /// (still accepted, so a shared alias or script works for every command).
 const IDLE_POOL_OPTIONS: &[(&str, &[&str])] = &[
-    (
-        "catalog",
-        &[
-            "workers",
-            "timeout",
-            "session_dir",
-            "session_id",
-            "max_calls_per_worker",
-            "memory_limit",
-            "spare_workers",
-        ],
-    ),
-    (
-        "list",
-        &[
-            "workers",
-            "timeout",
-            "session_dir",
-            "session_id",
-            "max_calls_per_worker",
-            "memory_limit",
-            "spare_workers",
-        ],
-    ),
-    (
-        "check",
-        &[
-            "workers",
-            "timeout",
-            "session_dir",
-            "session_id",
-            "max_calls_per_worker",
-            "memory_limit",
-            "spare_workers",
-        ],
-    ),
+    ("catalog", CATALOG_ONLY_IDLE),
+    ("list", CATALOG_ONLY_IDLE),
+    ("check", CATALOG_ONLY_IDLE),
     (
         "resolve",
         &[

@@ -46,6 +46,25 @@ fn calls_command(session: &Path) -> std::process::Command {
     command
 }
 
+/// The escaping tool's call timed out (exit 124) and, checked at once, none of
+/// the processes it wrote to `pid_file` is alive: the kill is complete before
+/// the command exits.
+fn assert_timed_out_leaving_nothing(out: &Run, pid_file: &Path) {
+    let pids = pids_in(pid_file);
+    assert_eq!(pids.len(), 2, "the tool wrote its pids: {}", out.stderr);
+    let left: Vec<i32> = pids.iter().copied().filter(|p| alive(*p)).collect();
+    assert!(
+        left.is_empty(),
+        "alive after call exited: {}",
+        describe_pids(&left)
+    );
+    assert_eq!(
+        out.code, 124,
+        "stdout: {}\nstderr: {}",
+        out.stdout, out.stderr
+    );
+}
+
 #[test]
 fn a_hello_that_lies_about_the_pid_signals_nothing_but_the_worker() {
     // lying.py makes os.getpid() return 0 in the worker: the stack-dump
@@ -92,20 +111,7 @@ async fn a_tool_that_leaves_its_group_and_holds_the_gil_dies_entirely_before_cal
         "--timeout",
         "2",
     ]));
-    // Checked at once: the kill is complete before the command exits.
-    let pids = pids_in(&pid_file);
-    assert_eq!(pids.len(), 2, "the tool wrote its pids: {}", out.stderr);
-    let left: Vec<i32> = pids.iter().copied().filter(|p| alive(*p)).collect();
-    assert!(
-        left.is_empty(),
-        "alive after call exited: {}",
-        describe_pids(&left)
-    );
-    assert_eq!(
-        out.code, 124,
-        "stdout: {}\nstderr: {}",
-        out.stdout, out.stderr
-    );
+    assert_timed_out_leaving_nothing(&out, &pid_file);
     assert!(out.stdout.contains("TimeoutError"), "{}", out.stdout);
 }
 
@@ -558,17 +564,5 @@ fn an_unprivileged_users_escaping_tool_dies_entirely_before_call_exits() {
             "2",
         ],
     );
-    let pids = pids_in(&pid_file);
-    assert_eq!(pids.len(), 2, "the tool wrote its pids: {}", out.stderr);
-    let left: Vec<i32> = pids.iter().copied().filter(|p| alive(*p)).collect();
-    assert!(
-        left.is_empty(),
-        "alive after call exited: {}",
-        describe_pids(&left)
-    );
-    assert_eq!(
-        out.code, 124,
-        "stdout: {}\nstderr: {}",
-        out.stdout, out.stderr
-    );
+    assert_timed_out_leaving_nothing(&out, &pid_file);
 }

@@ -90,18 +90,25 @@ fn scrape(port: u16) -> Option<String> {
     Some(response)
 }
 
-#[test]
-fn serve_exposes_metrics_for_scraping() {
-    let session = tempfile::tempdir().unwrap();
+/// `toolpool serve --metrics 127.0.0.1:<free port>` with `workers` workers
+/// (stdin piped: closing it ends the server), and its port.
+fn metrics_server(session: &std::path::Path, workers: usize) -> (std::process::Child, u16) {
     let port = free_port();
-    let mut server = toolpool_command(session.path())
-        .args(["--workers", "2", "serve", "--metrics"])
+    let server = toolpool_command(session)
+        .args(["--workers", &workers.to_string(), "serve", "--metrics"])
         .arg(port.to_string())
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
+    (server, port)
+}
+
+#[test]
+fn serve_exposes_metrics_for_scraping() {
+    let session = tempfile::tempdir().unwrap();
+    let (mut server, port) = metrics_server(session.path(), 2);
     let mut response = None;
     for _ in 0..100 {
         response = scrape(port);
@@ -136,15 +143,7 @@ fn raw(port: u16, request: &str) -> String {
 #[test]
 fn metrics_answer_only_get_of_metrics_and_close_half_open_connections() {
     let session = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let mut server = toolpool_command(session.path())
-        .args(["--workers", "1", "serve", "--metrics"])
-        .arg(port.to_string())
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let (mut server, port) = metrics_server(session.path(), 1);
     for _ in 0..100 {
         if scrape(port).is_some_and(|r| r.starts_with("HTTP/1.1 200")) {
             break;

@@ -61,13 +61,13 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 /// SHA-256 and size of the opened file `input` (named `source` in errors).
-pub(super) fn hash_file(input: File, source: &Path) -> Result<(String, u64), AttachmentError> {
+pub(super) fn hash_file(input: &mut File, source: &Path) -> Result<(String, u64), AttachmentError> {
     hash_while_copying(input, source, None)
 }
 
 /// Copies the opened `input` to `target`, hashing exactly the bytes copied.
 pub(super) fn copy_and_hash(
-    input: File,
+    input: &mut File,
     source: &Path,
     target: &Path,
 ) -> Result<(String, u64), AttachmentError> {
@@ -77,7 +77,7 @@ pub(super) fn copy_and_hash(
 
 /// SHA-256 and size of `input`, read once; each chunk also goes to `copy`.
 fn hash_while_copying(
-    mut input: File,
+    input: &mut File,
     source: &Path,
     mut copy: Option<(&mut File, &Path)>,
 ) -> Result<(String, u64), AttachmentError> {

@@ -21,7 +21,7 @@ mod records;
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::Write;
+use std::io::{Seek, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -179,10 +179,10 @@ impl AttachmentStore {
     ) -> Result<AttachmentRecord, AttachmentError> {
         let source = self.resolve_in_workspace(path)?;
         let display = path.display().to_string();
-        let meta = self
-            .open_beneath(&source)?
-            .metadata()
-            .map_err(io_error("read", &source))?;
+        // Opened once, beneath the workspace: the checks, the hash and the
+        // copy are all of this file, whatever happens to the path meanwhile.
+        let mut input = self.open_beneath(&source)?;
+        let meta = input.metadata().map_err(io_error("read", &source))?;
         if !meta.is_file() {
             return Err(AttachmentError::NotAFile(display));
         }
@@ -196,7 +196,10 @@ impl AttachmentStore {
             .unwrap_or_else(|| "attachment.bin".into());
         let mut digest = None;
         if options.deduplicate {
-            let (sha, _) = hash_file(self.open_beneath(&source)?, &source)?;
+            let (sha, _) = hash_file(&mut input, &source)?;
+            input
+                .seek(std::io::SeekFrom::Start(0))
+                .map_err(io_error("read", &source))?;
             let source_text = source.to_string_lossy();
             let mut state = self.lock_state();
             self.refresh(&mut state);
@@ -214,12 +217,12 @@ impl AttachmentStore {
             let dir = self.root.join(&id);
             std::fs::create_dir_all(&dir).map_err(io_error("create", &dir))?;
             let target = dir.join(&file_name);
-            let (sha, size) = copy_and_hash(self.open_beneath(&source)?, &source, &target)?;
+            let (sha, size) = copy_and_hash(&mut input, &source, &target)?;
             (target, sha, size)
         } else {
             let (sha, size) = match digest {
                 Some(sha) => (sha, meta.len()),
-                None => hash_file(self.open_beneath(&source)?, &source)?,
+                None => hash_file(&mut input, &source)?,
             };
             (source.clone(), sha, size)
         };
@@ -354,7 +357,7 @@ impl AttachmentStore {
                     let name = source.file_name().map(|n| n.to_string_lossy().into_owned());
                     let target = dir.join(safe_file_name(name.as_deref().unwrap_or_default()));
                     if target != source {
-                        copy_and_hash(self.open_beneath(&source)?, &source, &target)?;
+                        copy_and_hash(&mut self.open_beneath(&source)?, &source, &target)?;
                     }
                     kept = target;
                 }
