@@ -849,10 +849,11 @@ impl Worker {
                     value,
                     error,
                     value_json,
+                    value_mp,
                     content,
                 })) if got == id => {
                     return Exchange::Reply(if ok {
-                        ReplyValue::decode(value, value_json, content)
+                        ReplyValue::decode(value, value_json, value_mp, content)
                     } else {
                         Err(error.unwrap_or_else(|| RemoteError {
                             kind: "WorkerDied".into(),

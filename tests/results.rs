@@ -76,3 +76,84 @@ async fn non_json_results_are_converted() {
     }
     pool.shutdown().await;
 }
+
+/// The interpreter with the msgpack C extension that `scripts/test-deps` installs.
+fn python_with_c_extension() -> std::path::PathBuf {
+    let python =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/pyvenv-test/bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: run scripts/test-deps",
+        python.display()
+    );
+    python
+}
+
+/// Each result sample arrives as the walk converts it, whichever encoding the
+/// shim chose: with the C extension, a MessagePack blob that the supervisor
+/// turns into JSON (number and bytes keys spelled as Python spells them);
+/// without it, JSON text; and the walk for what neither gives exactly.
+#[tokio::test]
+async fn every_encoding_of_a_result_gives_what_the_walk_gives() {
+    let c_ext = python_with_c_extension();
+    let session = tempfile::tempdir().unwrap();
+    let with_c = builder(&session, 1)
+        .python(c_ext.to_string_lossy())
+        .build()
+        .await
+        .unwrap();
+    let (plain, _plain_session) = pool(1).await;
+    assert_eq!(with_c.worker_info().codec, "msgpack");
+    let packed_samples = [
+        "table",
+        "scalars",
+        "bytes",
+        "number_keys",
+        "bytes_keys",
+        "shared",
+        "nan",
+        "nested_99",
+    ];
+    for name in [
+        "table",
+        "scalars",
+        "bytes",
+        "number_keys",
+        "bytes_keys",
+        "tuple_keys",
+        "enum_keys",
+        "wide",
+        "mixed",
+        "shared",
+        "nan",
+        "nested_99",
+        "dict_subclass",
+    ] {
+        let args = json!({"name": name});
+        let walked = call(&with_c, "walked_sample", args.clone()).await.unwrap();
+        assert_eq!(
+            walked["packed"],
+            json!(packed_samples.contains(&name)),
+            "{name}"
+        );
+        for pool in [&with_c, &plain] {
+            let value = call(pool, "result_sample", args.clone())
+                .await
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(value, walked["walked"], "{name}");
+        }
+    }
+    // What the keys look like, not only that both sides agree.
+    let keys = call(&with_c, "result_sample", json!({"name": "number_keys"}))
+        .await
+        .unwrap();
+    let keys: Vec<&str> = keys
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(keys, ["7", "-2", "2.5", "1e+16", "1.5e-07", "true", "null"]);
+    with_c.shutdown().await;
+    plain.shutdown().await;
+}

@@ -9,6 +9,9 @@ try:
 except ImportError:
     msgpack = None
 
+if msgpack is not None and not msgpack.Packer.__module__.startswith("msgpack._cmsgpack"):
+    msgpack = None  # msgpack's pure-Python fallback: minipack is as fast and byte-identical
+
 if msgpack is not None:
     NAME = "msgpack"
 

@@ -11,6 +11,8 @@ import pathlib
 import sys
 import uuid
 
+from . import codec
+
 _INT_MIN = -(2**63)       # the widest integers MessagePack (and serde_json) carry;
 _UINT_MAX = 2**64 - 1     # anything wider is sent as its decimal string
 # Deepest nesting of lists and dicts in a result. The supervisor refuses
@@ -20,29 +22,59 @@ MAX_DEPTH = 100
 
 
 class Encoded:
-    """A result ready for its reply: JSON text from the standard library's C
-    encoder (one pass in C, parsed by serde_json on the other side), or, where
-    only the walk below converts it exactly, the walked value."""
+    """A result ready for its reply, as one blob encoded in C where that gives
+    exactly what to_jsonable gives: MessagePack from the msgpack extension
+    (`packed`), else JSON text from the standard library's C encoder
+    (`json_text`); otherwise the walked value. The supervisor turns either
+    blob into its JSON value in one pass (src/protocol/value.rs)."""
 
-    __slots__ = ("json_text", "value")
+    __slots__ = ("json_text", "packed", "value")
 
-    def __init__(self, json_text=None, value=None):
+    def __init__(self, json_text=None, value=None, packed=None):
         self.json_text = json_text
+        self.packed = packed
         self.value = value
 
     def reply_fields(self) -> dict:
+        if self.packed is not None:
+            return {"value_mp": self.packed}
         return {"value_json": self.json_text} if self.json_text is not None else {"value": self.value}
 
     def data(self):
-        """The JSON-able data either way (for tests and logs)."""
+        """The JSON-able data any way it was encoded (for tests and logs)."""
+        if self.packed is not None:
+            return codec.unpack(self.packed)
         return json.loads(self.json_text) if self.json_text is not None else self.value
 
 
 def encode(value) -> Encoded:
-    """The result as one encoded blob when the C encoder can give exactly what
+    """The result as one encoded blob when a C encoder can give exactly what
     to_jsonable gives, else the walked value; raises what to_jsonable raises."""
+    packed = _packed(value)
+    if packed is not None:
+        return Encoded(packed=packed)
     text = _json_text(value)
     return Encoded(json_text=text) if text is not None else Encoded(value=to_jsonable(value))
+
+
+def _refuse(value):
+    raise TypeError(type(value).__name__)
+
+
+def _packed(value):
+    """The value packed by the msgpack C extension when it holds only what
+    MessagePack and JSON share exactly: str, int within 64 bits, float, bool,
+    None, bytes (base64 text to the supervisor), list and dict of those
+    (non-str keys spelled as json spells them, by the supervisor). Anything
+    else — tuples, subclasses, enums, dates, a container inside itself, very
+    deep nesting, wide integers, lone surrogates — returns None: the JSON
+    encoder or the walk converts it."""
+    if codec.msgpack is None:
+        return None
+    try:
+        return codec.msgpack.packb(value, use_bin_type=True, strict_types=True, default=_refuse)
+    except (TypeError, ValueError, OverflowError):
+        return None
 
 
 _NOT_TEXT = object()

@@ -86,6 +86,8 @@ class Guardian:
         assert reply is not None and reply["id"] == request_id, reply
         if "value_json" in reply:  # results travel as JSON text
             reply["value"] = json.loads(reply.pop("value_json"))
+        if "value_mp" in reply:  # or, with the msgpack extension, as one MessagePack blob
+            reply["value"] = codec.unpack(reply.pop("value_mp"))
         return reply
 
     def invoke(self, name: str, args: dict, context: dict | None = None) -> dict:

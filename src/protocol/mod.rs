@@ -8,6 +8,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+pub mod value;
+
 /// Version of the wire protocol; the worker's hello must carry the same.
 pub const PROTOCOL_VERSION: u32 = 2;
 
@@ -148,13 +150,15 @@ pub struct ReplyValue {
 pub const MAX_RESULT_DEPTH: usize = 100;
 
 impl ReplyValue {
-    /// A reply's value: `value_json` (JSON text, parsed here) when the shim
-    /// sent one, else the MessagePack `value`. A result nested deeper than
+    /// A reply's value: `value_mp` (one MessagePack blob, see [`value`]) or
+    /// `value_json` (JSON text, parsed here) when the shim sent one, else the
+    /// MessagePack `value`. A result nested deeper than
     /// [`MAX_RESULT_DEPTH`] or text that is not JSON is the tool's
     /// `ValueError`, as the shim names it for what it walks.
     pub fn decode(
         value: Value,
         value_json: Option<String>,
+        value_mp: Option<serde_bytes::ByteBuf>,
         content: Option<Vec<WireBlock>>,
     ) -> Result<ReplyValue, RemoteError> {
         let value_error = |message: String| RemoteError {
@@ -167,6 +171,13 @@ impl ReplyValue {
                 "the result is nested deeper than {MAX_RESULT_DEPTH} levels of lists and dicts"
             ))
         };
+        if let Some(blob) = value_mp {
+            // Held to the depth while it is decoded: no second walk.
+            return match value::from_msgpack(&blob) {
+                Ok(value) => Ok(ReplyValue { value, content }),
+                Err(e) => Err(value_error(e.to_string())),
+            };
+        }
         let value = match value_json {
             None => value,
             Some(text) => match serde_json::from_str(&text) {
@@ -227,6 +238,9 @@ pub enum Message {
         /// The result as JSON text, instead of `value` (see [`ReplyValue::decode`]).
         #[serde(default)]
         value_json: Option<String>,
+        /// The result as one MessagePack blob, instead of `value`.
+        #[serde(default)]
+        value_mp: Option<serde_bytes::ByteBuf>,
         #[serde(default)]
         content: Option<Vec<WireBlock>>,
     },
@@ -477,21 +491,24 @@ mod tests {
     #[test]
     fn a_result_sent_as_json_text_is_parsed_and_held_to_the_depth_limit() {
         let parsed =
-            ReplyValue::decode(Value::Null, Some(r#"{"a":[1,2.5,"x"]}"#.into()), None).unwrap();
+            ReplyValue::decode(Value::Null, Some(r#"{"a":[1,2.5,"x"]}"#.into()), None, None)
+                .unwrap();
         assert_eq!(parsed.value, serde_json::json!({"a": [1, 2.5, "x"]}));
-        let plain = ReplyValue::decode(serde_json::json!(7), None, None).unwrap();
+        let plain = ReplyValue::decode(serde_json::json!(7), None, None, None).unwrap();
         assert_eq!(plain.value, serde_json::json!(7));
         let nest = |levels: usize| "[".repeat(levels) + &"]".repeat(levels);
-        assert!(ReplyValue::decode(Value::Null, Some(nest(MAX_RESULT_DEPTH)), None).is_ok());
+        assert!(ReplyValue::decode(Value::Null, Some(nest(MAX_RESULT_DEPTH)), None, None).is_ok());
         for levels in [MAX_RESULT_DEPTH + 1, 5000] {
-            let error = ReplyValue::decode(Value::Null, Some(nest(levels)), None).unwrap_err();
+            let error =
+                ReplyValue::decode(Value::Null, Some(nest(levels)), None, None).unwrap_err();
             assert_eq!(error.kind, "ValueError");
             assert_eq!(
                 error.message,
                 "the result is nested deeper than 100 levels of lists and dicts"
             );
         }
-        let error = ReplyValue::decode(Value::Null, Some("{not json".into()), None).unwrap_err();
+        let error =
+            ReplyValue::decode(Value::Null, Some("{not json".into()), None, None).unwrap_err();
         assert!(
             error.message.starts_with("the result is not valid JSON"),
             "{}",
