@@ -17,6 +17,7 @@ use serde_json::{json, Value};
 use crate::config::{nodes_json, ToolFormat, Workflow, WorkflowError};
 use crate::content::{result_text, ContentBlock};
 use crate::context::{PromptInput, TerminalPrompt};
+use crate::duration_text::parse_seconds;
 use crate::error::PoolError;
 use crate::pool::{CallReport, InvokeOptions, Pool, PoolBuilder};
 use crate::signals::{StopSignal, StopSignals};
@@ -360,16 +361,6 @@ pub enum Command {
 
 /// 4 PiB: more than any address space, far below where MB → bytes overflows.
 const MAX_MEMORY_LIMIT_MB: u64 = 1 << 32;
-
-pub(crate) fn parse_seconds(text: &str) -> Result<Duration, String> {
-    let secs: f64 = text
-        .parse()
-        .map_err(|_| format!("'{text}' is not a number of seconds"))?;
-    if !secs.is_finite() || secs <= 0.0 || secs > 1e9 {
-        return Err(format!("'{text}' must be a positive number of seconds"));
-    }
-    Ok(Duration::from_secs_f64(secs))
-}
 
 /// Exit code for a bad command line or setup.
 const EXIT_USAGE: u8 = 2;
@@ -772,7 +763,7 @@ async fn call_draining_on_signal(
     };
     tracing::warn!(
         "{signal}: no new calls; the call in flight may finish within {} s",
-        crate::pool::format_secs(grace)
+        crate::duration_text::format_secs(grace)
     );
     let drained = async { tokio::join!(&mut call, pool.shutdown_with_grace(grace)).0 };
     tokio::select! {

@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 use crate::error::PoolError;
+pub use crate::worker::{CallbackError, CallbackService};
 
 pub use attachments::{AttachmentError, AttachmentRecord, AttachmentRef, AttachmentStore};
 pub use terminal::{PromptInput, TerminalPrompt};
@@ -224,23 +225,6 @@ where
     Arc::new(FnPrompt(f))
 }
 
-/// An error a callback answers with; the tool gets it as an exception named
-/// `kind` (a Python builtin such as `ValueError`, or one of the shim's own).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CallbackError {
-    pub kind: String,
-    pub message: String,
-}
-
-impl CallbackError {
-    pub fn new(kind: &str, message: impl Into<String>) -> CallbackError {
-        CallbackError {
-            kind: kind.to_string(),
-            message: message.into(),
-        }
-    }
-}
-
 impl From<AttachmentError> for CallbackError {
     fn from(error: AttachmentError) -> CallbackError {
         CallbackError::new(error.type_name(), error.to_string())
@@ -282,6 +266,22 @@ pub mod methods {
     pub const HUMAN_PROMPT: &str = "human_prompt.request";
 }
 
+impl CallbackService for CallbackHandler {
+    /// The human prompt waits for a human: the call's timer is paused while it runs.
+    fn waits_for_human(&self, method: &str) -> bool {
+        method == methods::HUMAN_PROMPT
+    }
+
+    fn handle<'a>(
+        &'a self,
+        tool: &'a str,
+        method: &'a str,
+        params: Value,
+    ) -> BoxFuture<'a, Result<Value, CallbackError>> {
+        Box::pin(self.serve(tool, method, params))
+    }
+}
+
 impl CallbackHandler {
     pub fn new(
         services: Arc<SessionServices>,
@@ -297,20 +297,9 @@ impl CallbackHandler {
         self.prompt.is_some()
     }
 
-    /// True for the methods that wait for a human: the call's timer is
-    /// paused while they run.
-    pub fn waits_for_human(method: &str) -> bool {
-        method == methods::HUMAN_PROMPT
-    }
-
     /// Runs one callback of the call of `tool`. Blocking file work runs on
     /// tokio's blocking threads.
-    pub async fn handle(
-        &self,
-        tool: &str,
-        method: &str,
-        params: Value,
-    ) -> Result<Value, CallbackError> {
+    async fn serve(&self, tool: &str, method: &str, params: Value) -> Result<Value, CallbackError> {
         let params = match params {
             Value::Object(map) => map,
             Value::Null => Map::new(),

@@ -12,6 +12,7 @@ pub mod config;
 pub mod content;
 pub mod context;
 pub mod doctor;
+pub mod duration_text;
 pub mod embedded;
 pub mod env;
 pub mod error;

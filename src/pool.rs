@@ -22,8 +22,9 @@ use tokio::time::Instant;
 use crate::catalog::Catalog;
 use crate::content::ContentBlock;
 use crate::context::{
-    AttachmentStore, CallbackHandler, HumanPrompt, SessionPaths, SessionServices,
+    AttachmentStore, CallbackHandler, CallbackService, HumanPrompt, SessionPaths, SessionServices,
 };
+use crate::duration_text::format_secs;
 use crate::error::{ErrorKind, PoolError, ToolError};
 use crate::protocol::{CallContext, WireBlock, DEFAULT_MAX_FRAME};
 use crate::worker::{
@@ -1128,12 +1129,14 @@ impl Pool {
     ) {
         let shared = &self.shared;
         let timeout = options.timeout.unwrap_or(shared.default_timeout);
-        let callbacks = CallbackHandler::new(shared.services.clone(), options.human_prompt);
+        let handler = CallbackHandler::new(shared.services.clone(), options.human_prompt);
+        let human_prompt = handler.has_human_prompt();
+        let callbacks: Arc<dyn CallbackService> = Arc::new(handler);
         let context = CallContext {
             session_id: shared.session.id.clone(),
             node_id: options.context.node_id,
             vars: options.context.vars,
-            human_prompt: callbacks.has_human_prompt(),
+            human_prompt,
         };
         let queued = Instant::now();
         let mut moved = false;
@@ -1176,7 +1179,7 @@ impl Pool {
         name: &str,
         args: &Value,
         context: &CallContext,
-        callbacks: &CallbackHandler,
+        callbacks: &Arc<dyn CallbackService>,
         timeout: Duration,
     ) -> Attempt {
         let shared = &self.shared;
@@ -1418,23 +1421,5 @@ pub(crate) struct WeakPool(std::sync::Weak<Shared>);
 impl WeakPool {
     pub(crate) fn upgrade(&self) -> Option<Pool> {
         self.0.upgrade().map(|shared| Pool { shared })
-    }
-}
-
-/// Seconds without trailing zeros: `1`, `0.2`, `2.5`.
-pub fn format_secs(duration: Duration) -> String {
-    let text = format!("{:.3}", duration.as_secs_f64());
-    text.trim_end_matches('0').trim_end_matches('.').to_string()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn seconds_are_printed_without_trailing_zeros() {
-        assert_eq!(format_secs(Duration::from_secs(1)), "1");
-        assert_eq!(format_secs(Duration::from_millis(200)), "0.2");
-        assert_eq!(format_secs(Duration::from_millis(2500)), "2.5");
     }
 }

@@ -8,9 +8,11 @@
 
 use std::collections::VecDeque;
 use std::ffi::OsString;
+use std::future::Future;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -24,7 +26,6 @@ use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 use tokio::time::{timeout, timeout_at, Instant};
 
-use crate::context::{CallbackError, CallbackHandler};
 use crate::process::{kill_descendants, KillMechanism, ProcessId, Tracked};
 use crate::protocol::{
     encode_frame, write_frame, CallContext, CallbackReply, FrameReader, Message, ProtocolError,
@@ -57,6 +58,39 @@ const STDERR_LINE_MAX: usize = 16 * 1024;
 /// window only has to cover one turn of the reactor (it may see the pipe's
 /// readiness after the timer fired, e.g. when this process was stopped).
 const DEADLINE_DRAIN: Duration = Duration::from_millis(5);
+
+/// An error a callback answers with; the tool gets it as an exception named
+/// `kind` (a Python builtin such as `ValueError`, or one of the shim's own).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallbackError {
+    pub kind: String,
+    pub message: String,
+}
+
+impl CallbackError {
+    pub fn new(kind: &str, message: impl Into<String>) -> CallbackError {
+        CallbackError {
+            kind: kind.to_string(),
+            message: message.into(),
+        }
+    }
+}
+
+/// What serves a running tool's callbacks (`{"t": "call"}`: the context
+/// services). The worker knows only this; `context` implements it.
+pub trait CallbackService: Send + Sync {
+    /// Whether `method` waits for a human: that time is not the tool's, so
+    /// the call's deadline pauses (and its processes are stopped) meanwhile.
+    fn waits_for_human(&self, method: &str) -> bool;
+
+    /// Answers one callback of the call of `tool`.
+    fn handle<'a>(
+        &'a self,
+        tool: &'a str,
+        method: &'a str,
+        params: Value,
+    ) -> Pin<Box<dyn Future<Output = Result<Value, CallbackError>> + Send + 'a>>;
+}
 
 /// A tool module that broke a worker's start, as the boot config's
 /// `skip_modules` lists it.
@@ -644,7 +678,7 @@ impl Worker {
         args: &Value,
         context: &CallContext,
         deadline: Instant,
-        callbacks: Option<&CallbackHandler>,
+        callbacks: Option<&Arc<dyn CallbackService>>,
     ) -> CallOutcome {
         let id = self.take_id();
         self.calls_served += 1;
@@ -663,7 +697,7 @@ impl Worker {
         request: &Request<'_>,
         label: &str,
         deadline: Instant,
-        callbacks: Option<&CallbackHandler>,
+        callbacks: Option<&Arc<dyn CallbackService>>,
     ) -> CallOutcome {
         let frame = match encode_frame(request, self.spec.max_frame) {
             Ok(frame) => frame,
@@ -757,7 +791,7 @@ impl Worker {
         frame: &[u8],
         deadline: Instant,
         label: &str,
-        callbacks: Option<&CallbackHandler>,
+        callbacks: Option<&Arc<dyn CallbackService>>,
         acknowledged: bool,
     ) -> Exchange {
         // Dropped with the exchange (the call was cancelled): any callback
@@ -795,7 +829,7 @@ impl Worker {
         frame: &[u8],
         mut deadline: Instant,
         label: &str,
-        callbacks: Option<&CallbackHandler>,
+        callbacks: Option<&Arc<dyn CallbackService>>,
         pending: &mut JoinSet<Result<Value, CallbackError>>,
         mut acknowledged: bool,
         paused: &mut bool,
@@ -910,7 +944,7 @@ impl Worker {
                     }
                     Some(handler) => {
                         tracing::debug!(worker = self.pid(), call_id, %method, "callback");
-                        let human = CallbackHandler::waits_for_human(&method);
+                        let human = handler.waits_for_human(&method);
                         if human {
                             if humans == 0 {
                                 paused_since = Instant::now();
@@ -933,7 +967,7 @@ impl Worker {
                                         "HumanPromptUnavailable",
                                         format!(
                                             "no answer within {} s (--human-timeout)",
-                                            crate::pool::format_secs(limit)
+                                            crate::duration_text::format_secs(limit)
                                         ),
                                     ))
                                 }),

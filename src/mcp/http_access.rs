@@ -42,7 +42,7 @@ pub struct HttpArgs {
     #[arg(long, requires = "http", conflicts_with = "auth_token_file")]
     pub no_auth: bool,
     /// With --http: end a session after SECS without a message from or to its client
-    #[arg(long, value_name = "SECS", default_value = "300", value_parser = crate::cli::parse_seconds)]
+    #[arg(long, value_name = "SECS", default_value = "300", value_parser = crate::duration_text::parse_seconds)]
     pub session_idle: Duration,
     /// With --http: sessions open at once; an initialize past it is answered 503
     #[arg(long, value_name = "N", default_value = "256", value_parser = clap::value_parser!(u32).range(1..))]

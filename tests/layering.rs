@@ -1,0 +1,190 @@
+//! The module graph has no cycles: in the crate (`crate::` paths in code,
+//! not in comments or unit tests) and in the Python shim (its relative
+//! imports). A cycle is printed as the path that closes it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+type Graph = BTreeMap<String, BTreeSet<String>>;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn files(dir: &Path, extension: &str, found: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files(&path, extension, found);
+        } else if path.extension().is_some_and(|e| e == extension) {
+            found.push(path);
+        }
+    }
+}
+
+/// Code without `//` comments, and without the unit tests at the end.
+fn code_of(text: &str) -> String {
+    let text = text.split("#[cfg(test)]").next().unwrap_or("");
+    text.lines()
+        .map(|line| line.split("//").next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The top-level module a file of `src/` belongs to.
+fn rust_module(src: &Path, file: &Path) -> String {
+    let relative = file.strip_prefix(src).unwrap();
+    let first = relative
+        .components()
+        .next()
+        .unwrap()
+        .as_os_str()
+        .to_string_lossy();
+    first.trim_end_matches(".rs").to_string()
+}
+
+fn rust_graph() -> Graph {
+    let src = root().join("src");
+    let mut sources = Vec::new();
+    files(&src, "rs", &mut sources);
+    let modules: BTreeSet<String> = sources.iter().map(|f| rust_module(&src, f)).collect();
+    let mut graph = Graph::new();
+    for file in &sources {
+        let module = rust_module(&src, file);
+        if module == "lib" || module == "main" {
+            continue;
+        }
+        let code = code_of(&std::fs::read_to_string(file).unwrap());
+        let edges = graph.entry(module.clone()).or_default();
+        // `crate::name` anywhere, and the names inside `use crate::{a, b::c}`.
+        for (at, _) in code.match_indices("crate::") {
+            let rest = &code[at + "crate::".len()..];
+            let names: Vec<&str> = if let Some(group) = rest.strip_prefix('{') {
+                let group = &group[..group.find('}').unwrap_or(group.len())];
+                group.split(',').map(|part| part.trim()).collect()
+            } else {
+                vec![rest]
+            };
+            for name in names {
+                let name: String = name
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                if modules.contains(&name) && name != module {
+                    edges.insert(name);
+                }
+            }
+        }
+    }
+    graph
+}
+
+fn python_graph() -> Graph {
+    let shim = root().join("python_shim/toolpool_shim");
+    let mut sources = Vec::new();
+    files(&shim, "py", &mut sources);
+    let mut graph = Graph::new();
+    for file in &sources {
+        let module = file.file_stem().unwrap().to_string_lossy().to_string();
+        let edges = graph.entry(module.clone()).or_default();
+        for line in std::fs::read_to_string(file).unwrap().lines() {
+            let line = line.trim();
+            // `from .x import y` and `from . import x, y` (inside functions too).
+            if let Some(rest) = line.strip_prefix("from .") {
+                let (target, imported) = rest.split_once(" import ").unwrap_or((rest, ""));
+                let targets: Vec<String> = if target.is_empty() {
+                    imported
+                        .split(',')
+                        .map(|n| n.trim().split(' ').next().unwrap_or("").to_string())
+                        .collect()
+                } else {
+                    vec![target.split('.').next().unwrap_or("").to_string()]
+                };
+                for target in targets {
+                    if !target.is_empty() && target != module {
+                        edges.insert(target);
+                    }
+                }
+            }
+        }
+    }
+    graph
+}
+
+/// The first cycle found, as the modules along it.
+fn cycle(graph: &Graph) -> Option<Vec<String>> {
+    fn visit(
+        graph: &Graph,
+        node: &str,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(start) = path.iter().position(|n| n == node) {
+            let mut cycle = path[start..].to_vec();
+            cycle.push(node.to_string());
+            return Some(cycle);
+        }
+        if done.contains(node) {
+            return None;
+        }
+        path.push(node.to_string());
+        for next in graph.get(node).into_iter().flatten() {
+            if let Some(cycle) = visit(graph, next, path, done) {
+                return Some(cycle);
+            }
+        }
+        path.pop();
+        done.insert(node.to_string());
+        None
+    }
+    let mut done = BTreeSet::new();
+    graph
+        .keys()
+        .find_map(|node| visit(graph, node, &mut Vec::new(), &mut done))
+}
+
+#[test]
+fn the_crate_has_no_module_cycles() {
+    let graph = rust_graph();
+    // The graph was read: the layers the design names are there.
+    assert!(graph["pool"].contains("worker"), "{graph:?}");
+    assert!(graph["worker"].contains("protocol"), "{graph:?}");
+    if let Some(cycle) = cycle(&graph) {
+        panic!("module cycle: {}", cycle.join(" -> "));
+    }
+}
+
+#[test]
+fn the_workers_layer_does_not_reach_up() {
+    let graph = rust_graph();
+    for (module, forbidden) in [
+        ("worker", ["pool", "context", "cli", "mcp"]),
+        ("protocol", ["worker", "pool", "cli", "mcp"]),
+    ] {
+        for name in forbidden {
+            assert!(
+                !graph[module].contains(name),
+                "{module} uses {name}: {:?}",
+                graph[module]
+            );
+        }
+    }
+}
+
+#[test]
+fn the_shim_has_no_import_cycles() {
+    let graph = python_graph();
+    assert!(graph["worker"].contains("channel"), "{graph:?}");
+    if let Some(cycle) = cycle(&graph) {
+        panic!("import cycle in the shim: {}", cycle.join(" -> "));
+    }
+}
+
+#[test]
+fn a_cycle_is_found_when_there_is_one() {
+    let graph: Graph = [("a", "b"), ("b", "c"), ("c", "a")]
+        .into_iter()
+        .map(|(from, to)| (from.to_string(), BTreeSet::from([to.to_string()])))
+        .collect();
+    assert_eq!(cycle(&graph).unwrap(), ["a", "b", "c", "a"]);
+}
