@@ -5,6 +5,10 @@
 //! Prints one JSON object; `benches/peers` runs it next to the Python peers
 //! and prints the comparison. `--quick` takes fewer samples.
 
+// The allocator the toolpool binary runs with (src/main.rs).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 

@@ -91,6 +91,7 @@ impl std::error::Error for ConfigError {}
 
 /// What stops a workflow file from being used.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum WorkflowError {
     #[error("workflow file {file} does not exist")]
     NotFound { file: String },

@@ -153,6 +153,7 @@ impl PromptAnswer {
 /// Why a prompt got no answer; the tool gets it as an exception of the type
 /// [`PromptError::type_name`] names.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum PromptError {
     /// Nobody can be asked (no terminal, stdin at its end, a client that
     /// does not support elicitation, ...).

@@ -12,11 +12,18 @@ use serde::Serialize;
 /// Why a call failed; decides the `<Type>` of the agent-facing text and the
 /// CLI's exit code.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ErrorKind {
     /// Ran past its timeout; the worker was killed.
     Timeout,
     /// The tool raised; carries the exception's own type name.
     Raised(String),
+    /// The result's reply was over the frame limit (the shim says so and
+    /// the worker goes on).
+    ResultTooLarge,
+    /// The worker did not understand the request (a shim of another
+    /// protocol version).
+    ProtocolError,
     /// The worker process died (or broke the protocol) during the call.
     WorkerDied,
     /// No such function (or its module failed to import).
@@ -35,6 +42,8 @@ impl ErrorKind {
         match self {
             ErrorKind::Timeout => "TimeoutError",
             ErrorKind::Raised(name) => name,
+            ErrorKind::ResultTooLarge => "ResultTooLarge",
+            ErrorKind::ProtocolError => "ProtocolError",
             ErrorKind::WorkerDied => "WorkerDied",
             ErrorKind::NotFound => "NotFound",
             ErrorKind::InvalidArguments => "InvalidArguments",
@@ -48,6 +57,8 @@ impl ErrorKind {
         match type_name {
             "NotFound" => ErrorKind::NotFound,
             "InvalidArguments" => ErrorKind::InvalidArguments,
+            "ResultTooLarge" => ErrorKind::ResultTooLarge,
+            "ProtocolError" => ErrorKind::ProtocolError,
             other => ErrorKind::Raised(other.to_string()),
         }
     }
@@ -111,6 +122,7 @@ impl std::error::Error for ToolError {}
 
 /// What stops a pool from being built.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum PoolError {
     #[error("python interpreter '{python}' cannot be run: {reason}")]
     Interpreter { python: String, reason: String },

@@ -1,5 +1,11 @@
 use std::process::ExitCode;
 
+// A supervisor allocates and frees many small objects on one thread for values
+// another thread drops (every result's JSON tree); glibc's malloc spends a
+// quarter of a large result's supervisor time on that, mimalloc a fraction.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = toolpool::cli::parse();
     toolpool::logging::init(cli.log_options());

@@ -52,16 +52,3 @@ impl StopSignals {
         }
     }
 }
-
-/// Waits for SIGTERM or SIGINT, listening from its first poll. If the
-/// listeners cannot be installed it never completes (the signals then keep
-/// their default action).
-pub async fn shutdown_signal() -> StopSignal {
-    match StopSignals::new() {
-        Ok(mut signals) => signals.recv().await,
-        Err(e) => {
-            tracing::warn!("cannot listen for SIGTERM and SIGINT: {e}");
-            std::future::pending().await
-        }
-    }
-}

@@ -124,6 +124,7 @@ pub struct WorkerSpec {
 }
 
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum StartError {
     #[error("cannot spawn {python}: {source}")]
     Spawn {
@@ -631,10 +632,6 @@ impl Worker {
 
     pub fn calls_served(&self) -> u64 {
         self.calls_served
-    }
-
-    pub fn python_version(&self) -> &str {
-        &self.info.python_version
     }
 
     fn stderr_text(&self) -> StderrText {

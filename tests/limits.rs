@@ -100,7 +100,7 @@ async fn result_over_the_frame_limit_is_a_clear_error_and_the_worker_stays() {
     let error = call(&pool, "huge_result", json!({"megabytes": 2}))
         .await
         .unwrap_err();
-    assert_eq!(error.kind.type_name(), "ResultTooLarge", "{error}");
+    assert_eq!(error.kind, toolpool::ErrorKind::ResultTooLarge, "{error}");
     assert!(
         error.message.contains("over the 1.0 MB frame limit"),
         "{error}"

@@ -38,7 +38,7 @@ async fn huge_result_is_refused_clearly_not_a_hang() {
     let error = call(&pool, "huge_result", json!({"megabytes": 100}))
         .await
         .unwrap_err();
-    assert_eq!(error.kind.type_name(), "ResultTooLarge", "{error}");
+    assert_eq!(error.kind, toolpool::ErrorKind::ResultTooLarge, "{error}");
     assert!(error.message.contains("frame limit"), "{error}");
     assert!(started.elapsed() < Duration::from_secs(20));
     assert_serves(&pool).await;

@@ -76,9 +76,6 @@ pub use http_access::{HttpArgs, HttpOptions, TOKEN_ENV as AUTH_TOKEN_ENV};
 /// every request read before the end as answered.
 const EOF_SETTLE: Duration = Duration::from_millis(200);
 
-/// Default time calls in flight get to finish at shutdown.
-pub const DEFAULT_GRACE: Duration = Duration::from_secs(10);
-
 /// The newest protocol version served (see the module docs).
 const MAX_PROTOCOL: ProtocolVersion = ProtocolVersion::V_2026_07_28;
 
@@ -119,6 +116,7 @@ pub struct ServeOptions {
 /// What stops the server from starting; after it started, `serve` always
 /// ends cleanly.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ServeError {
     #[error("cannot listen on {addr}: {source}")]
     Bind {

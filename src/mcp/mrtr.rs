@@ -111,6 +111,7 @@ pub enum Step {
 
 /// Why a retry's `requestState` is refused.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum StateError {
     #[error("the requestState is not one this server gave this client for this call")]
     Forged,

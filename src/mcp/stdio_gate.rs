@@ -18,9 +18,9 @@
 //! [`Gate::answered`] on every line rmcp writes, so an id leaves the
 //! in-flight set as its response goes out (or when the client cancels it).
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
+use dashmap::DashSet;
 use rmcp::model::{ClientJsonRpcMessage, ClientNotification, JsonRpcMessage};
 use serde::de::IgnoredAny;
 use serde::Deserialize;
@@ -43,10 +43,11 @@ pub enum Verdict {
     Skip,
 }
 
-/// The in-flight request ids, shared by the reading and the writing side.
+/// The in-flight request ids, shared by the reading and the writing side
+/// (and the tasks rmcp runs each request on).
 #[derive(Clone)]
 pub struct Gate {
-    in_flight: Arc<Mutex<HashSet<String>>>,
+    in_flight: Arc<DashSet<String>>,
     limit: usize,
 }
 
@@ -108,9 +109,7 @@ impl Gate {
     }
 
     fn land(&self, id: &Value) {
-        if let Ok(mut in_flight) = self.in_flight.lock() {
-            in_flight.remove(&id_key(id));
-        }
+        self.in_flight.remove(&id_key(id));
     }
 
     /// A well-formed message: a request must not reuse an id in flight; a
@@ -119,10 +118,7 @@ impl Gate {
         match message {
             JsonRpcMessage::Request(request) => {
                 let id = serde_json::to_value(&request.id).unwrap_or(Value::Null);
-                let Ok(mut in_flight) = self.in_flight.lock() else {
-                    return Verdict::Pass;
-                };
-                if in_flight.insert(id_key(&id)) {
+                if self.in_flight.insert(id_key(&id)) {
                     Verdict::Pass
                 } else {
                     Verdict::Reply(error_line(

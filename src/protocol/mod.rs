@@ -17,6 +17,7 @@ pub const PROTOCOL_VERSION: u32 = 2;
 pub const DEFAULT_MAX_FRAME: usize = 64 * 1024 * 1024;
 
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ProtocolError {
     #[error("the worker closed its end of the channel")]
     Closed,

@@ -20,6 +20,7 @@ use super::MAX_RESULT_DEPTH;
 
 /// Why a blob is not a result.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum BlobError {
     #[error("the result is nested deeper than {MAX_RESULT_DEPTH} levels of lists and dicts")]
     TooDeep,

@@ -93,6 +93,7 @@ impl Default for RegisterOptions {
 }
 
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum AttachmentError {
     #[error("path {path:?} is outside the workspace ({workspace}){detail}")]
     OutsideWorkspace {
