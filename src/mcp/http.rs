@@ -222,8 +222,12 @@ impl Front {
         match (request.method(), session) {
             (&Method::POST, None) => self.sessions.open(&self.service, request).await,
             (&Method::DELETE, Some(id)) => {
-                self.sessions.cancel_calls(&id);
                 let mut response = self.call(request).await;
+                // Only a DELETE rmcp accepted ended the session (one that
+                // names 2026-07-28, which has no sessions, is refused).
+                if response.status().is_success() {
+                    self.sessions.cancel_calls(&id);
+                }
                 // rmcp answers 202; clients expect 200 or 204 from a DELETE.
                 if response.status() == StatusCode::ACCEPTED {
                     *response.status_mut() = StatusCode::OK;

@@ -222,3 +222,55 @@ async def http_server(*args: str, functions: Path = FIXTURES, log: list | None =
                     process.stdout.close()
                 if log is not None:
                     log.append(stderr_path.read_text())
+
+
+ASKING_TOOLS = '''\
+import subprocess
+import sys
+import time
+
+
+def spawn_then_ask(marker: str, _context: dict | None = None) -> str:
+    """Start a grandchild whose command line holds `marker`, then ask a human;
+    without an answer carry on (sleep): only the server can end this call."""
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1000)", marker], stdin=subprocess.DEVNULL)
+    try:
+        return _context["human_prompt"].request(None, "Approve?").text
+    except Exception:
+        time.sleep(1000)
+        return "never"
+
+
+def add(a: int, b: int) -> int:
+    """a + b"""
+    return a + b
+'''
+"""A tool module whose call starts a grandchild and then waits for a human."""
+
+
+def asking_tools(directory: Path) -> Path:
+    """A functions folder holding `ASKING_TOOLS`."""
+    functions = Path(directory) / "asking"
+    functions.mkdir()
+    (functions / "asking.py").write_text(ASKING_TOOLS)
+    return functions
+
+
+def process_with(marker: str) -> int | None:
+    """The live process whose command line holds `marker` (seen from the host,
+    whatever PID namespace it runs in), if any."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            if marker.encode() in (entry / "cmdline").read_bytes().split(b"\0") and alive(int(entry.name)):
+                return int(entry.name)
+    return None
+
+
+async def started_with(marker: str, seconds: float = 30.0) -> int:
+    deadline = time.monotonic() + seconds
+    while (pid := process_with(marker)) is None:
+        assert time.monotonic() < deadline, f"no process with {marker} started"
+        await anyio.sleep(0.05)
+    return pid
