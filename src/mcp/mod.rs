@@ -742,9 +742,16 @@ impl ToolpoolServer {
                 // call's end is a tool error, as it would have been had the
                 // client still been waiting.
                 Err(late @ mrtr::StateError::Expired { .. }) => {
-                    let error =
-                        ToolError::new(&name, ErrorKind::Raised("HumanPromptUnavailable".into()), late.to_string());
-                    return Ok(CallToolResponse::Complete(call_result(Err(error), None, None)));
+                    let error = ToolError::new(
+                        &name,
+                        ErrorKind::Raised("HumanPromptUnavailable".into()),
+                        late.to_string(),
+                    );
+                    return Ok(CallToolResponse::Complete(call_result(
+                        Err(error),
+                        None,
+                        None,
+                    )));
                 }
                 Err(refused) => return Err(McpError::invalid_params(refused.to_string(), None)),
             },
@@ -803,7 +810,6 @@ impl ToolpoolServer {
         result
     }
 }
-
 
 /// The answer to a cancelled call. rmcp drops it (the client gave up on the
 /// request); it is a result, not an error, because rmcp logs every error

@@ -157,7 +157,6 @@ impl Tasks {
     }
 }
 
-
 /// A random task id (hex).
 fn task_id() -> String {
     let mut bytes = [0u8; 16];
