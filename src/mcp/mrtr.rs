@@ -427,6 +427,64 @@ mod tests {
         ));
     }
 
+    /// Sets its flag when dropped: stands for the worker a dropped call kills.
+    struct Dropped(Arc<std::sync::atomic::AtomicBool>);
+
+    impl Drop for Dropped {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::Release);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_call_not_answered_in_time_is_ended_and_its_handle_says_so() {
+        let trips = RoundTrips::new(Some(Duration::from_millis(50)));
+        let ended = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let guard = Dropped(ended.clone());
+        let running = Running::start(move |human| async move {
+            let _guard = guard;
+            let request = PromptRequest {
+                session_id: "s".into(),
+                node_id: "n".into(),
+                task_description: "Approve?".into(),
+                inputs: None,
+                metadata: Default::default(),
+                tool: "t".into(),
+            };
+            let _ = human.request(request).await;
+            std::future::pending::<CallReport>().await
+        });
+        let binding = [3u8; 32];
+        let Step::Asks(input) = trips
+            .drive(running, binding, &CancellationToken::new())
+            .await
+        else {
+            panic!("the call did not ask");
+        };
+        let state = input.request_state.expect("a requestState");
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !ended.load(std::sync::atomic::Ordering::Acquire) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the call was never ended"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        for _ in 0..2 {
+            let late = trips.resume(&state, &binding, None).err();
+            assert!(matches!(late, Some(StateError::Expired { .. })), "{late:?}");
+            assert_eq!(
+                late.map(|e| e.to_string()).as_deref(),
+                Some("no answer within 0.05 s (--human-timeout); the call was ended")
+            );
+        }
+        // Another binding still fails its check first.
+        assert!(matches!(
+            trips.resume(&state, &[4u8; 32], None),
+            Err(StateError::Forged)
+        ));
+    }
+
     #[test]
     fn the_binding_covers_client_tool_and_arguments() {
         let client = rmcp::model::Implementation::new("c", "1");
