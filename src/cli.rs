@@ -348,6 +348,9 @@ pub enum Command {
         /// Answer a call still running after SECS with a task the client polls (protocol 2026-07-28, clients that declare the tasks extension)
         #[arg(long, value_name = "SECS", value_parser = parse_seconds)]
         task_after: Option<Duration>,
+        /// Seconds a finished or cancelled task is kept for `tasks/get` (with --task-after)
+        #[arg(long, value_name = "SECS", default_value = "300", value_parser = parse_seconds, requires = "task_after")]
+        task_keep: Duration,
     },
     /// Interpreter, codec, kill mechanism, subreaper and limits in force
     Doctor,
@@ -639,6 +642,7 @@ async fn run_command(cli: Cli) -> Result<ExitCode, CliError> {
             metrics,
             watch,
             task_after,
+            task_keep,
         } => {
             // Checked before any worker starts: a public address without a
             // token is refused here.
@@ -691,6 +695,7 @@ async fn run_command(cli: Cli) -> Result<ExitCode, CliError> {
                 reloads,
                 workflow,
                 task_after: *task_after,
+                task_keep: *task_keep,
             };
             crate::mcp::serve(pool, options)
                 .await

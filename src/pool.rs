@@ -1067,6 +1067,11 @@ impl Pool {
         self.shared.default_timeout
     }
 
+    /// `--human-timeout`: the bound on one human wait, if any.
+    pub fn human_timeout(&self) -> Option<Duration> {
+        self.shared.spec.human_timeout
+    }
+
     /// Calls a tool; the error's `Display` is the agent-facing text.
     pub async fn invoke(
         &self,

@@ -106,11 +106,16 @@ fn python_client_is_told_of_list_changes_in_both_versions() {
 }
 
 #[test]
+fn python_client_every_flow_over_stdio_and_http_in_both_versions() {
+    run_python_module("test_official_flows");
+}
+
+#[test]
 fn fastmcp_client_over_stdio_and_http_in_both_versions() {
     run_python_module("test_fastmcp");
 }
 
 #[test]
-fn long_calls_become_tasks_on_2026_07_28() {
+fn long_calls_become_tasks_on_2026_07_28_over_stdio_and_http() {
     run_python_module("test_tasks");
 }

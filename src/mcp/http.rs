@@ -8,8 +8,13 @@
 //! (`--max-sessions`) and end after `--session-idle` without traffic; a
 //! request body may be as large as a frame (64 MiB), no larger.
 //!
-//! DELETE of a session cancels its calls at once (their workers are killed
-//! and replaced) and is answered 200, which MCP clients take as success.
+//! DELETE of a session cancels its calls at once — running, queued or
+//! waiting for an elicitation answer; their workers are killed and replaced
+//! — and is answered 200, which MCP clients take as success. Sessions exist
+//! only before 2026-07-28: rmcp serves a 2026-07-28 request on its own and
+//! refuses a DELETE that names that version (405), which cancels nothing.
+//! Multi-round-trip calls and tasks (2026-07-28 only) so never belong to a
+//! session; they end by their expiry and `tasks/cancel`.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -222,8 +227,12 @@ impl Front {
         match (request.method(), session) {
             (&Method::POST, None) => self.sessions.open(&self.service, request).await,
             (&Method::DELETE, Some(id)) => {
-                self.sessions.cancel_calls(&id);
                 let mut response = self.call(request).await;
+                // Only a DELETE rmcp accepted ended the session (one that
+                // names 2026-07-28, which has no sessions, is refused).
+                if response.status().is_success() {
+                    self.sessions.cancel_calls(&id);
+                }
                 // rmcp answers 202; clients expect 200 or 204 from a DELETE.
                 if response.status() == StatusCode::ACCEPTED {
                     *response.status_mut() = StatusCode::OK;

@@ -111,6 +111,8 @@ pub struct ServeOptions {
     /// `--task-after`: a call from a 2026-07-28 client that declares the
     /// tasks extension becomes a task once it has run this long.
     pub task_after: Option<Duration>,
+    /// `--task-keep`: how long a finished task is kept for `tasks/get`.
+    pub task_keep: Duration,
 }
 
 /// What stops the server from starting; after it started, `serve` always
@@ -130,7 +132,7 @@ pub enum ServeError {
 pub async fn serve(pool: Pool, options: ServeOptions) -> Result<(), ServeError> {
     let mut server = ToolpoolServer::new(pool, options.tools);
     if let Some(after) = options.task_after {
-        server = server.with_tasks_after(after);
+        server = server.with_tasks(after, options.task_keep);
     }
     if let Some(reloads) = options.reloads {
         server.follow_reloads(reloads, options.workflow);
@@ -170,15 +172,16 @@ struct Inner {
 
 impl ToolpoolServer {
     pub fn new(pool: Pool, tools: ToolSet) -> ToolpoolServer {
+        let round_trips = mrtr::RoundTrips::new(pool.human_timeout());
         ToolpoolServer {
             inner: Arc::new(Inner {
                 pool,
                 tools: RwLock::new(tools),
                 list_changes: AtomicBool::new(false),
                 listeners: listeners::Listeners::default(),
-                round_trips: mrtr::RoundTrips::new(),
+                round_trips,
                 task_after: None,
-                tasks: Arc::default(),
+                tasks: Arc::new(tasks::Tasks::new(tasks::DEFAULT_KEEP)),
                 calls: CallCounter::default(),
                 closing: AtomicBool::new(false),
             }),
@@ -195,10 +198,12 @@ impl ToolpoolServer {
     }
 
     /// Calls running longer than `after` become tasks (see [`tasks`]), for
-    /// clients that declare the tasks extension. Before the server is shared.
-    pub fn with_tasks_after(mut self, after: Duration) -> ToolpoolServer {
+    /// clients that declare the tasks extension; a finished one is kept for
+    /// `keep`. Before the server is shared.
+    pub fn with_tasks(mut self, after: Duration, keep: Duration) -> ToolpoolServer {
         if let Some(inner) = Arc::get_mut(&mut self.inner) {
             inner.task_after = Some(after);
+            inner.tasks = Arc::new(tasks::Tasks::new(keep));
         }
         self
     }
@@ -543,7 +548,7 @@ impl ServerHandler for ToolpoolServer {
     ) -> Result<GetTaskResult, McpError> {
         match self.inner.tasks.get(&request.task_id) {
             Some(task) => Ok(GetTaskResult::new(task)),
-            None => Err(no_task(&request.task_id)),
+            None => Err(self.no_task(&request.task_id)),
         }
     }
 
@@ -555,7 +560,7 @@ impl ServerHandler for ToolpoolServer {
         if self.inner.tasks.cancel(&request.task_id) {
             Ok(())
         } else {
-            Err(no_task(&request.task_id))
+            Err(self.no_task(&request.task_id))
         }
     }
 
@@ -725,11 +730,29 @@ impl ToolpoolServer {
     ) -> Result<CallToolResponse, McpError> {
         let binding = mrtr::binding(context.client_info().as_ref(), &name, &args);
         let running = match &request.request_state {
-            Some(state) => self
-                .inner
-                .round_trips
-                .resume(state, &binding, request.input_responses.as_ref())
-                .map_err(|e| McpError::invalid_params(e.to_string(), None))?,
+            Some(state) => match self.inner.round_trips.resume(
+                state,
+                &binding,
+                request.input_responses.as_ref(),
+            ) {
+                Ok(running) => running,
+                // The client did its part; the human was too late. The
+                // call's end is a tool error, as it would have been had the
+                // client still been waiting.
+                Err(late @ mrtr::StateError::Expired { .. }) => {
+                    let error = ToolError::new(
+                        &name,
+                        ErrorKind::Raised("HumanPromptUnavailable".into()),
+                        late.to_string(),
+                    );
+                    return Ok(CallToolResponse::Complete(call_result(
+                        Err(error),
+                        None,
+                        None,
+                    )));
+                }
+                Err(refused) => return Err(McpError::invalid_params(refused.to_string(), None)),
+            },
             None => {
                 let server = self.clone();
                 let tool = name.clone();
@@ -758,6 +781,18 @@ impl ToolpoolServer {
         })
     }
 
+    /// The answer to `tasks/get` or `tasks/cancel` for an id not (or no
+    /// longer) in the table.
+    fn no_task(&self, id: &str) -> McpError {
+        McpError::invalid_params(
+            format!(
+                "no task '{id}': none was made here, or it finished more than {} s ago and was forgotten (--task-keep)",
+                crate::pool::format_secs(self.inner.tasks.keep())
+            ),
+            None,
+        )
+    }
+
     /// The MCP result of a finished call: its content, and its value as
     /// `structuredContent` when the function has an output schema.
     fn result_of(&self, name: &str, report: CallReport) -> CallToolResult {
@@ -772,16 +807,6 @@ impl ToolpoolServer {
         result.structured_content = structured;
         result
     }
-}
-
-fn no_task(id: &str) -> McpError {
-    McpError::invalid_params(
-        format!(
-            "no task '{id}' (a finished task is kept {} s)",
-            tasks::KEEP_FINISHED.as_secs()
-        ),
-        None,
-    )
 }
 
 /// The answer to a cancelled call. rmcp drops it (the client gave up on the

@@ -13,12 +13,19 @@
 //! (key drawn at start) over the id and the call's binding — the client's
 //! name and version, the tool and its arguments. A handle that was not made
 //! here, or is presented for another client or call, fails its check; one
-//! already used, or older than [`HUMAN_WAIT`], is no longer in the table.
-//! Either way the retry is answered with an invalid-params error. A call
-//! nobody comes back for within [`HUMAN_WAIT`] is dropped, which kills its
-//! worker.
+//! already used is no longer in the table. Either way the retry is answered
+//! with an invalid-params error.
+//!
+//! A suspended call waits for the retry as long as a human wait may last:
+//! `--human-timeout`, or [`HUMAN_WAIT`] without it. When that passes the call
+//! is ended: the tool is told `HumanPromptUnavailable` (by the worker's own
+//! bound on the wait, with `--human-timeout`) and whatever of it still runs
+//! is dropped, which kills its worker (the pool starts another). Its handle
+//! is remembered as expired for [`EXPIRED_KEPT`], so that a late retry is
+//! answered with the call's end, the tool error
+//! `HumanPromptUnavailable: no answer within N s`, rather than a puzzle.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -38,8 +45,13 @@ use crate::context::{BoxFuture, HumanPrompt, PromptAnswer, PromptError, PromptRe
 use crate::pool::CallReport;
 
 /// How long a suspended call waits for the client to come back with the
-/// human's answer.
+/// human's answer, without `--human-timeout`.
 pub const HUMAN_WAIT: Duration = Duration::from_secs(600);
+
+/// How long the handle of a call that expired is remembered, so that a late
+/// retry learns why; and how many are (the oldest go first).
+pub const EXPIRED_KEPT: Duration = Duration::from_secs(600);
+const MAX_EXPIRED: usize = 4096;
 
 /// The key of the one input request in an `InputRequiredResult`.
 const INPUT_KEY: &str = "human";
@@ -115,8 +127,12 @@ pub enum Step {
 pub enum StateError {
     #[error("the requestState is not one this server gave this client for this call")]
     Forged,
-    #[error("the requestState was already used, or the call it stood for has ended (a suspended call waits {} s for the answer)", HUMAN_WAIT.as_secs())]
+    #[error("the requestState was already used, or the call it stood for has ended")]
     Stale,
+    /// The human's answer came after the call stopped waiting for it; the
+    /// text is the tool error's message.
+    #[error("no answer within {limit} s{flag}; the call was ended", limit = crate::pool::format_secs(*.waited), flag = if *.from_flag { " (--human-timeout)" } else { "" })]
+    Expired { waited: Duration, from_flag: bool },
 }
 
 struct Suspended {
@@ -128,14 +144,25 @@ struct Suspended {
 /// The suspended calls of one server (shared by its sessions).
 pub struct RoundTrips {
     key: [u8; 32],
+    /// How long a suspended call waits for the retry.
+    wait: Duration,
+    /// `wait` is `--human-timeout` (not the default).
+    from_flag: bool,
     suspended: Mutex<HashMap<[u8; 16], Suspended>>,
+    /// The ids of calls that expired, oldest first.
+    expired: Mutex<VecDeque<[u8; 16]>>,
 }
 
 impl RoundTrips {
-    pub fn new() -> Arc<RoundTrips> {
+    /// `human_timeout`: `--human-timeout`, the bound on a suspended call's
+    /// wait ([`HUMAN_WAIT`] without it).
+    pub fn new(human_timeout: Option<Duration>) -> Arc<RoundTrips> {
         Arc::new(RoundTrips {
             key: random(),
+            wait: human_timeout.unwrap_or(HUMAN_WAIT),
+            from_flag: human_timeout.is_some(),
             suspended: Mutex::new(HashMap::new()),
+            expired: Mutex::new(VecDeque::new()),
         })
     }
 
@@ -182,17 +209,40 @@ impl RoundTrips {
                 call,
             },
         );
-        // Nobody came back in time: drop the call (its worker is killed).
-        let table = Arc::downgrade(self);
+        // Nobody came back in time: drop the call (its worker is killed
+        // if the tool still runs) and remember why the handle is dead.
+        let (table, wait) = (Arc::downgrade(self), self.wait);
         tokio::spawn(async move {
-            tokio::time::sleep(HUMAN_WAIT).await;
+            tokio::time::sleep(wait).await;
             if let Some(table) = table.upgrade() {
-                if table.lock().remove(&id).is_some() {
-                    tracing::info!("a suspended call's human answer never came; the call is ended");
-                }
+                table.expire(id);
             }
         });
         InputRequiredResult::new(Some(requests), Some(state))
+    }
+
+    fn expire(self: &Arc<Self>, id: [u8; 16]) {
+        let Some(suspended) = self.lock().remove(&id) else {
+            return; // resumed in time
+        };
+        tracing::info!(
+            waited_secs = self.wait.as_secs_f64(),
+            "a suspended call's human answer did not come in time; the call is ended"
+        );
+        drop(suspended);
+        let mut expired = lock(&self.expired);
+        if expired.len() >= MAX_EXPIRED {
+            expired.pop_front();
+        }
+        expired.push_back(id);
+        drop(expired);
+        let table = Arc::downgrade(self);
+        tokio::spawn(async move {
+            tokio::time::sleep(EXPIRED_KEPT).await;
+            if let Some(table) = table.upgrade() {
+                lock(&table.expired).retain(|kept| kept != &id);
+            }
+        });
     }
 
     /// The suspended call `state` stands for, given the human's answer from
@@ -204,7 +254,15 @@ impl RoundTrips {
         responses: Option<&InputResponses>,
     ) -> Result<Running, StateError> {
         let id = self.open(state, binding)?;
-        let suspended = self.lock().remove(&id).ok_or(StateError::Stale)?;
+        let Some(suspended) = self.lock().remove(&id) else {
+            if lock(&self.expired).contains(&id) {
+                return Err(StateError::Expired {
+                    waited: self.wait,
+                    from_flag: self.from_flag,
+                });
+            }
+            return Err(StateError::Stale);
+        };
         if &suspended.binding != binding {
             return Err(StateError::Forged);
         }
@@ -244,10 +302,14 @@ impl RoundTrips {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 16], Suspended>> {
-        match self.suspended.lock() {
-            Ok(guard) => guard,
-            Err(poisoned) => poisoned.into_inner(),
-        }
+        lock(&self.suspended)
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match mutex.lock() {
+        Ok(guard) => guard,
+        Err(poisoned) => poisoned.into_inner(),
     }
 }
 
@@ -341,7 +403,7 @@ mod tests {
 
     #[test]
     fn a_state_opens_only_with_its_binding_and_key() {
-        let trips = RoundTrips::new();
+        let trips = RoundTrips::new(None);
         let binding = [7u8; 32];
         let state = trips.seal(&[1u8; 16], &binding);
         assert_eq!(trips.open(&state, &binding).unwrap(), [1u8; 16]);
@@ -350,7 +412,7 @@ mod tests {
             Err(StateError::Forged)
         ));
         assert!(matches!(
-            RoundTrips::new().open(&state, &binding),
+            RoundTrips::new(None).open(&state, &binding),
             Err(StateError::Forged)
         ));
         let mut tampered = state.into_bytes();
@@ -362,6 +424,64 @@ mod tests {
         ));
         assert!(matches!(
             trips.open("not base64!", &binding),
+            Err(StateError::Forged)
+        ));
+    }
+
+    /// Sets its flag when dropped: stands for the worker a dropped call kills.
+    struct Dropped(Arc<std::sync::atomic::AtomicBool>);
+
+    impl Drop for Dropped {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::Release);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_call_not_answered_in_time_is_ended_and_its_handle_says_so() {
+        let trips = RoundTrips::new(Some(Duration::from_millis(50)));
+        let ended = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let guard = Dropped(ended.clone());
+        let running = Running::start(move |human| async move {
+            let _guard = guard;
+            let request = PromptRequest {
+                session_id: "s".into(),
+                node_id: "n".into(),
+                task_description: "Approve?".into(),
+                inputs: None,
+                metadata: Default::default(),
+                tool: "t".into(),
+            };
+            let _ = human.request(request).await;
+            std::future::pending::<CallReport>().await
+        });
+        let binding = [3u8; 32];
+        let Step::Asks(input) = trips
+            .drive(running, binding, &CancellationToken::new())
+            .await
+        else {
+            panic!("the call did not ask");
+        };
+        let state = input.request_state.expect("a requestState");
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !ended.load(std::sync::atomic::Ordering::Acquire) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the call was never ended"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        for _ in 0..2 {
+            let late = trips.resume(&state, &binding, None).err();
+            assert!(matches!(late, Some(StateError::Expired { .. })), "{late:?}");
+            assert_eq!(
+                late.map(|e| e.to_string()).as_deref(),
+                Some("no answer within 0.05 s (--human-timeout); the call was ended")
+            );
+        }
+        // Another binding still fails its check first.
+        assert!(matches!(
+            trips.resume(&state, &[4u8; 32], None),
             Err(StateError::Forged)
         ));
     }

@@ -6,7 +6,7 @@
 //! on. `tasks/get` reports its status and, once it finished, its result (the
 //! same `CallToolResult` the call would have answered). `tasks/cancel` drops
 //! the call, which kills its worker as a cancelled call does. A finished task
-//! is kept for [`KEEP_FINISHED`], then forgotten.
+//! is kept for `--task-keep` ([`DEFAULT_KEEP`] without it), then forgotten.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -17,8 +17,9 @@ use rmcp::model::{
 };
 use tokio::task::AbortHandle;
 
-/// How long a finished (or cancelled) task is kept for `tasks/get`.
-pub const KEEP_FINISHED: Duration = Duration::from_secs(300);
+/// How long a finished (or cancelled) task is kept for `tasks/get` without
+/// `--task-keep`.
+pub const DEFAULT_KEEP: Duration = Duration::from_secs(300);
 
 /// How often a client is asked to poll.
 const POLL_INTERVAL_MS: u64 = 500;
@@ -35,12 +36,24 @@ struct Entry {
     state: State,
 }
 
-#[derive(Default)]
 pub struct Tasks {
     tasks: Mutex<HashMap<String, Entry>>,
+    /// How long a finished task is kept.
+    keep: Duration,
 }
 
 impl Tasks {
+    pub fn new(keep: Duration) -> Tasks {
+        Tasks {
+            tasks: Mutex::new(HashMap::new()),
+            keep,
+        }
+    }
+
+    pub fn keep(&self) -> Duration {
+        self.keep
+    }
+
     /// Makes `call` (already running in its own task) a task: its result is
     /// kept when it ends. Returns the answer to the `tools/call`.
     pub fn adopt(
@@ -73,7 +86,7 @@ impl Tasks {
         let entry = self.lock();
         let task = entry
             .get(&id)
-            .map(|e| wire_task(&id, e))
+            .map(|e| self.wire_task(&id, e))
             .unwrap_or_else(|| Task::new(id.clone(), TaskStatus::Working, "", ""));
         CreateTaskResult::new(task)
     }
@@ -92,7 +105,7 @@ impl Tasks {
                 },
             },
         };
-        Some(DetailedTask::new(wire_task(id, entry), payload))
+        Some(DetailedTask::new(self.wire_task(id, entry), payload))
     }
 
     /// `tasks/cancel`: kills a working task's call. False for an unknown id.
@@ -111,13 +124,29 @@ impl Tasks {
     }
 
     fn forget_later(self: Arc<Self>, id: String) {
-        let tasks = Arc::downgrade(&self);
+        let (tasks, keep) = (Arc::downgrade(&self), self.keep);
         tokio::spawn(async move {
-            tokio::time::sleep(KEEP_FINISHED).await;
+            tokio::time::sleep(keep).await;
             if let Some(tasks) = tasks.upgrade() {
                 tasks.lock().remove(&id);
             }
         });
+    }
+
+    fn wire_task(&self, id: &str, entry: &Entry) -> Task {
+        let status = match entry.state {
+            State::Working(_) => TaskStatus::Working,
+            State::Completed(_) => TaskStatus::Completed,
+            State::Cancelled => TaskStatus::Cancelled,
+        };
+        Task::new(
+            id,
+            status,
+            entry.created_at.clone(),
+            entry.updated_at.clone(),
+        )
+        .with_ttl_ms(self.keep.as_millis() as u64)
+        .with_poll_interval_ms(POLL_INTERVAL_MS)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
@@ -126,22 +155,6 @@ impl Tasks {
             Err(poisoned) => poisoned.into_inner(),
         }
     }
-}
-
-fn wire_task(id: &str, entry: &Entry) -> Task {
-    let status = match entry.state {
-        State::Working(_) => TaskStatus::Working,
-        State::Completed(_) => TaskStatus::Completed,
-        State::Cancelled => TaskStatus::Cancelled,
-    };
-    Task::new(
-        id,
-        status,
-        entry.created_at.clone(),
-        entry.updated_at.clone(),
-    )
-    .with_ttl_ms(KEEP_FINISHED.as_millis() as u64)
-    .with_poll_interval_ms(POLL_INTERVAL_MS)
 }
 
 /// A random task id (hex).

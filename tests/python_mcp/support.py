@@ -74,9 +74,14 @@ MODES = {"2026-07-28": "auto", "2025-11-25": "legacy"}
 
 # Expected in every log of these tests: the fixture folder holds modules that
 # fail to load on purpose (broken.py, dup_b.py); and when a test client drops
-# its open `subscriptions/listen` stream at the end, rmcp reports the answer it
-# can no longer send while the server drains.
-EXPECTED = ("tool module not loaded", "failed to send pending response during drain")
+# its open `subscriptions/listen` stream, rmcp reports the answer to it that
+# it can no longer send: on stdio while the server drains, over HTTP (where
+# the stream is the request's own response) as a closed channel.
+EXPECTED = (
+    "tool module not loaded",
+    "failed to send pending response during drain",
+    "fail to response message error=channel closed",
+)
 
 
 def warnings_in(log: str) -> list[str]:
@@ -222,3 +227,55 @@ async def http_server(*args: str, functions: Path = FIXTURES, log: list | None =
                     process.stdout.close()
                 if log is not None:
                     log.append(stderr_path.read_text())
+
+
+ASKING_TOOLS = '''\
+import subprocess
+import sys
+import time
+
+
+def spawn_then_ask(marker: str, _context: dict | None = None) -> str:
+    """Start a grandchild whose command line holds `marker`, then ask a human;
+    without an answer carry on (sleep): only the server can end this call."""
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1000)", marker], stdin=subprocess.DEVNULL)
+    try:
+        return _context["human_prompt"].request(None, "Approve?").text
+    except Exception:
+        time.sleep(1000)
+        return "never"
+
+
+def add(a: int, b: int) -> int:
+    """a + b"""
+    return a + b
+'''
+"""A tool module whose call starts a grandchild and then waits for a human."""
+
+
+def asking_tools(directory: Path) -> Path:
+    """A functions folder holding `ASKING_TOOLS`."""
+    functions = Path(directory) / "asking"
+    functions.mkdir()
+    (functions / "asking.py").write_text(ASKING_TOOLS)
+    return functions
+
+
+def process_with(marker: str) -> int | None:
+    """The live process whose command line holds `marker` (seen from the host,
+    whatever PID namespace it runs in), if any."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            if marker.encode() in (entry / "cmdline").read_bytes().split(b"\0") and alive(int(entry.name)):
+                return int(entry.name)
+    return None
+
+
+async def started_with(marker: str, seconds: float = 30.0) -> int:
+    deadline = time.monotonic() + seconds
+    while (pid := process_with(marker)) is None:
+        assert time.monotonic() < deadline, f"no process with {marker} started"
+        await anyio.sleep(0.05)
+    return pid

@@ -4,6 +4,7 @@ result (`InputRequiredResult` with a sealed `requestState`) that the client's
 retry resumes; "no human available" without the capability."""
 
 import json
+import tempfile
 import unittest
 
 import anyio
@@ -11,7 +12,9 @@ import mcp_types as types
 
 from mcp.shared.exceptions import MCPError
 
-from support import MODES, error, ok, served
+from mcp import Client
+
+from support import MODES, asking_tools, error, gone_within, http_server, ok, served, started_with
 
 
 class Elicitation(unittest.IsolatedAsyncioTestCase):
@@ -64,7 +67,7 @@ class Elicitation(unittest.IsolatedAsyncioTestCase):
         async def unused(context, params):
             raise AssertionError("driven by hand")
 
-        async with served("--workers", "1", "serve", mode="2026-07-28", elicitation_callback=unused) as client:
+        async with served("--workers", "1", "serve", mode="auto", elicitation_callback=unused) as client:
             session = client.session
             args = {"question": "Six times seven?", "node": "Writer"}
             first = await session.call_tool("ask_human", args, allow_input_required=True)
@@ -90,6 +93,54 @@ class Elicitation(unittest.IsolatedAsyncioTestCase):
             # Replayed: the call it stood for is over.
             self.assertIn("already used", await refused(state))
             self.assertEqual(ok(await client.call_tool("add", {"a": 2, "b": 3})), "5")
+
+
+class Expiry(unittest.IsolatedAsyncioTestCase):
+    """2026-07-28: a call suspended for its human's answer waits at most
+    `--human-timeout`; then it is ended (the tool is told no answer came, what
+    still runs is killed, the worker replaced), and a late retry with the old
+    requestState gets the call's end as a tool error."""
+
+    async def expires(self, client):
+        session = client.session
+        marker = f"toolpool-expiry-{id(client)}"
+        args = {"marker": marker}
+        first = await session.call_tool("spawn_then_ask", args, allow_input_required=True)
+        self.assertEqual(first.result_type, "input_required")
+        grandchild = await started_with(marker)
+        # With one worker, this call waits until the suspended one is ended.
+        with anyio.fail_after(30):
+            self.assertEqual(ok(await client.call_tool("add", {"a": 2, "b": 3})), "5")
+        self.assertTrue(await gone_within(grandchild, 10), "the expired call's grandchild survived")
+        accept = {"human": {"action": "accept", "content": {"response": "too late"}}}
+        for _ in range(2):  # the handle stays expired; it does not turn into "already used"
+            late = await session.call_tool("spawn_then_ask", args, input_responses=accept,
+                                           request_state=first.request_state, allow_input_required=True)
+            self.assertEqual(
+                error(late),
+                "Tool spawn_then_ask error: HumanPromptUnavailable: no answer within 1 s (--human-timeout); the call was ended",
+            )
+
+    async def test_over_stdio(self):
+        async def unused(context, params):
+            raise AssertionError("driven by hand")
+
+        with tempfile.TemporaryDirectory() as tmp:
+            async with served("--workers", "1", "--human-timeout", "1", "serve", functions=asking_tools(tmp),
+                              mode="auto", elicitation_callback=unused) as client:
+                self.assertEqual(client.protocol_version, "2026-07-28")
+                await self.expires(client)
+
+    async def test_over_http(self):
+        async def unused(context, params):
+            raise AssertionError("driven by hand")
+
+        with tempfile.TemporaryDirectory() as tmp:
+            async with http_server("--workers", "1", "--human-timeout", "1", "serve", "--http", "127.0.0.1:0",
+                                   functions=asking_tools(tmp)) as (_, url):
+                async with Client(url, mode="auto", elicitation_callback=unused) as client:
+                    self.assertEqual(client.protocol_version, "2026-07-28")
+                    await self.expires(client)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """fastmcp's client (PyPI `fastmcp`, a client nobody on this project wrote)
 against `toolpool serve`, over stdio and HTTP, in both protocol versions:
 list, call, raised error, timeout, cancellation, human prompt, structured
-result, list change."""
+result, list change (on 2026-07-28 through a `subscriptions/listen` stream)."""
 
 import shutil
 import tempfile
@@ -12,6 +12,8 @@ import anyio
 import mcp_types as types
 from fastmcp import Client
 from fastmcp.client.transports import StdioTransport
+from mcp.client.subscriptions import listen
+from mcp.shared.subscriptions import ToolsListChanged
 
 from support import BIN, FIXTURES, MODES, alive, base_args, gone_within, http_server, parent_of, read_pid_file
 
@@ -68,13 +70,28 @@ class FastMcp(unittest.IsolatedAsyncioTestCase):
             asked = await client.call_tool("ask_human", {"question": "Six times seven?"})
             self.assertEqual(asked.data["text"], "forty-two")
 
-            self.assertTrue(client.initialize_result.capabilities.tools.list_changed if version == "2025-11-25" else True)
+            # A module added under --watch: on 2025-11-25 a notification on the
+            # session; on 2026-07-28 (no sessions) an event on the client's open
+            # `subscriptions/listen` stream, which fastmcp's client opens through
+            # the session it is built on and also hands to its message handler.
+            added = f"added_{mode}"
+            module = functions / f"{added}.py"
             if version == "2025-11-25":
-                (functions / f"added_{mode}.py").write_text(f"def added_{mode}() -> str:\n    return 'new'\n")
+                self.assertTrue(client.initialize_result.capabilities.tools.list_changed)
+                module.write_text(f"def {added}() -> str:\n    return 'new'\n")
                 with anyio.fail_after(WAIT):
                     await changed.wait()
-                self.assertIn(f"added_{mode}", [t.name for t in await client.list_tools()])
-                self.assertEqual((await client.call_tool(f"added_{mode}", {})).data, "new")
+            else:
+                async with listen(client.session, tools_list_changed=True) as subscription:
+                    self.assertTrue(subscription.honored.tools_list_changed)
+                    module.write_text(f"def {added}() -> str:\n    return 'new'\n")
+                    with anyio.fail_after(WAIT):
+                        event = await subscription.__anext__()
+                self.assertIsInstance(event, ToolsListChanged)
+                with anyio.fail_after(WAIT):
+                    await changed.wait()
+            self.assertIn(added, [t.name for t in await client.list_tools()])
+            self.assertEqual((await client.call_tool(added, {})).data, "new")
 
     def setUp(self):
         self._tmp = tempfile.TemporaryDirectory()

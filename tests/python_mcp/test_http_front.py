@@ -23,7 +23,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from support import BIN, alive, base_args, gone_within, http_server, ok, read_pid_file
+from support import BIN, alive, asking_tools, base_args, gone_within, http_server, ok, read_pid_file, started_with
 
 TOKEN = "test-token-0123456789abcdef"
 
@@ -64,6 +64,11 @@ def request(url, method="POST", body=INITIALIZE, headers=None, host=None):
         return response.status, dict(response.getheaders()), response.read().decode("utf-8", "replace")
     finally:
         connection.close()
+
+
+def state_of(pid: int) -> str:
+    """The process's state letter in /proc (T: stopped)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
 def session_id(headers) -> str:
@@ -249,6 +254,52 @@ class Sessions(unittest.IsolatedAsyncioTestCase):
                     self.assertTrue(await gone_within(grandchild, 3), "the call's worker tree outlived the DELETE")
             # The pool's one worker was replaced: the next call runs.
             self.assertEqual(ok(await call(url, "add", {"a": 1, "b": 2})), "3")
+
+    async def test_delete_cancels_a_call_waiting_for_its_human(self):
+        """A 2025-11-25 call whose tool asks a human: the elicitation request
+        is open on the session's stream, the worker stopped. DELETE kills the
+        worker and what it started, as for a running call. (2026-07-28 has no
+        sessions: a DELETE naming it is refused and cancels nothing; its
+        suspended calls end at the human timeout, its tasks by tasks/cancel.)"""
+        with tempfile.TemporaryDirectory() as tmp:
+            async with http_server("--workers", "1", "--timeout", "600", "serve", "--http", "127.0.0.1:0",
+                                   functions=asking_tools(tmp)) as (_, url):
+                initialize = json.loads(INITIALIZE)
+                initialize["params"]["capabilities"] = {"elicitation": {}}
+                status, headers, body = request(url, body=json.dumps(initialize).encode())
+                self.assertEqual(status, 200, body)
+                sid = session_id(headers)
+                initialized = json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}).encode()
+                self.assertEqual(request(url, body=initialized, headers={"Mcp-Session-Id": sid})[0], 202)
+                marker = "toolpool-delete-while-asking"
+                call_body = json.dumps(
+                    {
+                        "jsonrpc": "2.0",
+                        "id": 2,
+                        "method": "tools/call",
+                        "params": {"name": "spawn_then_ask", "arguments": {"marker": marker}},
+                    }
+                ).encode()
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(
+                        anyio.to_thread.run_sync,
+                        lambda: request(url, body=call_body, headers={"Mcp-Session-Id": sid}),
+                    )
+                    grandchild = await started_with(marker)
+                    # Asking: the tool's processes are stopped while it waits.
+                    with anyio.fail_after(10):
+                        while state_of(grandchild) != "T":
+                            await anyio.sleep(0.05)
+                    # A DELETE that names 2026-07-28 is not one of a session.
+                    modern = {"Mcp-Session-Id": sid, "MCP-Protocol-Version": "2026-07-28"}
+                    status, _, body = request(url, "DELETE", b"", headers=modern)
+                    self.assertEqual(status, 405, body)
+                    await anyio.sleep(0.5)
+                    self.assertTrue(alive(grandchild), "a refused DELETE cancelled the call")
+                    status, _, body = request(url, "DELETE", b"", headers={"Mcp-Session-Id": sid})
+                    self.assertEqual(status, 200, body)
+                    self.assertTrue(await gone_within(grandchild, 10), "the call's worker tree outlived the DELETE")
+                self.assertEqual(ok(await call(url, "add", {"a": 1, "b": 2})), "3")
 
     async def test_the_official_client_closes_its_session_without_an_error(self):
         async with http_server("--workers", "1", "serve", "--http", "127.0.0.1:0") as (_, url):

@@ -1,14 +1,24 @@
 """`--task-after`: on 2026-07-28 a call from a client that declares the tasks
 extension and runs past the limit is answered with a task; `tasks/get`
-reports it and its result; `tasks/cancel` kills its worker. No client library
-here drives tasks, so this speaks JSON-RPC on the server's stdio itself."""
+reports it and its result; `tasks/cancel` kills its worker and everything it
+started; a finished task is kept `--task-keep` seconds, then `tasks/get` says
+it is gone. Over stdio and streamable HTTP.
 
+None of the client libraries installed drives tasks (the Python `mcp` client
+and fastmcp's have no tasks API without the separate `fastmcp-tasks` package,
+the TypeScript SDK 1.32 speaks up to 2025-11-25), so this speaks JSON-RPC
+itself: on the server's stdio, and over HTTP with http.client."""
+
+import http.client
 import json
+import re
+import signal
 import subprocess
 import tempfile
 import time
 import unittest
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from support import BIN, alive, base_args, parent_of
 
@@ -25,6 +35,8 @@ def meta(tasks=True):
 
 
 class Server:
+    """`toolpool serve` on stdio, spoken to line by line."""
+
     def __init__(self, tmp, *args):
         self.stderr = open(Path(tmp) / "stderr.txt", "w")
         self.process = subprocess.Popen(
@@ -53,6 +65,57 @@ class Server:
         self.stderr.close()
 
 
+class HttpServer(Server):
+    """`toolpool serve --http` spoken to with http.client: each request a POST
+    of its own (2026-07-28 has no sessions), its answer read from the JSON or
+    SSE body."""
+
+    def __init__(self, tmp, *args):
+        self.stderr_path = Path(tmp) / "stderr.txt"
+        self.stderr = open(self.stderr_path, "w")
+        self.process = subprocess.Popen(
+            [BIN, *base_args(str(Path(tmp) / "session"), "--workers", "2", "serve", "--http", "127.0.0.1:0", *args)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.stderr,
+        )
+        url = wait_for(lambda: (m := re.search(r"at (http://\S+)", self.stderr_path.read_text())) and m.group(1))
+        self.url = urlsplit(url)
+        self.next_id = 0
+
+    def request(self, method, params):
+        self.next_id += 1
+        message = {"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params}
+        headers = {
+            "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream",
+            "MCP-Protocol-Version": "2026-07-28",
+            "Mcp-Method": method,
+        }
+        # SEP-2243: the tool's name, or the task's id, in a header too.
+        name = params.get("name", params.get("taskId"))
+        if name is not None:
+            headers["Mcp-Name"] = name
+        connection = http.client.HTTPConnection(self.url.hostname, self.url.port, timeout=60)
+        try:
+            connection.request("POST", self.url.path, json.dumps(message), headers)
+            response = connection.getresponse()
+            body = response.read().decode()
+        finally:
+            connection.close()
+        if response.getheader("Content-Type", "").startswith("text/event-stream"):
+            replies = [json.loads(line[5:]) for line in body.splitlines() if line.startswith("data:") and line[5:].strip()]
+        else:
+            replies = [json.loads(body)]
+        for reply in replies:
+            if reply.get("id") == self.next_id:
+                return reply
+        raise AssertionError(f"no answer to {method} in HTTP {response.status}: {body!r}")
+
+    def close(self):
+        self.process.send_signal(signal.SIGTERM)
+        self.process.wait(timeout=30)
+        self.stderr.close()
+
+
 def wait_for(check, seconds=30):
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -64,9 +127,13 @@ def wait_for(check, seconds=30):
 
 
 class Tasks(unittest.TestCase):
+    """Over stdio; `HttpTasks` runs the same over HTTP."""
+
+    transport = Server
+
     def setUp(self):
         self._tmp = tempfile.TemporaryDirectory()
-        self.server = Server(self._tmp.name, "--task-after", "0.5")
+        self.server = self.transport(self._tmp.name, "--task-after", "0.5", "--task-keep", "3")
 
     def tearDown(self):
         self.server.close()
@@ -87,7 +154,7 @@ class Tasks(unittest.TestCase):
         self.assertEqual(self.get(task_id)["result"]["status"], "working")
         done = wait_for(lambda: (r := self.get(task_id)["result"])["status"] == "completed" and r)
         self.assertEqual(done["result"]["content"][0]["text"], "t1")
-        self.assertEqual(done["ttlMs"], 300_000)
+        self.assertEqual(done["ttlMs"], 3_000)
 
         # Without the extension the same call holds its request to the end.
         plain = self.server.call("slow_then_answer", {"seconds": 1, "token": "t2"}, tasks=False)["result"]
@@ -95,6 +162,13 @@ class Tasks(unittest.TestCase):
 
         unknown = self.get("no-such-task")
         self.assertIn("no task 'no-such-task'", unknown["error"]["message"])
+
+        # Kept --task-keep (3 s) after it finished, then forgotten, and said so.
+        gone = wait_for(lambda: "error" in (r := self.get(task_id)) and r, 30)
+        self.assertEqual(
+            gone["error"]["message"],
+            f"no task '{task_id}': none was made here, or it finished more than 3 s ago and was forgotten (--task-keep)",
+        )
 
     def test_cancelling_a_task_kills_its_worker(self):
         pid_file = Path(self._tmp.name) / "grandchild"
@@ -108,6 +182,10 @@ class Tasks(unittest.TestCase):
         wait_for(lambda: not alive(grandchild), 10)
         self.assertEqual(self.get(answer["taskId"])["result"]["status"], "cancelled")
         self.assertEqual(self.server.call("add", {"a": 1, "b": 1})["result"]["content"][0]["text"], "2")
+
+
+class HttpTasks(Tasks):
+    transport = HttpServer
 
 
 if __name__ == "__main__":
