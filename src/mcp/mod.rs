@@ -787,7 +787,7 @@ impl ToolpoolServer {
         McpError::invalid_params(
             format!(
                 "no task '{id}': none was made here, or it finished more than {} s ago and was forgotten (--task-keep)",
-                crate::pool::format_secs(self.inner.tasks.keep())
+                crate::duration_text::format_secs(self.inner.tasks.keep())
             ),
             None,
         )

@@ -131,7 +131,7 @@ pub enum StateError {
     Stale,
     /// The human's answer came after the call stopped waiting for it; the
     /// text is the tool error's message.
-    #[error("no answer within {limit} s{flag}; the call was ended", limit = crate::pool::format_secs(*.waited), flag = if *.from_flag { " (--human-timeout)" } else { "" })]
+    #[error("no answer within {limit} s{flag}; the call was ended", limit = crate::duration_text::format_secs(*.waited), flag = if *.from_flag { " (--human-timeout)" } else { "" })]
     Expired { waited: Duration, from_flag: bool },
 }
 
