@@ -18,7 +18,7 @@ use crate::config::{nodes_json, ToolFormat, Workflow, WorkflowError};
 use crate::content::{result_text, ContentBlock};
 use crate::context::{PromptInput, TerminalPrompt};
 use crate::error::PoolError;
-use crate::pool::{CallReport, InvokeOptions, Pool, PoolBuilder};
+use crate::pool::{CallReport, InvokeOptions, Pool, PoolBuilder, SessionIsolation};
 use crate::signals::{StopSignal, StopSignals};
 
 /// What `toolpool --help` says after the options.
@@ -235,6 +235,13 @@ pub fn parse() -> Cli {
     cli
 }
 
+/// `serve --session-isolation`.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum IsolationArg {
+    Shared,
+    Process,
+}
+
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum CatalogFormat {
     Json,
@@ -347,6 +354,9 @@ pub enum Command {
         /// Answer a call still running after SECS with a task the client polls (protocol 2026-07-28, clients that declare the tasks extension)
         #[arg(long, value_name = "SECS", value_parser = parse_seconds)]
         task_after: Option<Duration>,
+        /// shared: any worker serves any session; process: a worker serves one session and is recycled before it serves another [default: process with --http, else shared]
+        #[arg(long, value_enum, value_name = "MODE")]
+        session_isolation: Option<IsolationArg>,
     },
     /// Interpreter, codec, kill mechanism, subreaper and limits in force
     Doctor,
@@ -648,6 +658,7 @@ async fn run_command(cli: Cli) -> Result<ExitCode, CliError> {
             metrics,
             watch,
             task_after,
+            session_isolation,
         } => {
             // Checked before any worker starts: a public address without a
             // token is refused here.
@@ -660,7 +671,16 @@ async fn run_command(cli: Cli) -> Result<ExitCode, CliError> {
                 .map_err(CliError::Usage)?;
             // The workflow file is read before any worker starts, as in `resolve`.
             let workflow = config.as_ref().map(Workflow::load).transpose()?;
-            let pool = pool_builder(None).build().await?;
+            // HTTP serves many clients: by default none sees another's
+            // worker memory. stdio has one.
+            let isolation = match (session_isolation, &http) {
+                (Some(IsolationArg::Shared), _) | (None, None) => SessionIsolation::Shared,
+                (Some(IsolationArg::Process), _) | (None, Some(_)) => SessionIsolation::Process,
+            };
+            let pool = pool_builder(None)
+                .session_isolation(isolation)
+                .build()
+                .await?;
             let reloads = watch.then(|| crate::watch::spawn(&pool));
             let _metrics = match metrics {
                 Some(addr) => {

@@ -50,6 +50,12 @@ pub struct HttpArgs {
     /// With --http: connections open at once; one past it is answered 503 and closed
     #[arg(long, value_name = "N", default_value = "512", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_connections: u32,
+    /// With --http: the directory holding each MCP session's own session directory (workspace, attachments, packages)
+    #[arg(long, value_name = "DIR", default_value = crate::context::sessions::DEFAULT_SESSIONS_ROOT, requires = "http")]
+    pub sessions_root: PathBuf,
+    /// With --http: remove a session directory nobody has used for SECS [default: 86400, a day]
+    #[arg(long, value_name = "SECS", value_parser = crate::cli::parse_seconds, requires = "http")]
+    pub keep_sessions: Option<Duration>,
 }
 
 /// How `serve --http` runs, checked before anything starts.
@@ -60,6 +66,8 @@ pub struct HttpOptions {
     pub session_idle: Duration,
     pub max_sessions: usize,
     pub max_connections: usize,
+    pub sessions_root: PathBuf,
+    pub keep_sessions: Duration,
 }
 
 impl HttpOptions {
@@ -121,6 +129,10 @@ impl HttpOptions {
             session_idle: args.session_idle,
             max_sessions: args.max_sessions as usize,
             max_connections: args.max_connections as usize,
+            sessions_root: args.sessions_root.clone(),
+            keep_sessions: args
+                .keep_sessions
+                .unwrap_or(crate::context::sessions::DEFAULT_KEEP),
         })
     }
 }
