@@ -13,8 +13,6 @@ use std::time::{Duration, SystemTime};
 use super::{AttachmentStore, SessionPaths, SessionServices};
 use crate::error::PoolError;
 
-/// Default `--sessions-root`.
-pub const DEFAULT_SESSIONS_ROOT: &str = ".toolpool/sessions";
 /// Default `--keep-sessions`: a day.
 pub const DEFAULT_KEEP: Duration = Duration::from_secs(24 * 3600);
 /// Longest session name a client may give.
@@ -24,6 +22,19 @@ const MAX_NAME: usize = 128;
 pub struct Session {
     pub paths: SessionPaths,
     services: Arc<SessionServices>,
+    /// Made for one request that names no session: its directory goes when
+    /// the request is done.
+    ephemeral: bool,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if self.ephemeral {
+            if let Err(e) = std::fs::remove_dir_all(&self.paths.dir) {
+                tracing::debug!(dir = %self.paths.dir.display(), "cannot remove a one-request session: {e}");
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for Session {
@@ -101,12 +112,15 @@ pub fn random_session_name() -> String {
 pub struct SessionsRoot {
     root: PathBuf,
     keep: Duration,
+    /// Directories the sweep never removes (the pool's own session: the
+    /// workers start in it).
+    pinned: Vec<PathBuf>,
     open: Mutex<HashMap<String, Arc<Session>>>,
 }
 
 impl SessionsRoot {
-    /// Creates `root` if needed.
-    pub fn new(root: &Path, keep: Duration) -> Result<SessionsRoot, PoolError> {
+    /// Creates `root` if needed. `pinned` directories are never swept.
+    pub fn new(root: &Path, keep: Duration, pinned: &[&Path]) -> Result<SessionsRoot, PoolError> {
         std::fs::create_dir_all(root).map_err(|source| PoolError::SessionDir {
             path: root.to_path_buf(),
             source,
@@ -120,6 +134,10 @@ impl SessionsRoot {
         Ok(SessionsRoot {
             root,
             keep,
+            pinned: pinned
+                .iter()
+                .filter_map(|p| p.canonicalize().ok())
+                .collect(),
             open: Mutex::new(HashMap::new()),
         })
     }
@@ -136,13 +154,7 @@ impl SessionsRoot {
             session.touch();
             return Ok(session);
         }
-        let paths = SessionPaths::prepare(name, Some(&self.root.join(name)))?;
-        let services = Arc::new(SessionServices {
-            session_id: paths.id.clone(),
-            attachments: Arc::new(AttachmentStore::open(&paths.workspace, &paths.dir)),
-            human_prompt: None,
-        });
-        let session = Arc::new(Session { paths, services });
+        let session = Arc::new(self.make(name, false)?);
         session.touch();
         let mut open = self
             .open
@@ -150,6 +162,27 @@ impl SessionsRoot {
             .map_err(|_| PoolError::Setting("the sessions table is poisoned".into()))?;
         // Two first requests of one session may race here: one store wins.
         Ok(open.entry(name.to_string()).or_insert(session).clone())
+    }
+
+    /// A session for one request that names none (a stateless 2026-07-28
+    /// request): a random name, its directory removed when the last handle
+    /// on it goes.
+    pub fn open_ephemeral(&self) -> Result<Arc<Session>, PoolError> {
+        Ok(Arc::new(self.make(&random_session_name(), true)?))
+    }
+
+    fn make(&self, name: &str, ephemeral: bool) -> Result<Session, PoolError> {
+        let paths = SessionPaths::prepare(name, Some(&self.root.join(name)))?;
+        let services = Arc::new(SessionServices {
+            session_id: paths.id.clone(),
+            attachments: Arc::new(AttachmentStore::open(&paths.workspace, &paths.dir)),
+            human_prompt: None,
+        });
+        Ok(Session {
+            paths,
+            services,
+            ephemeral,
+        })
     }
 
     /// Removes the session directories nobody has used for the keep time
@@ -167,7 +200,11 @@ impl SessionsRoot {
             let Ok(meta) = entry.path().symlink_metadata() else {
                 continue;
             };
-            if !meta.is_dir() || !entry.path().join("code_workspace").is_dir() {
+            let pinned = entry
+                .path()
+                .canonicalize()
+                .is_ok_and(|path| self.pinned.contains(&path));
+            if pinned || !meta.is_dir() || !entry.path().join("code_workspace").is_dir() {
                 continue;
             }
             let idle = meta
@@ -238,7 +275,9 @@ mod tests {
     #[test]
     fn sweep_removes_only_idle_unheld_session_directories() {
         let dir = tempfile::tempdir().unwrap();
-        let root = SessionsRoot::new(dir.path(), Duration::ZERO).unwrap();
+        let own = dir.path().join("own");
+        SessionPaths::prepare("own", Some(&own)).unwrap();
+        let root = SessionsRoot::new(dir.path(), Duration::ZERO, &[&own]).unwrap();
         let held = root.open("held").unwrap();
         drop(root.open("idle").unwrap());
         std::fs::create_dir(dir.path().join("not-a-session")).unwrap();
@@ -246,5 +285,11 @@ mod tests {
         assert!(held.paths.workspace.is_dir());
         assert!(!dir.path().join("idle").exists());
         assert!(dir.path().join("not-a-session").is_dir());
+        assert!(own.join("code_workspace").is_dir());
+        let once = root.open_ephemeral().unwrap();
+        let dir = once.paths.dir.clone();
+        assert!(dir.join("code_workspace").is_dir());
+        drop(once);
+        assert!(!dir.exists());
     }
 }

@@ -23,6 +23,7 @@
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
+use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -39,7 +40,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::http_access::{Access, HttpOptions, Refusal};
 use super::{stop_signal, ServeError, ToolpoolServer};
-use crate::context::sessions::{check_session_name, random_session_name};
+use crate::context::sessions::check_session_name;
 use crate::context::{Session, SessionsRoot};
 use crate::http_conn::{http1_builder, ConnectionCap};
 
@@ -103,7 +104,13 @@ pub(super) async fn serve(
         }
     };
     let local = listener.local_addr().unwrap_or(addr);
-    let root = match SessionsRoot::new(&options.sessions_root, options.keep_sessions) {
+    // By default beside the pool's own session (`.toolpool/sessions/default`).
+    let own = server.pool().session().dir.clone();
+    let root_dir = match &options.sessions_root {
+        Some(dir) => dir.clone(),
+        None => own.parent().map(Path::to_path_buf).unwrap_or_else(|| own.clone()),
+    };
+    let root = match SessionsRoot::new(&root_dir, options.keep_sessions, &[&own]) {
         Ok(root) => Arc::new(root),
         Err(e) => {
             server.pool().shutdown_with_grace(Duration::ZERO).await;
@@ -368,10 +375,13 @@ impl SessionCalls {
         // checked again, as it becomes a directory name.
         let id = header(SESSION_HEADER)
             .and_then(|v| v.to_str().ok())
-            .filter(|id| check_session_name(id).is_ok())
-            .map(str::to_string)
-            .unwrap_or_else(random_session_name);
-        let session = root.open(&id).map_err(|e| e.to_string())?;
+            .filter(|id| check_session_name(id).is_ok());
+        let Some(id) = id else {
+            // A stateless request (2026-07-28) that names no session: a
+            // session of its own, gone when the request is.
+            return root.open_ephemeral().map(Some).map_err(|e| e.to_string());
+        };
+        let session = root.open(id).map_err(|e| e.to_string())?;
         Ok(Some(self.bound.get_or_init(|| session).clone()))
     }
 

@@ -50,9 +50,9 @@ pub struct HttpArgs {
     /// With --http: connections open at once; one past it is answered 503 and closed
     #[arg(long, value_name = "N", default_value = "512", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_connections: u32,
-    /// With --http: the directory holding each MCP session's own session directory (workspace, attachments, packages)
-    #[arg(long, value_name = "DIR", default_value = crate::context::sessions::DEFAULT_SESSIONS_ROOT, requires = "http")]
-    pub sessions_root: PathBuf,
+    /// With --http: the directory holding each MCP session's own session directory (workspace, attachments, packages) [default: the directory holding --session-dir, .toolpool/sessions]
+    #[arg(long, value_name = "DIR", requires = "http")]
+    pub sessions_root: Option<PathBuf>,
     /// With --http: remove a session directory nobody has used for SECS [default: 86400, a day]
     #[arg(long, value_name = "SECS", value_parser = crate::cli::parse_seconds, requires = "http")]
     pub keep_sessions: Option<Duration>,
@@ -66,7 +66,8 @@ pub struct HttpOptions {
     pub session_idle: Duration,
     pub max_sessions: usize,
     pub max_connections: usize,
-    pub sessions_root: PathBuf,
+    /// `None`: the directory holding the pool's own session directory.
+    pub sessions_root: Option<PathBuf>,
     pub keep_sessions: Duration,
 }
 
