@@ -257,6 +257,9 @@ pub enum ResolveFormat {
     Openai,
 }
 
+// Parsed once per process: `serve`'s many options make its variant large,
+// which costs nothing here.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// All tools, with their schemas and the modules that failed to load

@@ -34,7 +34,10 @@ pub fn respond(method: &Method, path: &str, pool: &Pool) -> Option<(StatusCode, 
     }
     Some(match readiness(pool) {
         Ok(()) => (StatusCode::OK, "ready\n".into()),
-        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}\n")),
+        Err(why) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {why}\n"),
+        ),
     })
 }
 

@@ -760,8 +760,14 @@ impl Shared {
         });
         if !admitted {
             if let Some(worker) = lease.worker.take() {
-                tracing::debug!(worker = pid, session, "recycling a worker of another session");
-                self.counters.session_recycles.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(
+                    worker = pid,
+                    session,
+                    "recycling a worker of another session"
+                );
+                self.counters
+                    .session_recycles
+                    .fetch_add(1, Ordering::Relaxed);
                 self.unregister(pid);
                 tokio::spawn(worker.retire());
                 self.replace();

@@ -233,7 +233,9 @@ impl SessionsRoot {
                     removed += 1;
                     tracing::info!(session = %name, "removed a session directory idle past --keep-sessions");
                 }
-                Err(e) => tracing::warn!(session = %name, "cannot remove an idle session directory: {e}"),
+                Err(e) => {
+                    tracing::warn!(session = %name, "cannot remove an idle session directory: {e}")
+                }
             }
         }
         removed

@@ -108,7 +108,10 @@ pub(super) async fn serve(
     let own = server.pool().session().dir.clone();
     let root_dir = match &options.sessions_root {
         Some(dir) => dir.clone(),
-        None => own.parent().map(Path::to_path_buf).unwrap_or_else(|| own.clone()),
+        None => own
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| own.clone()),
     };
     let root = match SessionsRoot::new(&root_dir, options.keep_sessions, &[&own]) {
         Ok(root) => Arc::new(root),
@@ -139,12 +142,7 @@ pub(super) async fn serve(
     let handler_root = root.clone();
     // rmcp makes one handler for each new session.
     let service = StreamableHttpService::new(
-        move || {
-            Ok(handler.for_session(SessionCalls::new(
-                registry.clone(),
-                handler_root.clone(),
-            )))
-        },
+        move || Ok(handler.for_session(SessionCalls::new(registry.clone(), handler_root.clone()))),
         manager,
         config,
     );
@@ -352,17 +350,17 @@ impl SessionCalls {
             .map(|parts| &parts.headers);
         let header = |name: &str| headers.and_then(|h| h.get(name));
         let named = match header(SESSION_NAME_HEADER) {
-            Some(value) => Some(value.to_str().map_err(|_| {
-                "the Toolpool-Session header must be ASCII text".to_string()
-            })?),
+            Some(value) => Some(
+                value
+                    .to_str()
+                    .map_err(|_| "the Toolpool-Session header must be ASCII text".to_string())?,
+            ),
             None => match context.meta.0.get(SESSION_NAME_META) {
                 None => None,
                 Some(serde_json::Value::String(name)) => Some(name.as_str()),
-                Some(other) => {
-                    return Err(format!(
-                        "_meta \"{SESSION_NAME_META}\" must be a string (a session name), got {other}"
-                    ))
-                }
+                Some(other) => return Err(format!(
+                    "_meta \"{SESSION_NAME_META}\" must be a string (a session name), got {other}"
+                )),
             },
         };
         if let Some(name) = named {

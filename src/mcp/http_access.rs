@@ -366,6 +366,8 @@ mod tests {
             session_idle: Duration::from_secs(1),
             max_sessions: 1,
             max_connections: 1,
+            sessions_root: None,
+            keep_sessions: None,
         };
         let addr = "127.0.0.1:1".parse().unwrap();
         HttpOptions::new(addr, &args, token.map(str::to_string))
@@ -464,6 +466,8 @@ mod tests {
             session_idle: Duration::from_secs(1),
             max_sessions: 1,
             max_connections: 1,
+            sessions_root: None,
+            keep_sessions: None,
         };
         let public = "0.0.0.0:8080".parse().unwrap();
         let error = HttpOptions::new(public, &args, None).unwrap_err();

@@ -781,7 +781,12 @@ impl ToolpoolServer {
 
     /// The MCP result of a finished call: its content, and its value as
     /// `structuredContent` when the function has an output schema.
-    fn result_of(&self, name: &str, report: CallReport, session: Option<&Session>) -> CallToolResult {
+    fn result_of(
+        &self,
+        name: &str,
+        report: CallReport,
+        session: Option<&Session>,
+    ) -> CallToolResult {
         let structured = match (&report.result, &report.content) {
             (Ok(value), None) => self
                 .function_of(name)
