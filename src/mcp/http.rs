@@ -358,9 +358,11 @@ impl SessionCalls {
             None => match context.meta.0.get(SESSION_NAME_META) {
                 None => None,
                 Some(serde_json::Value::String(name)) => Some(name.as_str()),
-                Some(other) => return Err(format!(
+                Some(other) => {
+                    return Err(format!(
                     "_meta \"{SESSION_NAME_META}\" must be a string (a session name), got {other}"
-                )),
+                ))
+                }
             },
         };
         if let Some(name) = named {
