@@ -117,7 +117,7 @@ pub(super) async fn serve(
         Ok(root) => Arc::new(root),
         Err(e) => {
             server.pool().shutdown_with_grace(Duration::ZERO).await;
-            return Err(ServeError::Sessions(e.to_string()));
+            return Err(ServeError::Sessions(e));
         }
     };
     let sweeper = tokio_util::task::AbortOnDropHandle::new(root.sweep_periodically());

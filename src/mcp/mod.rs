@@ -126,7 +126,7 @@ pub enum ServeError {
         source: std::io::Error,
     },
     #[error("--sessions-root: {0}")]
-    Sessions(String),
+    Sessions(#[source] crate::error::PoolError),
 }
 
 /// Serves the pool over MCP until the client goes away (stdin EOF) or the
@@ -333,6 +333,8 @@ impl ToolpoolServer {
         // Listening before anything waits: a second SIGTERM or SIGINT ends
         // the grace period at once, as it does for `call`.
         let mut again = crate::signals::StopSignals::new().ok();
+        // `/readyz` (on `--metrics` too) says so from now on.
+        inner.pool.drain();
         inner.closing.store(true, Ordering::Release);
         tracing::info!(
             in_flight = inner.calls.count(),
