@@ -217,7 +217,12 @@ pub(super) async fn serve(
                 tracing::info!("draining: /readyz answers 503, new sessions are refused");
                 draining = Some(Box::pin(server.shut_down(grace)));
             }
-            _ = async { draining.as_mut().expect("guarded").await }, if draining.is_some() => break,
+            _ = async {
+                match draining.as_mut() {
+                    Some(drain) => drain.await,
+                    None => std::future::pending().await,
+                }
+            }, if draining.is_some() => break,
         }
     }
     drop(listener);

@@ -152,15 +152,17 @@ class Health(unittest.IsolatedAsyncioTestCase):
                         results = {}
 
                         async def in_flight():
-                            results["nap"] = await busy.call_tool("nap", {"seconds": 3, "tag": "finished"})
+                            results["nap"] = await busy.call_tool("nap", {"seconds": 8, "tag": "finished"})
 
                         tg.start_soon(in_flight)
                         await anyio.sleep(1)
                         process.send_signal(signal.SIGTERM)
-                        deadline = time.monotonic() + 1.5
+                        deadline = time.monotonic() + 5
                         while get(url, "/readyz")[0] != 503:
                             self.assertLess(time.monotonic(), deadline, "readyz did not turn 503 on SIGTERM")
                             await anyio.sleep(0.05)
+                        # 503 while the call still runs.
+                        self.assertNotIn("nap", results)
                         status, body = get(url, "/readyz")
                         self.assertIn("draining", body)
                         self.assertEqual(get(url, "/healthz")[0], 200)
