@@ -19,7 +19,7 @@ use crate::content::{result_text, ContentBlock};
 use crate::context::{PromptInput, TerminalPrompt};
 use crate::duration_text::parse_seconds;
 use crate::error::PoolError;
-use crate::pool::{CallReport, InvokeOptions, Pool, PoolBuilder};
+use crate::pool::{CallReport, InvokeOptions, Pool, PoolBuilder, SessionIsolation};
 use crate::signals::{StopSignal, StopSignals};
 
 /// What `toolpool --help` says after the options.
@@ -236,6 +236,13 @@ pub fn parse() -> Cli {
     cli
 }
 
+/// `serve --session-isolation`.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum IsolationArg {
+    Shared,
+    Process,
+}
+
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum CatalogFormat {
     Json,
@@ -251,6 +258,9 @@ pub enum ResolveFormat {
     Openai,
 }
 
+// Parsed once per process: `serve`'s many options make its variant large,
+// which costs nothing here.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// All tools, with their schemas and the modules that failed to load
@@ -351,6 +361,9 @@ pub enum Command {
         /// Seconds a finished or cancelled task is kept for `tasks/get` (with --task-after)
         #[arg(long, value_name = "SECS", default_value = "300", value_parser = parse_seconds, requires = "task_after")]
         task_keep: Duration,
+        /// shared: any worker serves any session; process: a worker serves one session and is recycled before it serves another [default: process with --http, else shared]
+        #[arg(long, value_enum, value_name = "MODE")]
+        session_isolation: Option<IsolationArg>,
     },
     /// Interpreter, codec, kill mechanism, subreaper and limits in force
     Doctor,
@@ -643,6 +656,7 @@ async fn run_command(cli: Cli) -> Result<ExitCode, CliError> {
             watch,
             task_after,
             task_keep,
+            session_isolation,
         } => {
             // Checked before any worker starts: a public address without a
             // token is refused here.
@@ -655,7 +669,16 @@ async fn run_command(cli: Cli) -> Result<ExitCode, CliError> {
                 .map_err(CliError::Usage)?;
             // The workflow file is read before any worker starts, as in `resolve`.
             let workflow = config.as_ref().map(Workflow::load).transpose()?;
-            let pool = pool_builder(None).build().await?;
+            // HTTP serves many clients: by default none sees another's
+            // worker memory. stdio has one.
+            let isolation = match (session_isolation, &http) {
+                (Some(IsolationArg::Shared), _) | (None, None) => SessionIsolation::Shared,
+                (Some(IsolationArg::Process), _) | (None, Some(_)) => SessionIsolation::Process,
+            };
+            let pool = pool_builder(None)
+                .session_isolation(isolation)
+                .build()
+                .await?;
             let reloads = watch.then(|| crate::watch::spawn(&pool));
             let _metrics = match metrics {
                 Some(addr) => {

@@ -12,6 +12,7 @@
 //! frames, see `docs/protocol.md`) for one call.
 
 pub mod attachments;
+pub mod sessions;
 mod terminal;
 
 use std::future::Future;
@@ -26,6 +27,7 @@ use crate::error::PoolError;
 pub use crate::worker::{CallbackError, CallbackService};
 
 pub use attachments::{AttachmentError, AttachmentRecord, AttachmentRef, AttachmentStore};
+pub use sessions::{Session, SessionsRoot};
 pub use terminal::{PromptInput, TerminalPrompt};
 
 /// A session's directories, created and made absolute.

@@ -16,6 +16,7 @@ pub mod duration_text;
 pub mod embedded;
 pub mod env;
 pub mod error;
+pub mod health;
 mod http_conn;
 pub mod logging;
 pub mod mcp;
@@ -36,10 +37,10 @@ pub use config::{
 pub use content::{Attachment, BlockKind, ContentBlock};
 pub use context::{
     AttachmentRecord, AttachmentStore, HumanPrompt, PromptAnswer, PromptError, PromptRequest,
-    TerminalPrompt,
+    Session, SessionsRoot, TerminalPrompt,
 };
 pub use error::{ErrorKind, PoolError, ToolError};
 pub use pool::{
     CallReport, InvokeContext, InvokeOptions, LatencyHistogram, Pool, PoolBuilder, PoolStats,
-    WorkerStats,
+    SessionIsolation, WorkerStats,
 };

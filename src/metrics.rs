@@ -71,6 +71,11 @@ pub fn render(stats: &PoolStats) -> String {
         stats.recycled,
     );
     counter(
+        "session_recycles_total",
+        "Workers recycled before serving another session (--session-isolation process).",
+        stats.session_recycles,
+    );
+    counter(
         "cancelled_total",
         "Calls abandoned by their caller mid-flight.",
         stats.cancelled,
@@ -143,8 +148,9 @@ fn escape_label(value: &str) -> String {
         .replace('\n', "\\n")
 }
 
-/// Serves `GET /metrics` on `listener` until the task is dropped: other
-/// methods get 405, other paths 404. On a loopback address the `Host` header
+/// Serves `GET /metrics` (and the health endpoints, [`crate::health`]) on
+/// `listener` until the task is dropped: other methods get 405, other paths
+/// 404. On a loopback address the `Host` header
 /// must name a loopback host (DNS rebinding). Connections are capped and must
 /// send their header in time, as on the MCP endpoint.
 pub async fn serve(listener: tokio::net::TcpListener, pool: Pool) -> std::io::Result<()> {
@@ -198,11 +204,15 @@ fn respond(request: &Request<Incoming>, pool: &Pool, loopback: bool) -> Response
             "forbidden: on a loopback address the Host header must name a loopback host\n"
                 .to_string(),
         )
+    } else if let Some((status, body)) =
+        crate::health::respond(request.method(), request.uri().path(), pool)
+    {
+        (status, "text/plain", body)
     } else if request.uri().path() != "/metrics" {
         (
             StatusCode::NOT_FOUND,
             "text/plain",
-            "not found: metrics are at /metrics\n".to_string(),
+            "not found: metrics are at /metrics (health at /healthz, /readyz)\n".to_string(),
         )
     } else if request.method() != Method::GET {
         (

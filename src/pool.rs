@@ -22,11 +22,12 @@ use tokio::time::Instant;
 use crate::catalog::Catalog;
 use crate::content::ContentBlock;
 use crate::context::{
-    AttachmentStore, CallbackHandler, CallbackService, HumanPrompt, SessionPaths, SessionServices,
+    AttachmentStore, CallbackHandler, CallbackService, HumanPrompt, Session, SessionPaths,
+    SessionServices,
 };
 use crate::duration_text::format_secs;
 use crate::error::{ErrorKind, PoolError, ToolError};
-use crate::protocol::{CallContext, WireBlock, DEFAULT_MAX_FRAME};
+use crate::protocol::{CallContext, SessionDirs, WireBlock, DEFAULT_MAX_FRAME};
 use crate::worker::{
     CallOutcome, Spawner, StartError, Worker, WorkerInfo, WorkerKiller, WorkerSpec,
 };
@@ -52,6 +53,23 @@ pub struct InvokeOptions {
     /// Who answers this call's human prompts, instead of the pool's
     /// ([`PoolBuilder::human_prompt`]); e.g. the MCP client that made the call.
     pub human_prompt: Option<Arc<dyn HumanPrompt>>,
+    /// The session the call runs in (its workspace, attachments and
+    /// packages), instead of the pool's ([`Pool::session`]).
+    pub session: Option<Arc<Session>>,
+}
+
+/// Whether a worker may serve calls of more than one session.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SessionIsolation {
+    /// Any worker serves any session (module globals, threads and imported
+    /// packages are shared between them).
+    #[default]
+    Shared,
+    /// A worker serves one session; before it would serve another it is
+    /// recycled (a warm spare takes its place), so nothing in a worker's
+    /// memory passes from one session to the next.
+    Process,
 }
 
 /// What a caller tells the tool about itself (`_context` keys).
@@ -96,6 +114,7 @@ pub struct PoolBuilder {
     human_timeout: Option<Duration>,
     import_timeout: Option<Duration>,
     pid_namespace: bool,
+    isolation: SessionIsolation,
 }
 
 impl Default for PoolBuilder {
@@ -122,6 +141,7 @@ impl Default for PoolBuilder {
             human_timeout: None,
             import_timeout: Some(DEFAULT_IMPORT_TIMEOUT),
             pid_namespace: true,
+            isolation: SessionIsolation::Shared,
         }
     }
 }
@@ -155,6 +175,12 @@ impl PoolBuilder {
         self
     }
     /// Recycle a worker after this many calls.
+    /// See [`SessionIsolation`]; `Shared` by default.
+    pub fn session_isolation(mut self, isolation: SessionIsolation) -> Self {
+        self.isolation = isolation;
+        self
+    }
+
     pub fn max_calls_per_worker(mut self, n: Option<u64>) -> Self {
         self.max_calls_per_worker = n.filter(|n| *n > 0);
         self
@@ -376,6 +402,7 @@ impl PoolBuilder {
             idle_rx: tokio::sync::Mutex::new(idle_rx),
             closed: closed_tx,
             is_closed: AtomicBool::new(false),
+            draining: AtomicBool::new(false),
             default_timeout: self.timeout,
             queue_wait: self.queue_wait,
             max_calls_per_worker: self.max_calls_per_worker,
@@ -392,6 +419,7 @@ impl PoolBuilder {
             info,
             import_timeout: self.import_timeout,
             subreaper: self.subreaper,
+            isolation: self.isolation,
         });
         let missing = self.workers - workers.len();
         for worker in workers {
@@ -509,6 +537,8 @@ struct Counters {
     worker_deaths: AtomicU64,
     respawns: AtomicU64,
     recycled: AtomicU64,
+    /// Workers recycled because a call of another session came to them.
+    session_recycles: AtomicU64,
     cancelled: AtomicU64,
     queued: AtomicUsize,
     busy: AtomicUsize,
@@ -592,6 +622,9 @@ pub struct PoolStats {
     pub worker_deaths: u64,
     pub respawns: u64,
     pub recycled: u64,
+    /// Workers recycled before serving another session
+    /// ([`SessionIsolation::Process`]).
+    pub session_recycles: u64,
     /// Warm spares ready to replace a worker.
     pub spares: usize,
     pub cancelled: u64,
@@ -637,6 +670,8 @@ struct Shared {
     idle_rx: tokio::sync::Mutex<mpsc::UnboundedReceiver<Worker>>,
     closed: watch::Sender<bool>,
     is_closed: AtomicBool,
+    /// Set by [`Pool::drain`]: the pool is about to shut down.
+    draining: AtomicBool,
     default_timeout: Duration,
     queue_wait: Option<Duration>,
     max_calls_per_worker: Option<u64>,
@@ -662,6 +697,7 @@ struct Shared {
     info: WorkerInfo,
     import_timeout: Option<Duration>,
     subreaper: bool,
+    isolation: SessionIsolation,
 }
 
 /// What the pool tracks of each live worker.
@@ -672,6 +708,8 @@ struct LiveWorker {
     generation: u64,
     /// Kills it at the end of a shutdown's grace period.
     killer: WorkerKiller,
+    /// The session whose calls it has served (none yet: `None`).
+    session: Option<String>,
 }
 
 impl Shared {
@@ -684,6 +722,7 @@ impl Shared {
                     calls_served,
                     generation,
                     killer: worker.killer(),
+                    session: None,
                 },
             );
         }
@@ -697,6 +736,46 @@ impl Shared {
             .ok()
             .and_then(|live| live.get(&pid).map(|w| w.generation < current))
             .unwrap_or(false)
+    }
+
+    /// Under [`SessionIsolation::Process`]: whether the worker of `lease`
+    /// may serve a call of `session`. One that served another session is
+    /// recycled instead (a warm spare takes its place) and the call checks
+    /// out again; a fresh one is tagged with the session.
+    fn admits(self: &Arc<Self>, lease: &mut Lease, session: &str) -> bool {
+        if self.isolation != SessionIsolation::Process {
+            return true;
+        }
+        let pid = lease.worker().pid();
+        let admitted = self.live.lock().ok().is_none_or(|mut live| {
+            let Some(entry) = live.get_mut(&pid) else {
+                return true;
+            };
+            match &entry.session {
+                Some(served) if served != session => false,
+                Some(_) => true,
+                None => {
+                    entry.session = Some(session.to_string());
+                    true
+                }
+            }
+        });
+        if !admitted {
+            if let Some(worker) = lease.worker.take() {
+                tracing::debug!(
+                    worker = pid,
+                    session,
+                    "recycling a worker of another session"
+                );
+                self.counters
+                    .session_recycles
+                    .fetch_add(1, Ordering::Relaxed);
+                self.unregister(pid);
+                tokio::spawn(worker.retire());
+                self.replace();
+            }
+        }
+        admitted
     }
 
     fn unregister(&self, pid: i32) {
@@ -860,8 +939,11 @@ impl Shared {
 
     /// An attachment result's blocks as the session's store knows them (the
     /// store reads files: on a blocking thread).
-    async fn check_content(&self, blocks: Vec<WireBlock>) -> Vec<ContentBlock> {
-        let store = self.services.attachments.clone();
+    async fn check_content(
+        &self,
+        blocks: Vec<WireBlock>,
+        store: Arc<AttachmentStore>,
+    ) -> Vec<ContentBlock> {
         tokio::task::spawn_blocking(move || {
             blocks
                 .into_iter()
@@ -1045,6 +1127,29 @@ impl Pool {
         self.shared.is_closed.load(Ordering::Acquire)
     }
 
+    /// Whether the pool can take calls: not shutting down, and some worker
+    /// is running (the catalog was loaded when the pool was built).
+    pub fn is_ready(&self) -> bool {
+        !self.is_closed() && !self.is_draining() && self.live_workers() > 0
+    }
+
+    /// Marks the pool as about to shut down (a front end got SIGTERM): it
+    /// still runs calls, but [`Pool::is_ready`] is false from now on, so a
+    /// load balancer sends new work elsewhere.
+    pub fn drain(&self) {
+        self.shared.draining.store(true, Ordering::Release);
+    }
+
+    /// True once [`Pool::drain`] was called.
+    pub fn is_draining(&self) -> bool {
+        self.shared.draining.load(Ordering::Acquire)
+    }
+
+    /// Live worker processes, spares included.
+    pub fn live_workers(&self) -> usize {
+        self.shared.live_workers()
+    }
+
     /// The catalog as last built (at start, or by [`Pool::reload`]).
     pub fn catalog(&self) -> Arc<Catalog> {
         match self.shared.catalog.read() {
@@ -1134,24 +1239,36 @@ impl Pool {
     ) {
         let shared = &self.shared;
         let timeout = options.timeout.unwrap_or(shared.default_timeout);
-        let handler = CallbackHandler::new(shared.services.clone(), options.human_prompt);
+        let services = match &options.session {
+            Some(session) => session.services().clone(),
+            None => shared.services.clone(),
+        };
+        let handler = CallbackHandler::new(services.clone(), options.human_prompt);
         let human_prompt = handler.has_human_prompt();
         let callbacks: Arc<dyn CallbackService> = Arc::new(handler);
         let context = CallContext {
-            session_id: shared.session.id.clone(),
+            session_id: services.session_id.clone(),
             node_id: options.context.node_id,
             vars: options.context.vars,
             human_prompt,
+            session: options.session.as_ref().map(|session| SessionDirs {
+                dir: session.paths.dir.clone(),
+                workspace: session.paths.workspace.clone(),
+                packages_dir: session.paths.site_packages.clone(),
+            }),
         };
         let queued = Instant::now();
         let mut moved = false;
         loop {
             let checkout = shared.checkout(name).await;
             let queue_wait = queued.elapsed();
-            let lease = match checkout {
+            let mut lease = match checkout {
                 Ok(lease) => lease,
                 Err(e) => return (Err(e), None, None, queue_wait),
             };
+            if !shared.admits(&mut lease, &services.session_id) {
+                continue;
+            }
             match self
                 .run_on(lease, name, args, &context, &callbacks, timeout)
                 .await
@@ -1168,7 +1285,11 @@ impl Pool {
                 }
                 Attempt::Done(result, content, pid) => {
                     let content = match content {
-                        Some(blocks) => Some(shared.check_content(blocks).await),
+                        Some(blocks) => Some(
+                            shared
+                                .check_content(blocks, services.attachments.clone())
+                                .await,
+                        ),
                         None => None,
                     };
                     return (result, content, Some(pid), queue_wait);
@@ -1296,6 +1417,7 @@ impl Pool {
             worker_deaths: c.worker_deaths.load(Ordering::Relaxed),
             respawns: c.respawns.load(Ordering::Relaxed),
             recycled: c.recycled.load(Ordering::Relaxed),
+            session_recycles: c.session_recycles.load(Ordering::Relaxed),
             spares,
             cancelled: c.cancelled.load(Ordering::Relaxed),
             kills: c.timeouts.load(Ordering::Relaxed) + c.cancelled.load(Ordering::Relaxed),

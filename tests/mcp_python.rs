@@ -119,3 +119,15 @@ fn fastmcp_client_over_stdio_and_http_in_both_versions() {
 fn long_calls_become_tasks_on_2026_07_28_over_stdio_and_http() {
     run_python_module("test_tasks");
 }
+
+#[test]
+fn python_client_sessions_of_their_own_and_health() {
+    run_python_module("test_sessions");
+}
+
+/// Two replicas behind HAProxy (scripts/test-deps installs it): 200
+/// sessions x 10 calls, a replica killed, a replica drained.
+#[test]
+fn python_client_replicas_behind_haproxy() {
+    run_python_module("test_load_balancer");
+}

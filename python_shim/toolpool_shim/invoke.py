@@ -2,7 +2,9 @@
 
 import difflib
 import inspect
+import os
 import pathlib
+import sys
 import traceback
 
 from . import content, results, standins
@@ -38,7 +40,10 @@ class Invoker:
         # How the service proxies reach the supervisor: the worker's channel (tests pass their own).
         self._transport = transport
         self._classes = classes or standins.own()
-        self._attachment_store = None  # made on first use; it holds no state of its own
+        # One per workspace, made on first use; a store holds no state of its own.
+        self._attachment_stores = {}
+        # The session packages directory this worker's sys.path holds now.
+        self._packages_on_path = config.get("packages_dir")
 
     def invoke(self, name: str, args, context: dict) -> tuple:
         """(the tool's result encoded for the reply (results.Encoded), its content blocks or None); raises ToolFailure.
@@ -47,6 +52,7 @@ class Invoker:
         (a MessageBlock, a list of them, an AttachmentRecord).
         """
         tool = self._find(name)
+        self._enter_session(context)
         try:
             signature = tool.signature
         except Exception as exc:
@@ -91,6 +97,34 @@ class Invoker:
             )
         raise ToolFailure("NotFound", message)
 
+    def _session_paths(self, context: dict) -> tuple:
+        """(session dir, workspace, packages dir) of the call: its own session's
+        when the supervisor sent them (one MCP session each), else the pool's."""
+        session = context.get("session") or {}
+        return (
+            session.get("dir") or self._config["session_dir"],
+            session.get("workspace") or self._config["workspace"],
+            session.get("packages_dir") or self._config.get("packages_dir"),
+        )
+
+    def _enter_session(self, context: dict) -> None:
+        """The call runs in its session: its workspace as the current directory,
+        its packages directory on sys.path (in place of the last session's).
+
+        One call runs at a time in a worker, so this holds for the whole call.
+        """
+        _, workspace, packages = self._session_paths(context)
+        try:
+            os.chdir(workspace)
+        except OSError:
+            pass  # the tool gets the path in _context; a missing cwd is its own error
+        if packages and packages != self._packages_on_path:
+            if self._packages_on_path in sys.path:
+                sys.path[sys.path.index(self._packages_on_path)] = packages
+            else:
+                sys.path.append(packages)
+            self._packages_on_path = packages
+
     def _context(self, context: dict) -> dict:
         """The `_context` a tool receives. Paths are pathlib.Path, as in the original convention.
 
@@ -100,22 +134,24 @@ class Invoker:
         one to ask, as in the original convention.
         """
         session_id = context.get("session_id") or self._config.get("session_id")
-        if self._attachment_store is None:
-            self._attachment_store = self._classes.store(self._config["workspace"], self._transport)
+        session_dir, workspace, packages = self._session_paths(context)
+        store = self._attachment_stores.get(workspace)
+        if store is None:
+            store = self._attachment_stores[workspace] = self._classes.store(workspace, self._transport)
         prompt = None
         if context.get("human_prompt"):
             prompt = self._classes.prompt(session_id, context.get("node_id"), self._transport)
         built = {
-            "python_workspace_root": pathlib.Path(self._config["workspace"]),
-            "graph_directory": pathlib.Path(self._config["session_dir"]),
+            "python_workspace_root": pathlib.Path(workspace),
+            "graph_directory": pathlib.Path(session_dir),
             "session_id": session_id,
             "node_id": context.get("node_id"),
             "vars": context.get("vars") or {},
-            "attachment_store": self._attachment_store,
+            "attachment_store": store,
             "human_prompt": prompt,
         }
-        if self._config.get("packages_dir"):
-            built["python_packages_dir"] = pathlib.Path(self._config["packages_dir"])
+        if packages:
+            built["python_packages_dir"] = pathlib.Path(packages)
         return built
 
     def _run_to_completion(self, awaitable):

@@ -15,11 +15,21 @@
 //! refuses a DELETE that names that version (405), which cancels nothing.
 //! Multi-round-trip calls and tasks (2026-07-28 only) so never belong to a
 //! session; they end by their expiry and `tasks/cancel`.
+//!
+//! Each MCP session runs its calls in a toolpool session of its own (its
+//! workspace, attachments and packages) under `--sessions-root`, named by
+//! its `Mcp-Session-Id`, or by the client (the `Toolpool-Session` header or
+//! the `toolpool/session` key of a request's `_meta`) to come back to its
+//! files. `GET /healthz` and `GET /readyz` are served beside `/mcp`
+//! ([`crate::health`]); on SIGTERM `/readyz` turns 503 at once, new
+//! sessions are refused, and the calls in flight finish within `--grace`
+//! while the listener still answers.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
-use std::sync::{Arc, Mutex};
+use std::path::Path;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use http_body_util::{BodyExt, Full};
@@ -35,6 +45,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::http_access::{Access, HttpOptions, Refusal};
 use super::{stop_signal, ServeError, ToolpoolServer};
+use crate::context::sessions::check_session_name;
+use crate::context::{Session, SessionsRoot};
 use crate::http_conn::{http1_builder, ConnectionCap};
 
 /// The path the MCP endpoint is served at.
@@ -42,6 +54,14 @@ pub const ENDPOINT: &str = "/mcp";
 
 /// The header that names a request's session.
 const SESSION_HEADER: &str = "mcp-session-id";
+
+/// The header a client names its toolpool session with (to come back to
+/// its files from a new MCP session).
+pub const SESSION_NAME_HEADER: &str = "toolpool-session";
+
+/// The same, as a key of a request's `_meta` (2026-07-28 clients, which may
+/// send no session header at all).
+pub const SESSION_NAME_META: &str = "toolpool/session";
 
 type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
 type McpService = StreamableHttpService<ToolpoolServer, LocalSessionManager>;
@@ -89,6 +109,23 @@ pub(super) async fn serve(
         }
     };
     let local = listener.local_addr().unwrap_or(addr);
+    // By default beside the pool's own session (`.toolpool/sessions/default`).
+    let own = server.pool().session().dir.clone();
+    let root_dir = match &options.sessions_root {
+        Some(dir) => dir.clone(),
+        None => own
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| own.clone()),
+    };
+    let root = match SessionsRoot::new(&root_dir, options.keep_sessions, &[&own]) {
+        Ok(root) => Arc::new(root),
+        Err(e) => {
+            server.pool().shutdown_with_grace(Duration::ZERO).await;
+            return Err(ServeError::Sessions(e));
+        }
+    };
+    let sweeper = tokio_util::task::AbortOnDropHandle::new(root.sweep_periodically());
     let sessions_ct = CancellationToken::new();
     // Host and Origin are checked by `Access`, before rmcp sees a request.
     let config = StreamableHttpServerConfig::default()
@@ -107,9 +144,10 @@ pub(super) async fn serve(
     });
     let registry = sessions.calls.clone();
     let handler = server.clone();
+    let handler_root = root.clone();
     // rmcp makes one handler for each new session.
     let service = StreamableHttpService::new(
-        move || Ok(handler.for_session(SessionCalls::new(registry.clone()))),
+        move || Ok(handler.for_session(SessionCalls::new(registry.clone(), handler_root.clone()))),
         manager,
         config,
     );
@@ -123,6 +161,7 @@ pub(super) async fn serve(
         service,
         access: options.access,
         sessions,
+        pool: server.pool().clone(),
     });
     let cap = ConnectionCap::new(options.max_connections, "--max-connections");
     if !local.ip().is_loopback() {
@@ -137,10 +176,14 @@ pub(super) async fn serve(
     }
     // Tests and scripts that ask for port 0 learn the port from this line.
     eprintln!("toolpool: serving MCP (streamable HTTP) at http://{local}{ENDPOINT}");
-    tracing::info!(%local, "serving MCP over streamable HTTP");
+    tracing::info!(%local, sessions_root = %root.root().display(), "serving MCP over streamable HTTP");
 
     let stop = stop_signal();
     tokio::pin!(stop);
+    // After the stop signal: the shutdown, run while the listener goes on
+    // answering (readyz 503, the sessions' own requests, new ones refused).
+    let mut draining: Option<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>>> =
+        None;
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
@@ -174,11 +217,21 @@ pub(super) async fn serve(
                 });
             }
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
-            _ = &mut stop => break,
+            _ = &mut stop, if draining.is_none() => {
+                server.pool().drain();
+                tracing::info!("draining: /readyz answers 503, new sessions are refused");
+                draining = Some(Box::pin(server.shut_down(grace)));
+            }
+            _ = async {
+                match draining.as_mut() {
+                    Some(drain) => drain.await,
+                    None => std::future::pending().await,
+                }
+            }, if draining.is_some() => break,
         }
     }
     drop(listener);
-    server.shut_down(grace).await;
+    drop(sweeper);
     // Ends every session (and so its SSE streams); give the connections a
     // moment to flush what they were sending.
     sessions_ct.cancel();
@@ -197,6 +250,7 @@ struct Front {
     service: McpService,
     access: Access,
     sessions: Arc<Sessions>,
+    pool: crate::pool::Pool,
 }
 
 impl Front {
@@ -207,6 +261,13 @@ impl Front {
                 .get(name)
                 .and_then(|v: &HeaderValue| v.to_str().ok())
         };
+        // Before the access checks: probes send no token, and the answer
+        // tells nothing but the state.
+        if let Some((status, body)) =
+            crate::health::respond(request.method(), request.uri().path(), &self.pool)
+        {
+            return text(status, body);
+        }
         // HTTP/1.1 puts the authority in Host; an absolute request target
         // carries it in the URI instead.
         let host = header(HOST.as_str()).or_else(|| request.uri().authority().map(|a| a.as_str()));
@@ -225,6 +286,12 @@ impl Front {
         }
         let session = header(SESSION_HEADER).map(str::to_string);
         match (request.method(), session) {
+            (&Method::POST, None) if self.pool.is_draining() => text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "draining: this server is shutting down and takes no new sessions; \
+                 open the session on another replica\n"
+                    .into(),
+            ),
             (&Method::POST, None) => self.sessions.open(&self.service, request).await,
             (&Method::DELETE, Some(id)) => {
                 let mut response = self.call(request).await;
@@ -258,19 +325,78 @@ impl Front {
 type Registry = Mutex<HashMap<String, CancellationToken>>;
 
 /// What one session's handler knows of its session (on stdio: nothing; its
-/// token is never cancelled).
+/// token is never cancelled, its calls run in the pool's session).
 #[derive(Clone, Default)]
 pub(super) struct SessionCalls {
     token: CancellationToken,
     registry: Option<Arc<Registry>>,
+    /// Where toolpool sessions live (HTTP only).
+    root: Option<Arc<SessionsRoot>>,
+    /// The toolpool session of this MCP session, once its first call named it.
+    bound: Arc<OnceLock<Arc<Session>>>,
 }
 
 impl SessionCalls {
-    fn new(registry: Arc<Registry>) -> SessionCalls {
+    fn new(registry: Arc<Registry>, root: Arc<SessionsRoot>) -> SessionCalls {
         SessionCalls {
             token: CancellationToken::new(),
             registry: Some(registry),
+            root: Some(root),
+            bound: Arc::default(),
         }
+    }
+
+    /// The toolpool session the request in `context` runs in: the one the
+    /// client names (header, then `_meta`), else this MCP session's own
+    /// (named by its `Mcp-Session-Id`, or at random when a request has
+    /// none). `None` on stdio: the pool's session. An invalid name is an
+    /// error naming what is wrong.
+    pub(super) fn session(
+        &self,
+        context: &rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Result<Option<Arc<Session>>, String> {
+        let Some(root) = &self.root else {
+            return Ok(None);
+        };
+        let headers = context
+            .extensions
+            .get::<hyper::http::request::Parts>()
+            .map(|parts| &parts.headers);
+        let header = |name: &str| headers.and_then(|h| h.get(name));
+        let named = match header(SESSION_NAME_HEADER) {
+            Some(value) => Some(
+                value
+                    .to_str()
+                    .map_err(|_| "the Toolpool-Session header must be ASCII text".to_string())?,
+            ),
+            None => match context.meta.0.get(SESSION_NAME_META) {
+                None => None,
+                Some(serde_json::Value::String(name)) => Some(name.as_str()),
+                Some(other) => {
+                    return Err(format!(
+                    "_meta \"{SESSION_NAME_META}\" must be a string (a session name), got {other}"
+                ))
+                }
+            },
+        };
+        if let Some(name) = named {
+            return root.open(name).map(Some).map_err(|e| e.to_string());
+        }
+        if let Some(session) = self.bound.get() {
+            return Ok(Some(session.clone()));
+        }
+        // rmcp made the id (and checked the header names a live session);
+        // checked again, as it becomes a directory name.
+        let id = header(SESSION_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .filter(|id| check_session_name(id).is_ok());
+        let Some(id) = id else {
+            // A stateless request (2026-07-28) that names no session: a
+            // session of its own, gone when the request is.
+            return root.open_ephemeral().map(Some).map_err(|e| e.to_string());
+        };
+        let session = root.open(id).map_err(|e| e.to_string())?;
+        Ok(Some(self.bound.get_or_init(|| session).clone()))
     }
 
     /// Resolves when the session of the request in `context` is closed by

@@ -50,6 +50,12 @@ pub struct HttpArgs {
     /// With --http: connections open at once; one past it is answered 503 and closed
     #[arg(long, value_name = "N", default_value = "512", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_connections: u32,
+    /// With --http: the directory holding each MCP session's own session directory (workspace, attachments, packages) [default: the directory holding --session-dir, .toolpool/sessions]
+    #[arg(long, value_name = "DIR", requires = "http")]
+    pub sessions_root: Option<PathBuf>,
+    /// With --http: remove a session directory nobody has used for SECS [default: 86400, a day]
+    #[arg(long, value_name = "SECS", value_parser = crate::duration_text::parse_seconds, requires = "http")]
+    pub keep_sessions: Option<Duration>,
 }
 
 /// How `serve --http` runs, checked before anything starts.
@@ -60,6 +66,9 @@ pub struct HttpOptions {
     pub session_idle: Duration,
     pub max_sessions: usize,
     pub max_connections: usize,
+    /// `None`: the directory holding the pool's own session directory.
+    pub sessions_root: Option<PathBuf>,
+    pub keep_sessions: Duration,
 }
 
 impl HttpOptions {
@@ -121,6 +130,10 @@ impl HttpOptions {
             session_idle: args.session_idle,
             max_sessions: args.max_sessions as usize,
             max_connections: args.max_connections as usize,
+            sessions_root: args.sessions_root.clone(),
+            keep_sessions: args
+                .keep_sessions
+                .unwrap_or(crate::context::sessions::DEFAULT_KEEP),
         })
     }
 }
@@ -353,6 +366,8 @@ mod tests {
             session_idle: Duration::from_secs(1),
             max_sessions: 1,
             max_connections: 1,
+            sessions_root: None,
+            keep_sessions: None,
         };
         let addr = "127.0.0.1:1".parse().unwrap();
         HttpOptions::new(addr, &args, token.map(str::to_string))
@@ -451,6 +466,8 @@ mod tests {
             session_idle: Duration::from_secs(1),
             max_sessions: 1,
             max_connections: 1,
+            sessions_root: None,
+            keep_sessions: None,
         };
         let public = "0.0.0.0:8080".parse().unwrap();
         let error = HttpOptions::new(public, &args, None).unwrap_err();

@@ -63,7 +63,7 @@ use tokio::sync::Notify;
 
 use crate::catalog::FunctionSpec;
 use crate::config::{NodeTools, Workflow};
-use crate::context::HumanPrompt;
+use crate::context::{HumanPrompt, Session};
 use crate::error::{ErrorKind, ToolError};
 use crate::pool::{CallReport, InvokeOptions, Pool};
 use content::call_result;
@@ -125,6 +125,8 @@ pub enum ServeError {
         addr: std::net::SocketAddr,
         source: std::io::Error,
     },
+    #[error("--sessions-root: {0}")]
+    Sessions(#[source] crate::error::PoolError),
 }
 
 /// Serves the pool over MCP until the client goes away (stdin EOF) or the
@@ -283,12 +285,19 @@ impl ToolpoolServer {
         after
     }
 
-    /// Calls one tool by the name the client sees; its human prompts go to
-    /// `human`.
-    async fn invoke(&self, name: &str, args: Value, human: Arc<dyn HumanPrompt>) -> CallReport {
+    /// Calls one tool by the name the client sees, in `session` (`None`:
+    /// the pool's); its human prompts go to `human`.
+    async fn invoke(
+        &self,
+        name: &str,
+        args: Value,
+        human: Arc<dyn HumanPrompt>,
+        session: Option<Arc<Session>>,
+    ) -> CallReport {
         let inner = &self.inner;
         let options = InvokeOptions {
             human_prompt: Some(human),
+            session,
             ..InvokeOptions::default()
         };
         match self.tool_set() {
@@ -327,6 +336,8 @@ impl ToolpoolServer {
         // Listening before anything waits: a second SIGTERM or SIGINT ends
         // the grace period at once, as it does for `call`.
         let mut again = crate::signals::StopSignals::new().ok();
+        // `/readyz` (on `--metrics` too) says so from now on.
+        inner.pool.drain();
         inner.closing.store(true, Ordering::Release);
         tracing::info!(
             in_flight = inner.calls.count(),
@@ -628,6 +639,11 @@ impl ServerHandler for ToolpoolServer {
             )));
         }
         let args = Value::Object(request.arguments.clone().unwrap_or_default());
+        // The toolpool session the call runs in (HTTP: the MCP session's own).
+        let session = self
+            .session
+            .session(&context)
+            .map_err(|e| McpError::invalid_params(e, None))?;
         let asks_by_round_trips = elicit::is_modern(&context)
             && (request.request_state.is_some()
                 || context
@@ -635,20 +651,20 @@ impl ServerHandler for ToolpoolServer {
                     .is_some_and(|c| c.elicitation.is_some()));
         if asks_by_round_trips {
             return self
-                .call_in_round_trips(name, args, &request, &context)
+                .call_in_round_trips(name, args, session, &request, &context)
                 .await;
         }
         let human = elicit::for_request(&context);
         if let Some(after) = self.task_after_for(&context) {
             return Ok(self
-                .call_maybe_as_task(name, args, human, after, &context)
+                .call_maybe_as_task(name, args, human, session, after, &context)
                 .await);
         }
         // Only 2025-11-25 HTTP sessions can be ended (DELETE) under a call.
         let session_closed = self.session.closed(&context);
-        let call = self.invoke(&name, args, human);
+        let call = self.invoke(&name, args, human, session.clone());
         tokio::select! {
-            report = call => Ok(CallToolResponse::Complete(self.result_of(&name, report))),
+            report = call => Ok(CallToolResponse::Complete(self.result_of(&name, report, session.as_deref()))),
             _ = context.ct.cancelled() => {
                 // Dropping `call` killed its worker (or took it out of the
                 // queue).
@@ -683,14 +699,15 @@ impl ToolpoolServer {
         name: String,
         args: Value,
         human: Arc<dyn HumanPrompt>,
+        session: Option<Arc<Session>>,
         after: Duration,
         context: &RequestContext<RoleServer>,
     ) -> CallToolResponse {
         let server = self.clone();
         let tool = name.clone();
         let mut call = tokio::spawn(async move {
-            let report = server.invoke(&tool, args, human).await;
-            server.result_of(&tool, report)
+            let report = server.invoke(&tool, args, human, session.clone()).await;
+            server.result_of(&tool, report, session.as_deref())
         });
         let abort = call.abort_handle();
         let finished = tokio::select! {
@@ -725,6 +742,7 @@ impl ToolpoolServer {
         &self,
         name: String,
         args: Value,
+        session: Option<Arc<Session>>,
         request: &CallToolRequestParams,
         context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
@@ -756,9 +774,10 @@ impl ToolpoolServer {
             None => {
                 let server = self.clone();
                 let tool = name.clone();
-                mrtr::Running::start(
-                    move |human| async move { server.invoke(&tool, args, human).await },
-                )
+                let session = session.clone();
+                mrtr::Running::start(move |human| async move {
+                    server.invoke(&tool, args, human, session).await
+                })
             }
         };
         let step = self
@@ -767,7 +786,9 @@ impl ToolpoolServer {
             .drive(running, binding, &context.ct)
             .await;
         Ok(match step {
-            mrtr::Step::Done(report) => CallToolResponse::Complete(self.result_of(&name, report)),
+            mrtr::Step::Done(report) => {
+                CallToolResponse::Complete(self.result_of(&name, report, session.as_deref()))
+            }
             mrtr::Step::Asks(input) => CallToolResponse::InputRequired(input),
             mrtr::Step::Failed(error) => {
                 CallToolResponse::Complete(CallToolResult::error(vec![ContentBlock::text(
@@ -795,14 +816,22 @@ impl ToolpoolServer {
 
     /// The MCP result of a finished call: its content, and its value as
     /// `structuredContent` when the function has an output schema.
-    fn result_of(&self, name: &str, report: CallReport) -> CallToolResult {
+    fn result_of(
+        &self,
+        name: &str,
+        report: CallReport,
+        session: Option<&Session>,
+    ) -> CallToolResult {
         let structured = match (&report.result, &report.content) {
             (Ok(value), None) => self
                 .function_of(name)
                 .and_then(|f| f.structured_result(value)),
             _ => None,
         };
-        let store = self.inner.pool.attachments();
+        let store = match session {
+            Some(session) => session.attachments(),
+            None => self.inner.pool.attachments(),
+        };
         let mut result = call_result(report.result, report.content.as_deref(), Some(store));
         result.structured_content = structured;
         result

@@ -45,6 +45,20 @@ pub struct CallContext {
     /// `_context["human_prompt"]` is `None`).
     #[serde(default)]
     pub human_prompt: bool,
+    /// The call's own session's directories, when it is not the pool's
+    /// (each MCP session over HTTP has its own): the worker runs the call
+    /// there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<SessionDirs>,
+}
+
+/// Where a call's session lives (`_context`'s paths, the call's cwd, the
+/// packages directory on `sys.path`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct SessionDirs {
+    pub dir: std::path::PathBuf,
+    pub workspace: std::path::PathBuf,
+    pub packages_dir: std::path::PathBuf,
 }
 
 /// Supervisor → worker.

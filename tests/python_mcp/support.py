@@ -207,7 +207,8 @@ async def http_server(*args: str, functions: Path = FIXTURES, log: list | None =
                 deadline = time.monotonic() + 30
                 url = None
                 while url is None:
-                    found = re.search(r"at (http://\S+)", stderr_path.read_text())
+                    # Not the `--metrics` line, which may come first.
+                    found = re.search(r"serving MCP \(streamable HTTP\) at (http://\S+)", stderr_path.read_text())
                     if found:
                         url = found.group(1)
                     elif process.poll() is not None or time.monotonic() > deadline:

@@ -1,0 +1,297 @@
+//! Sessions of their own: each MCP session over HTTP gets a toolpool session
+//! — its own `code_workspace`, attachment store and packages directory —
+//! under one root directory (`--sessions-root`). A client may name its
+//! session to come back to its files; a session directory nobody has used
+//! for `--keep-sessions` is removed.
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use super::{AttachmentStore, SessionPaths, SessionServices};
+use crate::error::PoolError;
+
+/// Default `--keep-sessions`: a day.
+pub const DEFAULT_KEEP: Duration = Duration::from_secs(24 * 3600);
+/// Longest session name a client may give.
+const MAX_NAME: usize = 128;
+
+/// One toolpool session: its directories and its attachment store.
+pub struct Session {
+    pub paths: SessionPaths,
+    services: Arc<SessionServices>,
+    /// Made for one request that names no session: its directory goes when
+    /// the request is done.
+    ephemeral: bool,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if self.ephemeral {
+            if let Err(e) = std::fs::remove_dir_all(&self.paths.dir) {
+                tracing::debug!(dir = %self.paths.dir.display(), "cannot remove a one-request session: {e}");
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("id", &self.paths.id)
+            .field("dir", &self.paths.dir)
+            .finish()
+    }
+}
+
+impl Session {
+    pub fn id(&self) -> &str {
+        &self.paths.id
+    }
+
+    pub fn attachments(&self) -> &Arc<AttachmentStore> {
+        &self.services.attachments
+    }
+
+    pub(crate) fn services(&self) -> &Arc<SessionServices> {
+        &self.services
+    }
+
+    /// Marks the session used now (its directory's modification time, which
+    /// is what [`SessionsRoot::sweep`] reads, also for a replica that shares
+    /// the root).
+    fn touch(&self) {
+        if let Ok(dir) = std::fs::File::open(&self.paths.dir) {
+            let _ = dir.set_modified(SystemTime::now());
+        }
+    }
+}
+
+/// Checks a session name a client gave (a header or `_meta` key): ASCII
+/// letters, digits, `-`, `_` and `.`, not starting with `.`, 1 to 128
+/// characters — one path component on every file system, never `..`.
+pub fn check_session_name(name: &str) -> Result<(), String> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+    if name.is_empty() || name.len() > MAX_NAME {
+        return Err(format!(
+            "session name {name:?} must have 1 to {MAX_NAME} characters"
+        ));
+    }
+    if name.starts_with('.') {
+        return Err(format!("session name {name:?} must not start with '.'"));
+    }
+    if let Some(bad) = name.chars().find(|c| !allowed(*c)) {
+        return Err(format!(
+            "session name {name:?} has {bad:?}: only ASCII letters, digits, '-', '_' and '.' are allowed"
+        ));
+    }
+    Ok(())
+}
+
+/// A new session name nobody can guess: 128 random bits, hex.
+pub fn random_session_name() -> String {
+    let mut bytes = [0u8; 16];
+    let read = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes));
+    if read.is_err() {
+        // Unique if not secret: the time and a process-wide counter.
+        static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let now = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos() as u64;
+        let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        bytes[..8].copy_from_slice(&now.to_le_bytes());
+        bytes[8..].copy_from_slice(&n.to_le_bytes());
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The directory that holds every session, and the sessions open now.
+pub struct SessionsRoot {
+    root: PathBuf,
+    keep: Duration,
+    /// Directories the sweep never removes (the pool's own session: the
+    /// workers start in it).
+    pinned: Vec<PathBuf>,
+    open: Mutex<HashMap<String, Arc<Session>>>,
+}
+
+impl SessionsRoot {
+    /// Creates `root` if needed. `pinned` directories are never swept.
+    pub fn new(root: &Path, keep: Duration, pinned: &[&Path]) -> Result<SessionsRoot, PoolError> {
+        std::fs::create_dir_all(root).map_err(|source| PoolError::SessionDir {
+            path: root.to_path_buf(),
+            source,
+        })?;
+        let root = root
+            .canonicalize()
+            .map_err(|source| PoolError::SessionDir {
+                path: root.to_path_buf(),
+                source,
+            })?;
+        Ok(SessionsRoot {
+            root,
+            keep,
+            pinned: pinned
+                .iter()
+                .filter_map(|p| p.canonicalize().ok())
+                .collect(),
+            open: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The session `name` (checked with [`check_session_name`]), its
+    /// directories created if they are not there yet.
+    pub fn open(&self, name: &str) -> Result<Arc<Session>, PoolError> {
+        check_session_name(name).map_err(PoolError::Setting)?;
+        if let Some(session) = self.open.lock().ok().and_then(|o| o.get(name).cloned()) {
+            session.touch();
+            return Ok(session);
+        }
+        let session = Arc::new(self.make(name, false)?);
+        session.touch();
+        let mut open = self
+            .open
+            .lock()
+            .map_err(|_| PoolError::Setting("the sessions table is poisoned".into()))?;
+        // Two first requests of one session may race here: one store wins.
+        Ok(open.entry(name.to_string()).or_insert(session).clone())
+    }
+
+    /// A session for one request that names none (a stateless 2026-07-28
+    /// request): a random name, its directory removed when the last handle
+    /// on it goes.
+    pub fn open_ephemeral(&self) -> Result<Arc<Session>, PoolError> {
+        Ok(Arc::new(self.make(&random_session_name(), true)?))
+    }
+
+    fn make(&self, name: &str, ephemeral: bool) -> Result<Session, PoolError> {
+        let paths = SessionPaths::prepare(name, Some(&self.root.join(name)))?;
+        let services = Arc::new(SessionServices {
+            session_id: paths.id.clone(),
+            attachments: Arc::new(AttachmentStore::open(&paths.workspace, &paths.dir)),
+            human_prompt: None,
+        });
+        Ok(Session {
+            paths,
+            services,
+            ephemeral,
+        })
+    }
+
+    /// Removes the session directories nobody has used for the keep time
+    /// (their modification time, set at every call), and forgets the open
+    /// sessions among them that no call holds. Returns how many it removed.
+    /// Only directories holding a `code_workspace` are taken for sessions;
+    /// symbolic links are never followed.
+    pub fn sweep(&self) -> usize {
+        let Ok(entries) = std::fs::read_dir(&self.root) else {
+            return 0;
+        };
+        let now = SystemTime::now();
+        let mut removed = 0;
+        for entry in entries.flatten() {
+            let Ok(meta) = entry.path().symlink_metadata() else {
+                continue;
+            };
+            let pinned = entry
+                .path()
+                .canonicalize()
+                .is_ok_and(|path| self.pinned.contains(&path));
+            if pinned || !meta.is_dir() || !entry.path().join("code_workspace").is_dir() {
+                continue;
+            }
+            let idle = meta
+                .modified()
+                .ok()
+                .and_then(|m| now.duration_since(m).ok())
+                .unwrap_or_default();
+            if idle < self.keep {
+                continue;
+            }
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let held = self.open.lock().ok().is_some_and(|mut open| {
+                // Held by a live MCP session or a call: kept (its handle and
+                // the table are the two owners of an idle one).
+                let held = open.get(&name).is_some_and(|s| Arc::strong_count(s) > 1);
+                if !held {
+                    open.remove(&name);
+                }
+                held
+            });
+            if held {
+                continue;
+            }
+            match std::fs::remove_dir_all(entry.path()) {
+                Ok(()) => {
+                    removed += 1;
+                    tracing::info!(session = %name, "removed a session directory idle past --keep-sessions");
+                }
+                Err(e) => {
+                    tracing::warn!(session = %name, "cannot remove an idle session directory: {e}")
+                }
+            }
+        }
+        removed
+    }
+
+    /// Sweeps every `period` (a quarter of the keep time, 1 s to 60 s)
+    /// until the returned task is aborted or the runtime ends.
+    pub fn sweep_periodically(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+        let period = (self.keep / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
+        let root = self.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(period).await;
+                let root = root.clone();
+                let _ = tokio::task::spawn_blocking(move || root.sweep()).await;
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_one_safe_path_component() {
+        for good in ["a", "alice-1", "x_y.z", "0123456789abcdef0123456789abcdef"] {
+            assert_eq!(check_session_name(good), Ok(()), "{good}");
+        }
+        for bad in ["", ".", "..", ".hidden", "a/b", "a\\b", "a b", "é", "a\0b"] {
+            assert!(check_session_name(bad).is_err(), "{bad:?} passed");
+        }
+        assert!(check_session_name(&"a".repeat(129)).is_err());
+        let name = random_session_name();
+        assert_eq!(name.len(), 32);
+        assert_eq!(check_session_name(&name), Ok(()));
+    }
+
+    #[test]
+    fn sweep_removes_only_idle_unheld_session_directories() {
+        let dir = tempfile::tempdir().unwrap();
+        let own = dir.path().join("own");
+        SessionPaths::prepare("own", Some(&own)).unwrap();
+        let root = SessionsRoot::new(dir.path(), Duration::ZERO, &[&own]).unwrap();
+        let held = root.open("held").unwrap();
+        drop(root.open("idle").unwrap());
+        std::fs::create_dir(dir.path().join("not-a-session")).unwrap();
+        assert_eq!(root.sweep(), 1);
+        assert!(held.paths.workspace.is_dir());
+        assert!(!dir.path().join("idle").exists());
+        assert!(dir.path().join("not-a-session").is_dir());
+        assert!(own.join("code_workspace").is_dir());
+        let once = root.open_ephemeral().unwrap();
+        let dir = once.paths.dir.clone();
+        assert!(dir.join("code_workspace").is_dir());
+        drop(once);
+        assert!(!dir.exists());
+    }
+}
