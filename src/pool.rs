@@ -29,7 +29,7 @@ use crate::duration_text::format_secs;
 use crate::error::{ErrorKind, PoolError, ToolError};
 use crate::protocol::{CallContext, SessionDirs, WireBlock, DEFAULT_MAX_FRAME};
 use crate::worker::{
-    CallOutcome, Spawner, StartError, Worker, WorkerInfo, WorkerKiller, WorkerSpec,
+    BootConfig, CallOutcome, Spawner, StartError, Worker, WorkerInfo, WorkerKiller, WorkerSpec,
 };
 
 /// The tracing target of the log line of each failed call (and, at debug
@@ -287,24 +287,27 @@ impl PoolBuilder {
         let session = SessionPaths::prepare(&self.session_id, self.session_dir.as_deref())?;
         let python = resolve_interpreter(&self.python).await?;
         let shim_dir = crate::embedded::install_shim()?;
-        let config = json!({
-            "protocol": crate::protocol::PROTOCOL_VERSION,
-            "functions_dir": functions_dir,
-            "bundled_tools_hidden": bundled_tools_hidden,
-            "session_dir": session.dir,
-            "workspace": session.workspace,
-            "session_id": session.id,
-            "dump_fd": 3,
-            "max_frame": self.max_frame,
+        let boot = BootConfig {
+            functions_dir: functions_dir.clone(),
+            bundled_tools_hidden,
+            session_dir: session.dir.clone(),
+            workspace: session.workspace.clone(),
+            session_id: session.id.clone(),
+            max_frame: self.max_frame,
             // The session's packages (install_python_packages): on every
             // worker's sys.path from the start, so later installs are seen.
-            "extra_sys_path": [session.site_packages],
-            "packages_dir": session.site_packages,
-            "import_timeout": self.import_timeout.map(|t| t.as_secs_f64()),
+            extra_sys_path: vec![session.site_packages.clone()],
+            packages_dir: session.site_packages.clone(),
+            import_timeout: self.import_timeout.map(|t| t.as_secs_f64()),
             // Each worker is made init of a PID namespace of its own where
             // the kernel allows: killing it then kills everything it started.
-            "pid_namespace": self.pid_namespace,
-        });
+            pid_namespace: self.pid_namespace,
+        };
+        if let Err(e) = serde_json::to_string(&boot) {
+            return Err(PoolError::Setting(format!(
+                "the functions or session directory cannot be given to a worker: {e}"
+            )));
+        }
         let memory_limit_bytes = match self.memory_limit_mb {
             None => None,
             Some(mb) => Some(
@@ -320,7 +323,7 @@ impl PoolBuilder {
         let spec = Arc::new(WorkerSpec {
             python,
             boot_script: shim_dir.join("toolpool_boot.py"),
-            config_json: config.to_string(),
+            boot,
             workspace: session.workspace.clone(),
             env: crate::env::worker_env(&self.pass_env, &self.set_env),
             memory_limit_bytes,

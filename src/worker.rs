@@ -102,13 +102,37 @@ pub struct QuarantinedModule {
     pub error: String,
 }
 
+/// What a worker is started with, set by the pool (the shim's
+/// `toolpool_boot.py` and `worker.main` read it). The worker adds what is
+/// its own: the protocol version, the stack-dump descriptor and the
+/// modules quarantined so far.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct BootConfig {
+    pub functions_dir: PathBuf,
+    /// The default directory was chosen (./functions/function_calling), so
+    /// NotFound says the bundled tools are not there.
+    pub bundled_tools_hidden: bool,
+    pub session_dir: PathBuf,
+    pub workspace: PathBuf,
+    pub session_id: String,
+    pub max_frame: usize,
+    /// Put on `sys.path` before the tools are imported.
+    pub extra_sys_path: Vec<PathBuf>,
+    /// The session's packages directory (`install_python_packages`).
+    pub packages_dir: PathBuf,
+    /// Seconds each tool module's import may take.
+    pub import_timeout: Option<f64>,
+    /// Make the worker init of a PID namespace of its own where the kernel allows.
+    pub pid_namespace: bool,
+}
+
 /// Everything needed to launch a worker; shared by all workers of a pool.
 #[derive(Debug)]
 pub struct WorkerSpec {
     pub python: PathBuf,
     pub boot_script: PathBuf,
-    /// The JSON config passed as the boot script's argument.
-    pub config_json: String,
+    /// What the boot script is told (its one argument, as JSON).
+    pub boot: BootConfig,
     pub workspace: PathBuf,
     pub env: Vec<(OsString, OsString)>,
     pub memory_limit_bytes: Option<u64>,
@@ -213,7 +237,7 @@ fn spawn_process(spec: &WorkerSpec) -> std::io::Result<Spawned> {
     command
         .arg("-I")
         .arg(&spec.boot_script)
-        .arg(spec.config_with_quarantine())
+        .arg(spec.boot_json())
         .current_dir(&spec.workspace)
         .env_clear()
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
@@ -297,23 +321,30 @@ fn close_other_fds_on_exec() {
 }
 
 impl WorkerSpec {
-    /// The boot config, with the modules quarantined so far.
-    fn config_with_quarantine(&self) -> String {
-        let quarantined = self
+    /// The boot script's argument: the pool's config, with what is the
+    /// worker's own.
+    fn boot_json(&self) -> String {
+        #[derive(serde::Serialize)]
+        struct Boot<'a> {
+            #[serde(flatten)]
+            config: &'a BootConfig,
+            protocol: u32,
+            dump_fd: i32,
+            skip_modules: Vec<QuarantinedModule>,
+        }
+        let skip_modules = self
             .quarantined
             .lock()
             .map(|q| q.clone())
             .unwrap_or_default();
-        if quarantined.is_empty() {
-            return self.config_json.clone();
-        }
-        let mut config: serde_json::Map<String, Value> =
-            serde_json::from_str(&self.config_json).unwrap_or_default();
-        config.insert(
-            "skip_modules".into(),
-            serde_json::to_value(quarantined).unwrap_or_default(),
-        );
-        Value::Object(config).to_string()
+        let boot = Boot {
+            config: &self.boot,
+            protocol: PROTOCOL_VERSION,
+            dump_fd: DUMP_FD,
+            skip_modules,
+        };
+        // Paths that are not UTF-8 cannot be JSON: refused when the pool is built.
+        serde_json::to_string(&boot).unwrap_or_default()
     }
 
     /// Records a module that broke a worker's start.
