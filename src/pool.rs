@@ -25,6 +25,7 @@ use crate::context::{
     AttachmentStore, CallbackHandler, HumanPrompt, SessionPaths, SessionServices,
 };
 use crate::error::{ErrorKind, PoolError, ToolError};
+use crate::sandbox::{Sandbox, SandboxMode, SandboxOptions, SandboxPaths};
 use crate::protocol::{CallContext, WireBlock, DEFAULT_MAX_FRAME};
 use crate::worker::{
     CallOutcome, Spawner, StartError, Worker, WorkerInfo, WorkerKiller, WorkerSpec,
@@ -95,6 +96,7 @@ pub struct PoolBuilder {
     human_timeout: Option<Duration>,
     import_timeout: Option<Duration>,
     pid_namespace: bool,
+    sandbox: SandboxOptions,
 }
 
 impl Default for PoolBuilder {
@@ -121,6 +123,7 @@ impl Default for PoolBuilder {
             human_timeout: None,
             import_timeout: Some(DEFAULT_IMPORT_TIMEOUT),
             pid_namespace: true,
+            sandbox: SandboxOptions::default(),
         }
     }
 }
@@ -228,6 +231,25 @@ impl PoolBuilder {
         self.pid_namespace = on;
         self
     }
+    /// `--sandbox`: every worker in namespaces of its own, with a mount view
+    /// of the session only, a process limit, seccomp and Landlock (see
+    /// [`crate::sandbox`]). `Strict` refuses to build when the kernel lacks
+    /// a piece (naming it); `BestEffort` uses what there is.
+    pub fn sandbox(mut self, mode: SandboxMode) -> Self {
+        self.sandbox.mode = mode;
+        self
+    }
+    /// Under the sandbox, keep the host's network (default: loopback of
+    /// the worker's own only).
+    pub fn allow_net(mut self, on: bool) -> Self {
+        self.sandbox.allow_net = on;
+        self
+    }
+    /// Under the sandbox, processes and threads one worker may have at once.
+    pub fn max_procs(mut self, n: u32) -> Self {
+        self.sandbox.max_procs = n.max(1);
+        self
+    }
     /// Bound on each tool module's import (default 10 s): a module that
     /// takes longer is a catalog error naming where it was, and the others
     /// are served. `None`: only the start timeout bounds the imports.
@@ -260,6 +282,31 @@ impl PoolBuilder {
         let session = SessionPaths::prepare(&self.session_id, self.session_dir.as_deref())?;
         let python = resolve_interpreter(&self.python).await?;
         let shim_dir = crate::embedded::install_shim()?;
+        let memory_limit_bytes = match self.memory_limit_mb {
+            None => None,
+            Some(mb) => Some(
+                mb.checked_mul(1024 * 1024)
+                    .filter(|bytes| *bytes < libc::RLIM_INFINITY)
+                    .ok_or_else(|| {
+                        PoolError::Setting(format!(
+                            "memory limit of {mb} MB is more bytes than a 64-bit number holds"
+                        ))
+                    })?,
+            ),
+        };
+        let sandbox = Sandbox::prepare(
+            &self.sandbox,
+            &SandboxPaths {
+                python: python.clone(),
+                shim_dir: shim_dir.clone(),
+                functions_dir: functions_dir.clone(),
+                workspace: session.workspace.clone(),
+                packages_dir: session.site_packages.clone(),
+                attachments_dir: session.workspace.join(crate::context::attachments::ATTACHMENTS_DIR),
+            },
+            memory_limit_bytes,
+        )?
+        .map(Arc::new);
         let config = json!({
             "protocol": crate::protocol::PROTOCOL_VERSION,
             "functions_dir": functions_dir,
@@ -276,20 +323,13 @@ impl PoolBuilder {
             "import_timeout": self.import_timeout.map(|t| t.as_secs_f64()),
             // Each worker is made init of a PID namespace of its own where
             // the kernel allows: killing it then kills everything it started.
-            "pid_namespace": self.pid_namespace,
+            // (always under the sandbox: it is what makes the worker's /proc its own).
+            "pid_namespace": self.pid_namespace || sandbox.is_some(),
+            "sandbox": sandbox.as_ref().map(|s| s.shim_config()),
         });
-        let memory_limit_bytes = match self.memory_limit_mb {
-            None => None,
-            Some(mb) => Some(
-                mb.checked_mul(1024 * 1024)
-                    .filter(|bytes| *bytes < libc::RLIM_INFINITY)
-                    .ok_or_else(|| {
-                        PoolError::Setting(format!(
-                            "memory limit of {mb} MB is more bytes than a 64-bit number holds"
-                        ))
-                    })?,
-            ),
-        };
+        // Under the sandbox with a memory cgroup, the cgroup is the limit.
+        let memory_limit_bytes =
+            memory_limit_bytes.filter(|_| !sandbox.as_ref().is_some_and(|s| s.limits_memory()));
         let spec = Arc::new(WorkerSpec {
             python,
             boot_script: shim_dir.join("toolpool_boot.py"),
@@ -302,6 +342,7 @@ impl PoolBuilder {
             human_timeout: self.human_timeout,
             quarantined: Mutex::new(Vec::new()),
             functions_dir: functions_dir.clone(),
+            sandbox,
         });
         let spawner = Spawner::new().map_err(|e| PoolError::Interpreter {
             python: self.python.clone(),

@@ -26,6 +26,7 @@ use tokio::time::{timeout, timeout_at, Instant};
 
 use crate::context::{CallbackError, CallbackHandler};
 use crate::process::{kill_descendants, KillMechanism, ProcessId, Tracked};
+use crate::sandbox::WorkerCgroup;
 use crate::protocol::{
     encode_frame, write_frame, CallContext, CallbackReply, FrameReader, Message, ProtocolError,
     RemoteError, ReplyValue, Request, PROTOCOL_VERSION,
@@ -87,6 +88,8 @@ pub struct WorkerSpec {
     pub quarantined: Mutex<Vec<QuarantinedModule>>,
     /// Canonical functions directory, to report stack frames relative to it.
     pub functions_dir: PathBuf,
+    /// `--sandbox`: entered by each guardian before exec.
+    pub sandbox: Option<Arc<crate::sandbox::Sandbox>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -144,6 +147,7 @@ struct SpawnJob {
 struct Spawned {
     child: Child,
     dump: OwnedFd,
+    cgroup: Arc<WorkerCgroup>,
 }
 
 impl Spawner {
@@ -189,9 +193,15 @@ fn spawn_process(spec: &WorkerSpec) -> std::io::Result<Spawned> {
     let supervisor_pid = nix::unistd::getpid().as_raw();
     let dump_fd = dump_write.as_raw_fd();
     let memory_limit = spec.memory_limit_bytes;
+    let sandbox = spec.sandbox.clone();
+    let cgroup = Arc::new(match &sandbox {
+        Some(sandbox) => sandbox.worker_cgroup()?,
+        None => WorkerCgroup::none(),
+    });
+    let child_cgroup = cgroup.clone();
     // SAFETY: the closure runs between fork and exec and only makes
     // async-signal-safe system calls (prctl, getppid, fcntl, dup2, setrlimit,
-    // close_range, _exit).
+    // close_range, _exit; the sandbox's are listed in `sandbox::enter`).
     unsafe {
         command.pre_exec(move || {
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM, 0, 0, 0) != 0 {
@@ -218,6 +228,9 @@ fn spawn_process(spec: &WorkerSpec) -> std::io::Result<Spawned> {
                     return Err(std::io::Error::last_os_error());
                 }
             }
+            if let Some(sandbox) = &sandbox {
+                crate::sandbox::enter(sandbox, &child_cgroup)?;
+            }
             Ok(())
         });
     }
@@ -226,6 +239,7 @@ fn spawn_process(spec: &WorkerSpec) -> std::io::Result<Spawned> {
     Ok(Spawned {
         child,
         dump: dump_read,
+        cgroup,
     })
 }
 
@@ -413,12 +427,18 @@ pub struct Worker {
     calls_served: u64,
     info: WorkerInfo,
     reaped: bool,
+    /// Removed once the worker's processes are gone (`--sandbox`).
+    _cgroup: Arc<WorkerCgroup>,
 }
 
 impl Worker {
     /// Spawns a worker and waits for its hello (sent once it imported the tools).
     pub async fn start(spawner: &Spawner, spec: Arc<WorkerSpec>) -> Result<Worker, StartError> {
-        let Spawned { mut child, dump } =
+        let Spawned {
+            mut child,
+            dump,
+            cgroup,
+        } =
             spawner
                 .spawn(spec.clone())
                 .await?
@@ -467,6 +487,7 @@ impl Worker {
                 kill_mechanism: KillMechanism::ProcessTree,
             },
             reaped: false,
+            _cgroup: cgroup,
         };
         // The module being imported, from the worker's `importing` messages.
         let mut importing: Option<(String, String)> = None;
