@@ -1444,7 +1444,14 @@ impl Pool {
             "max_calls_per_worker": shared.max_calls_per_worker,
             "max_frame_bytes": shared.spec.max_frame,
             "subreaper": shared.subreaper,
+            "sandbox": shared.spec.sandbox.is_some(),
+            "allow_net": shared.spec.sandbox.as_ref().is_some_and(|s| s.options().allow_net),
         })
+    }
+
+    /// The sandbox its workers run in (`--sandbox`), if any.
+    pub fn sandbox(&self) -> Option<&Sandbox> {
+        self.shared.spec.sandbox.as_deref()
     }
 
     /// [`Pool::shutdown_with_grace`] with a 10 s grace period.
