@@ -1,0 +1,286 @@
+//! `--sandbox` against the real kernel: hostile tools
+//! (tests/fixtures/hostile/sandbox/escapes.py) try to read and write outside
+//! the session, reach the network, see and signal the supervisor, forge an
+//! MCP answer through its `/proc`, fork without end and make system calls a
+//! tool never needs. Each test asserts what the kernel answered, and that
+//! the pool still serves.
+
+mod common;
+mod mcp_support;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::*;
+use serde_json::{json, Value};
+use toolpool::sandbox::SandboxMode;
+use toolpool::{ErrorKind, Pool, PoolBuilder, ToolError};
+
+fn escapes() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hostile/sandbox")
+}
+
+fn sandboxed(session: &tempfile::TempDir) -> PoolBuilder {
+    Pool::builder()
+        .functions_dir(escapes())
+        .workers(1)
+        .spare_workers(0)
+        .session_dir(session.path())
+        .timeout(Duration::from_secs(30))
+        .sandbox(SandboxMode::Strict)
+}
+
+async fn start(builder: PoolBuilder) -> Pool {
+    builder.build().await.expect("a sandboxed pool starts")
+}
+
+/// A folder of the host outside /tmp (which the sandbox replaces with its own).
+fn host_dir() -> tempfile::TempDir {
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir")
+}
+
+fn raised(result: Result<Value, ToolError>, kind: &str) -> String {
+    match result {
+        Err(e) if e.kind == ErrorKind::Raised(kind.into()) => e.message,
+        other => panic!("expected the tool to raise {kind}, got {other:?}"),
+    }
+}
+
+async fn serves(pool: &Pool) {
+    let sum = call(pool, "add", json!({"a": 2, "b": 3})).await;
+    assert_eq!(sum.expect("the pool keeps serving"), json!(5));
+}
+
+#[tokio::test]
+async fn files_outside_the_session_cannot_be_read() {
+    let host = host_dir();
+    let secret = host.path().join("secret.txt");
+    std::fs::write(&secret, "the user's secret").unwrap();
+    let session = tempfile::tempdir().unwrap();
+    // Unsandboxed, the same tool reads it: the test can fail.
+    let open = start(sandboxed(&session).sandbox(SandboxMode::Off)).await;
+    let read = call(&open, "read_file", json!({"path": secret})).await;
+    assert_eq!(read.expect("read unsandboxed"), json!("the user's secret"));
+    open.shutdown().await;
+
+    let pool = start(sandboxed(&session)).await;
+    let repository = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
+    let binary = Path::new(env!("CARGO_BIN_EXE_toolpool"));
+    for path in [secret.as_path(), repository.as_path(), binary] {
+        let message = raised(
+            call(&pool, "read_file", json!({"path": path})).await,
+            "FileNotFoundError",
+        );
+        assert!(message.contains("No such file"), "{path:?}: {message}");
+    }
+    // The system files it can see hold no secrets.
+    if Path::new("/etc/shadow").exists() {
+        raised(
+            call(&pool, "read_file", json!({"path": "/etc/shadow"})).await,
+            "PermissionError",
+        );
+    }
+    serves(&pool).await;
+    pool.shutdown().await;
+}
+
+#[tokio::test]
+async fn writes_outside_the_workspace_fail_and_nothing_appears() {
+    let host = host_dir();
+    // Outside /tmp: a session under /tmp has its folders in the private /tmp.
+    let session = host_dir();
+    let pool = start(sandboxed(&session)).await;
+    let workspace = pool.session().workspace.clone();
+    let outside = [
+        (host.path().join("planted.txt"), "FileNotFoundError"),
+        (session.path().join("planted.txt"), "OSError"),
+        (workspace.join("attachments/planted.txt"), "OSError"),
+        (PathBuf::from("/usr/planted.txt"), "OSError"),
+        (PathBuf::from("/planted.txt"), "OSError"),
+    ];
+    for (path, kind) in &outside {
+        let message = raised(
+            call(&pool, "write_file", json!({"path": path, "text": "x"})).await,
+            kind,
+        );
+        assert!(
+            message.contains("No such file") || message.contains("Read-only file system"),
+            "{path:?}: {message}"
+        );
+        assert!(!path.exists(), "{path:?} appeared on the host");
+    }
+    // The workspace is written through to the host; /tmp is the sandbox's own.
+    let tmp_name = format!("/tmp/toolpool-sandbox-test-{}", std::process::id());
+    for path in ["kept.txt", tmp_name.as_str()] {
+        let written = call(&pool, "write_file", json!({"path": path, "text": "x"})).await;
+        assert_eq!(written.expect("writable"), json!("written"));
+    }
+    assert_eq!(std::fs::read_to_string(workspace.join("kept.txt")).unwrap(), "x");
+    assert!(!Path::new(&tmp_name).exists(), "the private /tmp leaked to the host");
+    pool.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_network_is_loopback_of_its_own_unless_allowed() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let session = tempfile::tempdir().unwrap();
+    let pool = start(sandboxed(&session)).await;
+    let message = raised(
+        call(&pool, "connect", json!({"port": port})).await,
+        "ConnectionRefusedError",
+    );
+    assert!(message.contains("Connection refused"), "{message}");
+    pool.shutdown().await;
+
+    let pool = start(sandboxed(&session).allow_net(true)).await;
+    let connected = call(&pool, "connect", json!({"port": port})).await;
+    assert_eq!(connected.expect("--allow-net"), json!("connected"));
+    pool.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_supervisor_and_other_workers_are_invisible_and_cannot_be_signalled() {
+    let session = tempfile::tempdir().unwrap();
+    let pool = start(sandboxed(&session).workers(2)).await;
+    // Both workers at once: each sees only itself, as pid 1.
+    let (a, b) = tokio::join!(
+        call(&pool, "pids", json!({})),
+        call(&pool, "pids", json!({}))
+    );
+    assert_eq!(a.expect("pids"), json!([1]));
+    assert_eq!(b.expect("pids"), json!([1]));
+    let me = std::process::id();
+    let seen = call(&pool, "proc_entry", json!({"pid": me})).await;
+    assert_eq!(seen.expect("proc_entry"), json!(false));
+    let message = raised(
+        call(&pool, "signal_pid", json!({"pid": me})).await,
+        "ProcessLookupError",
+    );
+    assert!(message.contains("No such process"), "{message}");
+    serves(&pool).await;
+    pool.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_answer_cannot_be_forged_on_the_supervisors_stdout() {
+    let served = mcp_support::serve_in(
+        &escapes(),
+        &["--sandbox", "--workers", "1", "serve"],
+        mcp_support::TestClient::plain(),
+    )
+    .await;
+    let server = served.pid();
+    // The next request's id is a guess a hostile tool could make; whatever it
+    // is, nothing reaches the server's stdout.
+    let result = served
+        .call("forge", json!({"pid": server, "call_id": 3}))
+        .await;
+    let text = mcp_support::error_text(&result);
+    assert!(text.contains("FileNotFoundError"), "{text}");
+    assert!(!text.contains("FORGED"), "{text}");
+    let sum = served.call("add", json!({"a": 1, "b": 2})).await;
+    assert_eq!(mcp_support::ok_text(&sum), "3");
+    let (code, stderr) = served.close().await;
+    assert_eq!(code, 0, "{stderr}");
+}
+
+/// Host processes in the PID namespace `ns` (as `/proc/<pid>/ns/pid` names it).
+fn processes_in(ns: &str) -> Vec<i32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        if std::fs::read_link(entry.path().join("ns/pid"))
+            .is_ok_and(|link| link.to_string_lossy() == ns)
+            && alive(pid)
+        {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+#[tokio::test]
+async fn a_fork_bomb_is_contained() {
+    let session = tempfile::tempdir().unwrap();
+    let pool = start(sandboxed(&session).max_procs(32)).await;
+    // The limit holds: forks are refused, the call returns.
+    let ns = call(&pool, "pid_namespace", json!({})).await.expect("ns");
+    let ns = ns.as_str().unwrap().to_string();
+    let bomb = call(&pool, "fork_bomb", json!({"seconds": 2})).await;
+    let text = bomb.expect("the bomb returns");
+    let refused: u64 = text
+        .as_str()
+        .and_then(|t| t.strip_prefix("refused "))
+        .and_then(|t| t.strip_suffix(" times"))
+        .and_then(|n| n.parse().ok())
+        .expect("a count");
+    assert!(refused > 0, "no fork was refused: {text}");
+    assert!(processes_in(&ns).len() <= 32, "more processes than --max-procs");
+    // A bomb that runs into its timeout: killed with everything it forked.
+    let timed_out = call_with_timeout(&pool, "fork_bomb", json!({"seconds": 600}), 2.0).await;
+    assert_eq!(timed_out.expect_err("times out").kind, ErrorKind::Timeout);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !processes_in(&ns).is_empty() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(processes_in(&ns), Vec::<i32>::new(), "left of the bomb");
+    serves(&pool).await;
+    pool.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_denied_system_call_is_an_error_for_the_tool_not_a_dead_pool() {
+    let session = tempfile::tempdir().unwrap();
+    let pool = start(sandboxed(&session)).await;
+    let before = call(&pool, "pid_namespace", json!({})).await.expect("ns");
+    for name in ["ptrace", "mount", "unshare", "keyctl"] {
+        let message = raised(
+            call(&pool, "denied_syscall", json!({"name": name})).await,
+            "PermissionError",
+        );
+        assert!(message.contains("Operation not permitted"), "{name}: {message}");
+    }
+    // The same worker answers.
+    let after = call(&pool, "pid_namespace", json!({})).await.expect("ns");
+    assert_eq!(before, after);
+    serves(&pool).await;
+    pool.shutdown().await;
+}
+
+#[tokio::test]
+async fn recycling_and_timeouts_keep_working_sandboxed() {
+    let session = tempfile::tempdir().unwrap();
+    let pool = start(sandboxed(&session).max_calls_per_worker(Some(1))).await;
+    for _ in 0..3 {
+        serves(&pool).await;
+    }
+    let slow = call_with_timeout(&pool, "fork_bomb", json!({"seconds": 600}), 1.0).await;
+    assert_eq!(slow.expect_err("times out").kind, ErrorKind::Timeout);
+    serves(&pool).await;
+    pool.shutdown().await;
+}
+
+#[test]
+fn doctor_lists_each_piece() {
+    let session = tempfile::tempdir().unwrap();
+    let out = run(std::process::Command::new(env!("CARGO_BIN_EXE_toolpool"))
+        .args(["--sandbox", "--session-dir"])
+        .arg(session.path())
+        .arg("doctor"));
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    for piece in [
+        "sandbox: strict",
+        "sandbox user namespace: on",
+        "sandbox pid namespace: on",
+        "sandbox mount namespace: on",
+        "sandbox network namespace: on",
+        "sandbox seccomp: on",
+        "sandbox process limit: on",
+    ] {
+        assert!(out.stdout.contains(piece), "{piece} in:\n{}", out.stdout);
+    }
+    assert!(out.stdout.contains("sandbox landlock: "), "{}", out.stdout);
+}
