@@ -25,8 +25,8 @@ use crate::context::{
     AttachmentStore, CallbackHandler, HumanPrompt, SessionPaths, SessionServices,
 };
 use crate::error::{ErrorKind, PoolError, ToolError};
-use crate::sandbox::{Sandbox, SandboxMode, SandboxOptions, SandboxPaths};
 use crate::protocol::{CallContext, WireBlock, DEFAULT_MAX_FRAME};
+use crate::sandbox::{Sandbox, SandboxMode, SandboxOptions, SandboxPaths};
 use crate::worker::{
     CallOutcome, Spawner, StartError, Worker, WorkerInfo, WorkerKiller, WorkerSpec,
 };
@@ -302,7 +302,9 @@ impl PoolBuilder {
                 functions_dir: functions_dir.clone(),
                 workspace: session.workspace.clone(),
                 packages_dir: session.site_packages.clone(),
-                attachments_dir: session.workspace.join(crate::context::attachments::ATTACHMENTS_DIR),
+                attachments_dir: session
+                    .workspace
+                    .join(crate::context::attachments::ATTACHMENTS_DIR),
             },
             memory_limit_bytes,
         )?

@@ -26,11 +26,11 @@ use tokio::time::{timeout, timeout_at, Instant};
 
 use crate::context::{CallbackError, CallbackHandler};
 use crate::process::{kill_descendants, KillMechanism, ProcessId, Tracked};
-use crate::sandbox::WorkerCgroup;
 use crate::protocol::{
     encode_frame, write_frame, CallContext, CallbackReply, FrameReader, Message, ProtocolError,
     RemoteError, ReplyValue, Request, PROTOCOL_VERSION,
 };
+use crate::sandbox::WorkerCgroup;
 
 /// The fd on which the worker's `faulthandler` writes stack dumps.
 const DUMP_FD: i32 = 3;
@@ -438,14 +438,13 @@ impl Worker {
             mut child,
             dump,
             cgroup,
-        } =
-            spawner
-                .spawn(spec.clone())
-                .await?
-                .map_err(|source| StartError::Spawn {
-                    python: spec.python.display().to_string(),
-                    source,
-                })?;
+        } = spawner
+            .spawn(spec.clone())
+            .await?
+            .map_err(|source| StartError::Spawn {
+                python: spec.python.display().to_string(),
+                source,
+            })?;
         let Some(guardian) = child.id().and_then(ProcessId::from_u32) else {
             return Err(StartError::Handshake(
                 "the guardian has no process id".into(),

@@ -115,8 +115,14 @@ async fn writes_outside_the_workspace_fail_and_nothing_appears() {
         let written = call(&pool, "write_file", json!({"path": path, "text": "x"})).await;
         assert_eq!(written.expect("writable"), json!("written"));
     }
-    assert_eq!(std::fs::read_to_string(workspace.join("kept.txt")).unwrap(), "x");
-    assert!(!Path::new(&tmp_name).exists(), "the private /tmp leaked to the host");
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("kept.txt")).unwrap(),
+        "x"
+    );
+    assert!(
+        !Path::new(&tmp_name).exists(),
+        "the private /tmp leaked to the host"
+    );
     pool.shutdown().await;
 }
 
@@ -218,7 +224,10 @@ async fn a_fork_bomb_is_contained() {
         .and_then(|n| n.parse().ok())
         .expect("a count");
     assert!(refused > 0, "no fork was refused: {text}");
-    assert!(processes_in(&ns).len() <= 32, "more processes than --max-procs");
+    assert!(
+        processes_in(&ns).len() <= 32,
+        "more processes than --max-procs"
+    );
     // A bomb that runs into its timeout: killed with everything it forked.
     let timed_out = call_with_timeout(&pool, "fork_bomb", json!({"seconds": 600}), 2.0).await;
     assert_eq!(timed_out.expect_err("times out").kind, ErrorKind::Timeout);
@@ -241,7 +250,10 @@ async fn a_denied_system_call_is_an_error_for_the_tool_not_a_dead_pool() {
             call(&pool, "denied_syscall", json!({"name": name})).await,
             "PermissionError",
         );
-        assert!(message.contains("Operation not permitted"), "{name}: {message}");
+        assert!(
+            message.contains("Operation not permitted"),
+            "{name}: {message}"
+        );
     }
     // The same worker answers.
     let after = call(&pool, "pid_namespace", json!({})).await.expect("ns");
@@ -283,4 +295,124 @@ fn doctor_lists_each_piece() {
         assert!(out.stdout.contains(piece), "{piece} in:\n{}", out.stdout);
     }
     assert!(out.stdout.contains("sandbox landlock: "), "{}", out.stdout);
+}
+
+/// A wheel of `tp-demo-pkg` 1.0 in `dir`.
+fn build_wheel(dir: &Path) {
+    let script = r#"
+import base64, hashlib, sys, zipfile
+out = sys.argv[1] + "/tp_demo_pkg-1.0-py3-none-any.whl"
+files = {
+    "tp_demo_pkg/__init__.py": b"VALUE = 42\n",
+    "tp_demo_pkg-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: tp-demo-pkg\nVersion: 1.0\n",
+    "tp_demo_pkg-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: toolpool-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+}
+record = []
+for name, data in files.items():
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    record.append(f"{name},sha256={digest},{len(data)}")
+record.append("tp_demo_pkg-1.0.dist-info/RECORD,,")
+with zipfile.ZipFile(out, "w") as wheel:
+    for name, data in files.items():
+        wheel.writestr(name, data)
+    wheel.writestr("tp_demo_pkg-1.0.dist-info/RECORD", "\n".join(record) + "\n")
+"#;
+    let status = std::process::Command::new("python3")
+        .args(["-c", script])
+        .arg(dir)
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// Kills the local package index when the test ends.
+struct Index(std::process::Child);
+
+impl Drop for Index {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test]
+async fn install_python_packages_reaches_an_index_only_with_allow_net() {
+    if std::process::Command::new("python3")
+        .args(["-m", "pip", "--version"])
+        .output()
+        .map(|o| !o.status.success())
+        .unwrap_or(true)
+    {
+        eprintln!("skipped: python3 has no pip");
+        return;
+    }
+    let wheels = tempfile::tempdir().unwrap();
+    build_wheel(wheels.path());
+    // A local index on the host's loopback: nothing needs the internet.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let _index = Index(
+        std::process::Command::new("python3")
+            .args([
+                "-m",
+                "http.server",
+                "--bind",
+                "127.0.0.1",
+                &port.to_string(),
+            ])
+            .current_dir(wheels.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the index did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let bundled = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("functions/function_calling");
+    let pip_env = [
+        ("PIP_NO_INDEX".to_string(), "1".to_string()),
+        (
+            "PIP_FIND_LINKS".to_string(),
+            format!("http://127.0.0.1:{port}/"),
+        ),
+        ("PIP_DISABLE_PIP_VERSION_CHECK".to_string(), "1".to_string()),
+    ];
+    let install = |pool: Pool| async move {
+        let result = call(
+            &pool,
+            "install_python_packages",
+            json!({"packages": ["tp-demo-pkg==1.0"]}),
+        )
+        .await
+        .expect("the tool answers");
+        pool.shutdown().await;
+        result
+    };
+    let session = tempfile::tempdir().unwrap();
+    let installed = session.path().join("site-packages/tp_demo_pkg/__init__.py");
+    let offline = sandboxed(&session)
+        .functions_dir(&bundled)
+        .timeout(Duration::from_secs(120))
+        .set_env(pip_env.clone());
+    let result = install(start(offline).await).await;
+    assert_eq!(result["ok"], json!(false), "{result:#}");
+    assert!(!installed.exists());
+
+    let online = sandboxed(&session)
+        .functions_dir(&bundled)
+        .timeout(Duration::from_secs(120))
+        .set_env(pip_env)
+        .allow_net(true);
+    let result = install(start(online).await).await;
+    assert_eq!(result["ok"], json!(true), "{result:#}");
+    assert!(installed.exists(), "installed into the session's packages");
 }

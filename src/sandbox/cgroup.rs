@@ -44,7 +44,8 @@ impl Mounts {
             let mut right = right.split(' ');
             let fs_type = right.next().unwrap_or_default();
             let options = right.nth(1).unwrap_or_default();
-            let writable = |dir: &Path| nix::unistd::access(dir, nix::unistd::AccessFlags::W_OK).is_ok();
+            let writable =
+                |dir: &Path| nix::unistd::access(dir, nix::unistd::AccessFlags::W_OK).is_ok();
             match fs_type {
                 "cgroup" => {
                     for controller in ["pids", "memory"] {
@@ -122,6 +123,13 @@ impl PoolCgroups {
             POOLS.fetch_add(1, Ordering::Relaxed)
         );
         let mounts = &pieces.cgroup_mounts;
+        for parent in [&mounts.v1_pids, &mounts.v1_memory]
+            .into_iter()
+            .flatten()
+            .chain(mounts.v2_root.as_ref().map(|(root, _)| root))
+        {
+            remove_stale(parent);
+        }
         let pids = (max_procs > 0).then(|| ("pids.max", max_procs.to_string()));
         let mut hierarchies = Vec::new();
         let mut memory = false;
@@ -257,6 +265,36 @@ fn remove_when_empty(mut dirs: Vec<PathBuf>) {
                 tracing::warn!("cannot remove the worker cgroup {}", dir.display());
             }
         });
+}
+
+/// Removes the empty cgroups that pools of processes no longer alive left
+/// behind (a process that exits cannot wait for its last worker to go).
+fn remove_stale(parent: &Path) {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("toolpool-"))
+            .and_then(|n| n.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        if let Ok(workers) = std::fs::read_dir(entry.path()) {
+            for worker in workers.flatten() {
+                if worker.path().is_dir() {
+                    try_remove(&worker.path());
+                }
+            }
+        }
+        try_remove(&entry.path());
+    }
 }
 
 /// `rmdir`; true when the folder is gone.

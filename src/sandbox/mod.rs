@@ -66,7 +66,9 @@ impl Default for SandboxOptions {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SandboxError {
-    #[error("--sandbox: this system lacks {0} (--sandbox=best-effort runs without what is missing)")]
+    #[error(
+        "--sandbox: this system lacks {0} (--sandbox=best-effort runs without what is missing)"
+    )]
     Missing(String),
     #[error("--sandbox cannot prepare {what}: {source}")]
     Prepare {
@@ -143,19 +145,15 @@ impl Sandbox {
             None
         };
         let cgroups = match pieces.process_limit {
-            ProcessLimit::Cgroup | ProcessLimit::None => cgroup::PoolCgroups::create(
-                &pieces,
-                options.max_procs,
-                memory_limit_bytes,
-            )
-            .map_err(prepare("the worker cgroups"))?,
-            ProcessLimit::Rlimit => {
-                cgroup::PoolCgroups::create(&pieces, 0, memory_limit_bytes)
+            ProcessLimit::Cgroup | ProcessLimit::None => {
+                cgroup::PoolCgroups::create(&pieces, options.max_procs, memory_limit_bytes)
                     .map_err(prepare("the worker cgroups"))?
             }
+            ProcessLimit::Rlimit => cgroup::PoolCgroups::create(&pieces, 0, memory_limit_bytes)
+                .map_err(prepare("the worker cgroups"))?,
         };
-        let uses_memory_cgroup = memory_limit_bytes.is_some()
-            && cgroups.as_ref().is_some_and(|c| c.limits_memory());
+        let uses_memory_cgroup =
+            memory_limit_bytes.is_some() && cgroups.as_ref().is_some_and(|c| c.limits_memory());
         let uid = nix::unistd::geteuid().as_raw();
         let gid = nix::unistd::getegid().as_raw();
         let c = |s: &str| CString::new(s).map_err(|e| prepare("a path")(std::io::Error::other(e)));
@@ -350,7 +348,8 @@ pub fn doctor_lines(sandbox: Option<&Sandbox>, allow_net: bool) -> Vec<String> {
         match pieces.process_limit {
             ProcessLimit::Cgroup => "on (a pids cgroup per worker)",
             ProcessLimit::Rlimit => "on (RLIMIT_NPROC in the worker's user namespace)",
-            ProcessLimit::None => "off (no pids cgroup can be made, and RLIMIT_NPROC does not bind root)",
+            ProcessLimit::None =>
+                "off (no pids cgroup can be made, and RLIMIT_NPROC does not bind root)",
         }
     ));
     lines.push(format!(

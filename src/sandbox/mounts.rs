@@ -21,7 +21,12 @@ const SYSTEM_DIRS: &[&str] = &[
 /// The devices a tool may open.
 const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
 /// Files of `/etc` that hold secrets: hidden behind an empty file.
-const MASKED: &[&str] = &["/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-"];
+const MASKED: &[&str] = &[
+    "/etc/shadow",
+    "/etc/gshadow",
+    "/etc/shadow-",
+    "/etc/gshadow-",
+];
 
 const STAGE: &str = "/tmp";
 const NEW_ROOT: &str = "/newroot";
@@ -33,10 +38,21 @@ enum Op {
     Mkdir(CString),
     /// An empty file to bind a file onto.
     Touch(CString),
-    Symlink { target: CString, link: CString },
+    Symlink {
+        target: CString,
+        link: CString,
+    },
     /// `device`: a device node, on a mount that must not be `nodev`.
-    Bind { source: CString, target: CString, writable: bool, device: bool },
-    Tmpfs { target: CString, options: CString },
+    Bind {
+        source: CString,
+        target: CString,
+        writable: bool,
+        device: bool,
+    },
+    Tmpfs {
+        target: CString,
+        options: CString,
+    },
 }
 
 /// The operations, in order, with every path as the child needs it.
@@ -172,7 +188,8 @@ impl Plan {
         for part in path.components().skip(1) {
             so_far.push(part);
             if !self.made.contains(&so_far) {
-                self.ops.push(Op::Mkdir(cstring(&under(NEW_ROOT, &so_far))?));
+                self.ops
+                    .push(Op::Mkdir(cstring(&under(NEW_ROOT, &so_far))?));
                 self.made.push(so_far.clone());
             }
         }
@@ -233,11 +250,29 @@ impl Plan {
         let null = std::ptr::null::<libc::c_char>();
         let nosuid_nodev = libc::MS_NOSUID | libc::MS_NODEV;
         // Nothing done here propagates back to the host.
-        check(libc::mount(null, f.root.as_ptr(), null, libc::MS_REC | libc::MS_PRIVATE, null.cast()))?;
-        check(libc::mount(f.tmpfs.as_ptr(), f.stage.as_ptr(), f.tmpfs.as_ptr(), nosuid_nodev, f.mode_0755.as_ptr().cast()))?;
+        check(libc::mount(
+            null,
+            f.root.as_ptr(),
+            null,
+            libc::MS_REC | libc::MS_PRIVATE,
+            null.cast(),
+        ))?;
+        check(libc::mount(
+            f.tmpfs.as_ptr(),
+            f.stage.as_ptr(),
+            f.tmpfs.as_ptr(),
+            nosuid_nodev,
+            f.mode_0755.as_ptr().cast(),
+        ))?;
         check(libc::mkdir(f.stage_new_root.as_ptr(), 0o755))?;
         check(libc::mkdir(f.stage_old_root.as_ptr(), 0o755))?;
-        check(libc::mount(f.tmpfs.as_ptr(), f.stage_new_root.as_ptr(), f.tmpfs.as_ptr(), nosuid_nodev, f.mode_0755.as_ptr().cast()))?;
+        check(libc::mount(
+            f.tmpfs.as_ptr(),
+            f.stage_new_root.as_ptr(),
+            f.tmpfs.as_ptr(),
+            nosuid_nodev,
+            f.mode_0755.as_ptr().cast(),
+        ))?;
         // The staging tmpfs becomes the root; the host's is at /oldroot.
         check(libc::chdir(f.stage.as_ptr()))?;
         check(pivot_root(f.dot.as_ptr(), f.old_root_relative.as_ptr()))?;
@@ -252,13 +287,19 @@ impl Plan {
                     }
                 }
                 Op::Touch(path) => {
-                    let fd = libc::open(path.as_ptr(), libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC, 0o644);
+                    let fd = libc::open(
+                        path.as_ptr(),
+                        libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
+                        0o644,
+                    );
                     if fd < 0 {
                         return Err(std::io::Error::last_os_error());
                     }
                     libc::close(fd);
                 }
-                Op::Symlink { target, link } => check(libc::symlink(target.as_ptr(), link.as_ptr()))?,
+                Op::Symlink { target, link } => {
+                    check(libc::symlink(target.as_ptr(), link.as_ptr()))?
+                }
                 Op::Tmpfs { target, options } => check(libc::mount(
                     f.tmpfs.as_ptr(),
                     target.as_ptr(),
@@ -266,9 +307,21 @@ impl Plan {
                     nosuid_nodev,
                     options.as_ptr().cast(),
                 ))?,
-                Op::Bind { source, target, writable, device } => {
-                    check(libc::mount(source.as_ptr(), target.as_ptr(), null, libc::MS_BIND | libc::MS_REC, null.cast()))?;
-                    let mut flags = libc::MS_REMOUNT | libc::MS_BIND | libc::MS_NOSUID | locked_flags(target);
+                Op::Bind {
+                    source,
+                    target,
+                    writable,
+                    device,
+                } => {
+                    check(libc::mount(
+                        source.as_ptr(),
+                        target.as_ptr(),
+                        null,
+                        libc::MS_BIND | libc::MS_REC,
+                        null.cast(),
+                    ))?;
+                    let mut flags =
+                        libc::MS_REMOUNT | libc::MS_BIND | libc::MS_NOSUID | locked_flags(target);
                     if !device {
                         flags |= libc::MS_NODEV;
                     }
@@ -282,7 +335,13 @@ impl Plan {
         // The host's /proc, for the guardian (and so that the kernel lets
         // the worker mount its own: a fully visible proc must exist).
         let host_proc = b"/oldroot/proc\0";
-        check(libc::mount(host_proc.as_ptr().cast(), f.proc_dir.as_ptr(), null, libc::MS_BIND | libc::MS_REC, null.cast()))?;
+        check(libc::mount(
+            host_proc.as_ptr().cast(),
+            f.proc_dir.as_ptr(),
+            null,
+            libc::MS_BIND | libc::MS_REC,
+            null.cast(),
+        ))?;
         check(libc::umount2(f.old_root.as_ptr(), libc::MNT_DETACH))?;
         // The new root becomes the root; the staging tmpfs goes.
         check(libc::chdir(f.new_root.as_ptr()))?;
@@ -290,7 +349,13 @@ impl Plan {
         check(libc::umount2(f.dot.as_ptr(), libc::MNT_DETACH))?;
         check(libc::chdir(f.root.as_ptr()))?;
         // Nothing new at the top of the view.
-        check(libc::mount(null, f.root.as_ptr(), null, libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | nosuid_nodev, null.cast()))?;
+        check(libc::mount(
+            null,
+            f.root.as_ptr(),
+            null,
+            libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | nosuid_nodev,
+            null.cast(),
+        ))?;
         Ok(())
     }
 }
@@ -335,7 +400,12 @@ fn interpreter_dirs(python: &Path) -> Vec<PathBuf> {
         .output();
     if let Ok(output) = output {
         let listed: Vec<String> = serde_json::from_slice(&output.stdout).unwrap_or_default();
-        dirs.extend(listed.into_iter().filter(|p| p.starts_with('/')).map(PathBuf::from));
+        dirs.extend(
+            listed
+                .into_iter()
+                .filter(|p| p.starts_with('/'))
+                .map(PathBuf::from),
+        );
     }
     dirs
 }

@@ -115,9 +115,24 @@ fn clone3_enosys() -> Vec<seccompiler::sock_filter> {
     const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
     vec![
         // Load the syscall number (offset 0 of seccomp_data).
-        sock_filter { code: BPF_LD_W_ABS, jt: 0, jf: 0, k: 0 },
-        sock_filter { code: BPF_JEQ_K, jt: 0, jf: 1, k: libc::SYS_clone3 as u32 },
-        sock_filter { code: BPF_RET_K, jt: 0, jf: 0, k: SECCOMP_RET_ERRNO | libc::ENOSYS as u32 },
+        sock_filter {
+            code: BPF_LD_W_ABS,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        },
+        sock_filter {
+            code: BPF_JEQ_K,
+            jt: 0,
+            jf: 1,
+            k: libc::SYS_clone3 as u32,
+        },
+        sock_filter {
+            code: BPF_RET_K,
+            jt: 0,
+            jf: 0,
+            k: SECCOMP_RET_ERRNO | libc::ENOSYS as u32,
+        },
     ]
 }
 
