@@ -416,3 +416,100 @@ async fn install_python_packages_reaches_an_index_only_with_allow_net() {
     assert_eq!(result["ok"], json!(true), "{result:#}");
     assert!(installed.exists(), "installed into the session's packages");
 }
+
+/// `setpriv` to nobody, running `program`: `None` when this test cannot
+/// drop root here (not root, no setpriv, no interpreter nobody may run).
+fn as_nobody(home: &Path) -> Option<std::process::Command> {
+    let nobody = |program: &str| {
+        let mut command = std::process::Command::new("setpriv");
+        command
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(program)
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("HOME", home);
+        command
+    };
+    if !nix::unistd::geteuid().is_root() {
+        return None;
+    }
+    let python_runs = nobody("/usr/bin/python3")
+        .args(["-c", "pass"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    python_runs.then(|| nobody(env!("CARGO_BIN_EXE_toolpool")))
+}
+
+#[test]
+fn it_works_without_root() {
+    let home = tempfile::tempdir().unwrap();
+    nix::unistd::chown(
+        home.path(),
+        Some(nix::unistd::Uid::from_raw(65534)),
+        Some(nix::unistd::Gid::from_raw(65534)),
+    )
+    .unwrap();
+    let Some(_) = as_nobody(home.path()) else {
+        eprintln!("skipped: cannot run as nobody here (needs root, setpriv, /usr/bin/python3)");
+        return;
+    };
+    let toolpool = |args: &[&str]| {
+        let mut command = as_nobody(home.path()).expect("checked");
+        command
+            .args([
+                "--python",
+                "/usr/bin/python3",
+                "--sandbox",
+                "--max-procs",
+                "20",
+            ])
+            .arg("--functions-dir")
+            .arg(escapes())
+            .arg("--session-dir")
+            .arg(home.path().join("session"))
+            .args(args);
+        run(&mut command)
+    };
+    let doctor = toolpool(&["doctor"]);
+    assert_eq!(doctor.code, 0, "{}", doctor.stderr);
+    assert!(
+        doctor.stdout.contains("sandbox user namespace: on")
+            && doctor.stdout.contains("sandbox process limit: on"),
+        "{}",
+        doctor.stdout
+    );
+    let pids = toolpool(&["call", "pids"]);
+    assert_eq!(pids.code, 0, "{}", pids.stderr);
+    assert_eq!(
+        serde_json::from_str::<Value>(&pids.stdout).unwrap(),
+        json!([1])
+    );
+    let bomb = toolpool(&["call", "fork_bomb", "--args", r#"{"seconds": 1}"#]);
+    assert_eq!(bomb.code, 0, "{}", bomb.stderr);
+    assert!(bomb.stdout.starts_with("refused "), "{}", bomb.stdout);
+    assert!(!bomb.stdout.starts_with("refused 0 "), "{}", bomb.stdout);
+    let read = toolpool(&["call", "read_file", "--args", r#"{"path": "/etc/shadow"}"#]);
+    assert_eq!(read.code, 1, "{}", read.stdout);
+    assert!(read.stdout.contains("PermissionError"), "{}", read.stdout);
+}
+
+#[tokio::test]
+async fn the_memory_limit_is_a_cgroups_where_one_can_be_had() {
+    let session = tempfile::tempdir().unwrap();
+    let pool = start(sandboxed(&session).memory_limit_mb(Some(200))).await;
+    let cgroup = pool.sandbox().expect("sandboxed").limits_memory();
+    let hog = call(&pool, "hog", json!({"megabytes": 1024})).await;
+    let error = hog.expect_err("200 MB do not hold 1 GB");
+    if cgroup {
+        assert_eq!(error.kind, ErrorKind::WorkerDied, "{error}");
+        assert!(error.message.contains("possibly out of memory"), "{error}");
+    } else {
+        assert_eq!(
+            error.kind,
+            ErrorKind::Raised("MemoryError".into()),
+            "{error}"
+        );
+    }
+    serves(&pool).await;
+    pool.shutdown().await;
+}

@@ -21,7 +21,7 @@ mod probe;
 mod seccomp;
 
 use std::ffi::CString;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde_json::{json, Value};
 
@@ -144,14 +144,13 @@ impl Sandbox {
         } else {
             None
         };
-        let cgroups = match pieces.process_limit {
-            ProcessLimit::Cgroup | ProcessLimit::None => {
-                cgroup::PoolCgroups::create(&pieces, options.max_procs, memory_limit_bytes)
-                    .map_err(prepare("the worker cgroups"))?
-            }
-            ProcessLimit::Rlimit => cgroup::PoolCgroups::create(&pieces, 0, memory_limit_bytes)
-                .map_err(prepare("the worker cgroups"))?,
+        // max_procs 0: the process limit is not a cgroup's (RLIMIT_NPROC, or none).
+        let pids_max = match pieces.process_limit {
+            ProcessLimit::Cgroup => options.max_procs,
+            ProcessLimit::Rlimit | ProcessLimit::None => 0,
         };
+        let cgroups = cgroup::PoolCgroups::create(&pieces, pids_max, memory_limit_bytes)
+            .map_err(prepare("the worker cgroups"))?;
         let uses_memory_cgroup =
             memory_limit_bytes.is_some() && cgroups.as_ref().is_some_and(|c| c.limits_memory());
         let uid = nix::unistd::geteuid().as_raw();
@@ -364,9 +363,4 @@ pub fn doctor_lines(sandbox: Option<&Sandbox>, allow_net: bool) -> Vec<String> {
         lines.push("sandbox network: the host's (--allow-net)".into());
     }
     lines
-}
-
-/// Whether `path` is `dir` or below it.
-fn is_within(path: &Path, dir: &Path) -> bool {
-    path.starts_with(dir)
 }

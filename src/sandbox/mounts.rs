@@ -12,7 +12,7 @@ use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use super::{is_within, SandboxPaths};
+use super::SandboxPaths;
 
 /// Top-level system folders a Python program may need, read-only.
 const SYSTEM_DIRS: &[&str] = &[
@@ -168,7 +168,7 @@ impl Plan {
         for path in read_only {
             let canonical = path.canonicalize().unwrap_or(path.clone());
             for target in [&path, &canonical] {
-                if !target.is_dir() || bound.iter().any(|b| is_within(target, b)) {
+                if !target.is_dir() || bound.iter().any(|b| target.starts_with(b)) {
                     continue;
                 }
                 plan.bind_dir(&canonical, target, false)?;

@@ -160,3 +160,26 @@ fn landlock_abi() -> Option<u32> {
     };
     u32::try_from(abi).ok().filter(|abi| *abi > 0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_is_missing_is_named() {
+        let mut pieces = probe(false);
+        pieces.landlock_abi = None;
+        pieces.net_ns = false;
+        pieces.process_limit = ProcessLimit::None;
+        let missing = pieces.missing();
+        assert!(missing.contains(&"Landlock".to_string()), "{missing:?}");
+        assert!(
+            missing.contains(&"network namespaces".to_string()),
+            "{missing:?}"
+        );
+        assert!(
+            missing.iter().any(|m| m.starts_with("a process limit")),
+            "{missing:?}"
+        );
+    }
+}
