@@ -80,6 +80,13 @@ async fn files_outside_the_session_cannot_be_read() {
             "PermissionError",
         );
     }
+    // Nor do the folders of private keys (empty in the view).
+    for dir in ["/etc/ssh", "/etc/ssl/private"] {
+        if Path::new(dir).is_dir() {
+            let listed = call(&pool, "list_dir", json!({"path": dir})).await;
+            assert_eq!(listed.expect("listable"), json!([]), "{dir}");
+        }
+    }
     serves(&pool).await;
     pool.shutdown().await;
 }

@@ -26,7 +26,13 @@ const MASKED: &[&str] = &[
     "/etc/gshadow",
     "/etc/shadow-",
     "/etc/gshadow-",
+    "/etc/sudoers",
+    "/etc/security/opasswd",
 ];
+/// Folders of `/etc` that hold private keys: hidden behind an empty,
+/// read-only tmpfs. (As root, root inside the sandbox is the owner of
+/// root's 0600 files: the view must not hold them.)
+const MASKED_DIRS: &[&str] = &["/etc/ssh", "/etc/ssl/private", "/etc/sudoers.d"];
 
 const STAGE: &str = "/tmp";
 const NEW_ROOT: &str = "/newroot";
@@ -52,6 +58,7 @@ enum Op {
     Tmpfs {
         target: CString,
         options: CString,
+        read_only: bool,
     },
 }
 
@@ -149,6 +156,15 @@ impl Plan {
                 bound.push(path.to_path_buf());
             }
         }
+        for dir in MASKED_DIRS {
+            if Path::new(dir).is_dir() {
+                plan.ops.push(Op::Tmpfs {
+                    target: cstring(&under(NEW_ROOT, Path::new(dir)))?,
+                    options: c("mode=0755")?,
+                    read_only: true,
+                });
+            }
+        }
         for file in MASKED {
             let path = Path::new(file);
             if path.exists() {
@@ -201,6 +217,7 @@ impl Plan {
         self.ops.push(Op::Tmpfs {
             target: cstring(&under(NEW_ROOT, path))?,
             options: cstring(Path::new(options))?,
+            read_only: false,
         });
         Ok(())
     }
@@ -300,11 +317,15 @@ impl Plan {
                 Op::Symlink { target, link } => {
                     check(libc::symlink(target.as_ptr(), link.as_ptr()))?
                 }
-                Op::Tmpfs { target, options } => check(libc::mount(
+                Op::Tmpfs {
+                    target,
+                    options,
+                    read_only,
+                } => check(libc::mount(
                     f.tmpfs.as_ptr(),
                     target.as_ptr(),
                     f.tmpfs.as_ptr(),
-                    nosuid_nodev,
+                    nosuid_nodev | if *read_only { libc::MS_RDONLY } else { 0 },
                     options.as_ptr().cast(),
                 ))?,
                 Op::Bind {
