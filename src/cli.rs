@@ -92,13 +92,13 @@ pub struct Cli {
     /// Set variables for workers from a dotenv file (NAME=value lines; repeatable, later files win)
     #[arg(long = "env-file", global = true, value_name = "FILE", value_parser = parse_env_file)]
     pub env_file: Vec<EnvFile>,
-    /// Run every worker in a sandbox (namespaces, a read-only view of the session only, seccomp, Landlock, a process limit); best-effort: with what this kernel has
+    /// Run workers sandboxed (namespaces, a read-only view, seccomp, Landlock); =best-effort: what the kernel has
     #[arg(long, global = true, value_enum, value_name = "MODE", num_args = 0..=1, require_equals = true, default_missing_value = "strict")]
     pub sandbox: Option<SandboxArg>,
-    /// Under --sandbox, keep the host's network (default: none, loopback of the worker's own only)
+    /// Under --sandbox, keep the host's network [default: loopback of its own only]
     #[arg(long, global = true)]
     pub allow_net: bool,
-    /// Under --sandbox, processes and threads one worker may have at once [default: 256]
+    /// Under --sandbox, processes and threads one worker may have [default: 256]
     #[arg(long, global = true, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub max_procs: Option<u32>,
     /// Warm spare workers that replace a killed or recycled one at once [default: 1]
@@ -132,9 +132,11 @@ pub struct Cli {
 /// `--sandbox` and `--sandbox=best-effort`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum SandboxArg {
-    /// Every piece, or refuse to start naming what is missing
+    // (No doc comments: clap would list the values one a line, and lay out
+    // every option's help that way.)
+    // Every piece, or refuse to start naming what is missing.
     Strict,
-    /// What this kernel has; what is missing is logged
+    // What this kernel has; what is missing is logged.
     BestEffort,
 }
 
