@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use tokio::io::BufReader;
 use toolpool::protocol::{encode_frame, read_frame, CallContext, Request, DEFAULT_MAX_FRAME};
+use toolpool::sandbox::SandboxMode;
 use toolpool::{InvokeOptions, Pool};
 
 fn tools_dir() -> PathBuf {
@@ -28,15 +29,16 @@ fn percentile(samples: &mut [f64], p: f64) -> f64 {
 }
 
 async fn pool(workers: usize, session: &Path) -> Pool {
-    pool_on("python3", workers, session).await
+    pool_on("python3", workers, session, SandboxMode::Off).await
 }
 
-async fn pool_on(python: &str, workers: usize, session: &Path) -> Pool {
+async fn pool_on(python: &str, workers: usize, session: &Path, sandbox: SandboxMode) -> Pool {
     Pool::builder()
         .python(python)
         .functions_dir(tools_dir())
         .workers(workers)
         .session_dir(session)
+        .sandbox(sandbox)
         .build()
         .await
         .expect("pool starts")
@@ -54,7 +56,7 @@ fn records(count: usize) -> Value {
 /// P8 and P9 on `python`: serial p50 (ms) of a 10 000-record result and of a
 /// 2 000-record argument, one worker.
 async fn payloads(python: &str, session: &Path, calls: usize) -> (f64, f64) {
-    let pool = pool_on(python, 1, session).await;
+    let pool = pool_on(python, 1, session, SandboxMode::Off).await;
     let result_args = json!({"count": 10_000});
     let argument = json!({"rows": records(2_000)});
     let time = |name: &'static str, args: Value| {
@@ -173,8 +175,8 @@ async fn throughput(session: &Path, calls: usize, in_flight: usize) -> f64 {
 
 /// P3 and P4 on a 1-worker pool: how late a 200 ms timeout is reported (ms),
 /// and how soon the next call is answered after the kill (ms).
-async fn timeouts(session: &Path, rounds: usize) -> (Vec<f64>, Vec<f64>) {
-    let pool = pool(1, session).await;
+async fn timeouts(session: &Path, rounds: usize, sandbox: SandboxMode) -> (Vec<f64>, Vec<f64>) {
+    let pool = pool_on("python3", 1, session, sandbox).await;
     noop(&pool).await;
     let mut late = Vec::new();
     let mut next = Vec::new();
@@ -200,10 +202,10 @@ async fn timeouts(session: &Path, rounds: usize) -> (Vec<f64>, Vec<f64>) {
     (late, next)
 }
 
-/// P5: time until a pool of `workers` is ready, from cold (ms).
-async fn cold_start(session: &Path, workers: usize) -> f64 {
+/// P5 (and P10 sandboxed): time until a pool of `workers` is ready, from cold (ms).
+async fn cold_start(session: &Path, workers: usize, sandbox: SandboxMode) -> f64 {
     let started = Instant::now();
-    let pool = pool(workers, session).await;
+    let pool = pool_on("python3", workers, session, sandbox).await;
     let elapsed = started.elapsed().as_secs_f64() * 1e3;
     pool.shutdown().await;
     elapsed
@@ -281,13 +283,17 @@ async fn main() {
         5 => 10,
         _ => 1,
     };
-    let (mut late, next) = timeouts(session, timeout_rounds).await;
+    let (mut late, next) = timeouts(session, timeout_rounds, SandboxMode::Off).await;
     let mut one = Vec::new();
     let mut four = Vec::new();
+    let mut four_sandboxed = Vec::new();
     for _ in 0..(5 / scale).max(1) {
-        one.push(cold_start(session, 1).await);
-        four.push(cold_start(session, 4).await);
+        one.push(cold_start(session, 1, SandboxMode::Off).await);
+        four.push(cold_start(session, 4, SandboxMode::Off).await);
+        four_sandboxed.push(cold_start(session, 4, SandboxMode::Strict).await);
     }
+    // P10: the same under --sandbox, in the same run.
+    let (_, next_sandboxed) = timeouts(session, timeout_rounds, SandboxMode::Strict).await;
     let p7 = big_catalog(session).await;
     let payload_calls = (50 / scale).max(3);
     let (p8, p9) = payloads("python3", session, payload_calls).await;
@@ -299,18 +305,24 @@ async fn main() {
     };
 
     let (one, four) = (median(one), median(four));
+    let four_sandboxed = median(four_sandboxed);
+    let (next, next_sandboxed) = (median(next), median(next_sandboxed));
     let figures = json!({
         "P1": {"toolpool_p50_us": percentile(&mut toolpool_p1, 0.5),
                "toolpool_p99_us": percentile(&mut toolpool_p1, 0.99),
                "floor_p50_us": percentile(&mut floor_p1, 0.5)},
         "P2": {"toolpool_calls_per_s": p2},
         "P3": {"toolpool_p99_ms": percentile(&mut late, 0.99)},
-        "P4": {"toolpool_p50_ms": median(next)},
+        "P4": {"toolpool_p50_ms": next},
         "P5": {"toolpool_ms": four, "one_worker_ms": one, "ratio_vs_one_worker": four / one},
         "P6": {"toolpool_mb": p6},
         "P7": {"toolpool_s": p7},
         "P8": {"toolpool_p50_ms": p8, "toolpool_p50_ms_c_ext": c_ext.map(|c| c.0)},
         "P9": {"toolpool_p50_ms": p9, "toolpool_p50_ms_c_ext": c_ext.map(|c| c.1)},
+        "P10": {"cold_4_ms": four_sandboxed, "cold_4_unsandboxed_ms": four,
+                "cold_ratio": four_sandboxed / four,
+                "next_after_kill_p50_ms": next_sandboxed, "next_after_kill_unsandboxed_p50_ms": next,
+                "next_ratio": next_sandboxed / next},
     });
     println!(
         "{}",

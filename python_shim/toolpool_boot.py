@@ -168,6 +168,12 @@ def _run_worker(config: dict, guardian: int) -> None:
         if _parent_pid() != guardian:
             os._exit(1)  # the guardian died before the parent-death signal was armed
         sys.path.insert(0, SHIM_DIR)  # -I leaves the script's own folder off sys.path
+        if config.get("sandbox"):
+            # Before any tool code: the last steps of --sandbox, which only a
+            # process inside the worker's PID namespace can take.
+            from toolpool_shim.sandbox import lock_down
+
+            lock_down(config["sandbox"])
         from toolpool_shim import worker
 
         worker.main(config)

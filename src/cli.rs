@@ -93,6 +93,15 @@ pub struct Cli {
     /// Set variables for workers from a dotenv file (NAME=value lines; repeatable, later files win)
     #[arg(long = "env-file", global = true, value_name = "FILE", value_parser = parse_env_file)]
     pub env_file: Vec<EnvFile>,
+    /// Run workers sandboxed (namespaces, a read-only view, seccomp, Landlock); =best-effort: what the kernel has
+    #[arg(long, global = true, value_enum, value_name = "MODE", num_args = 0..=1, require_equals = true, default_missing_value = "strict")]
+    pub sandbox: Option<SandboxArg>,
+    /// Under --sandbox, keep the host's network [default: loopback of its own only]
+    #[arg(long, global = true)]
+    pub allow_net: bool,
+    /// Under --sandbox, processes and threads one worker may have [default: 256]
+    #[arg(long, global = true, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_procs: Option<u32>,
     /// Warm spare workers that replace a killed or recycled one at once [default: 1]
     #[arg(long, global = true, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=64))]
     pub spare_workers: Option<u32>,
@@ -119,6 +128,17 @@ pub struct Cli {
     pub verbose: u8,
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// `--sandbox` and `--sandbox=best-effort`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SandboxArg {
+    // (No doc comments: clap would list the values one a line, and lay out
+    // every option's help that way.)
+    // Every piece, or refuse to start naming what is missing.
+    Strict,
+    // What this kernel has; what is missing is logged.
+    BestEffort,
 }
 
 /// The variables of one `--env-file`, read when the command line is parsed
@@ -440,6 +460,13 @@ fn builder(cli: &Cli, one_shot_workers: Option<usize>) -> PoolBuilder {
         .max_calls_per_worker(cli.max_calls_per_worker)
         .memory_limit_mb(cli.memory_limit)
         .human_timeout(cli.human_timeout)
+        .sandbox(match cli.sandbox {
+            None => crate::sandbox::SandboxMode::Off,
+            Some(SandboxArg::Strict) => crate::sandbox::SandboxMode::Strict,
+            Some(SandboxArg::BestEffort) => crate::sandbox::SandboxMode::BestEffort,
+        })
+        .allow_net(cli.allow_net)
+        .max_procs(cli.max_procs.unwrap_or(crate::sandbox::DEFAULT_MAX_PROCS))
         .pass_env(cli.pass_env.iter().cloned())
         .set_env(cli.env_file.iter().flat_map(|file| file.0.iter().cloned()));
     if let Some(limit) = cli.import_timeout {

@@ -72,5 +72,9 @@ pub fn report(pool: &Pool) -> String {
         show(&limits["max_calls_per_worker"], "", "unlimited")
     ));
     lines.push(format!("max frame: {} bytes", limits["max_frame_bytes"]));
+    lines.extend(crate::sandbox::doctor_lines(
+        pool.sandbox(),
+        limits["allow_net"].as_bool() == Some(true),
+    ));
     lines.join("\n")
 }

@@ -143,4 +143,7 @@ pub enum PoolError {
     /// session id that is not one path component).
     #[error("{0}")]
     Setting(String),
+    /// `--sandbox` was asked for and cannot be had (names what is missing).
+    #[error(transparent)]
+    Sandbox(#[from] crate::sandbox::SandboxError),
 }

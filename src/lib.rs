@@ -25,6 +25,7 @@ pub mod pool;
 pub mod process;
 pub mod protocol;
 pub mod reaper;
+pub mod sandbox;
 pub mod signals;
 pub mod watch;
 pub mod worker;

@@ -28,6 +28,7 @@ use crate::context::{
 use crate::duration_text::format_secs;
 use crate::error::{ErrorKind, PoolError, ToolError};
 use crate::protocol::{CallContext, SessionDirs, WireBlock, DEFAULT_MAX_FRAME};
+use crate::sandbox::{Sandbox, SandboxMode, SandboxOptions, SandboxPaths};
 use crate::worker::{
     BootConfig, CallOutcome, Spawner, StartError, Worker, WorkerInfo, WorkerKiller, WorkerSpec,
 };
@@ -115,6 +116,7 @@ pub struct PoolBuilder {
     import_timeout: Option<Duration>,
     pid_namespace: bool,
     isolation: SessionIsolation,
+    sandbox: SandboxOptions,
 }
 
 impl Default for PoolBuilder {
@@ -142,6 +144,7 @@ impl Default for PoolBuilder {
             import_timeout: Some(DEFAULT_IMPORT_TIMEOUT),
             pid_namespace: true,
             isolation: SessionIsolation::Shared,
+            sandbox: SandboxOptions::default(),
         }
     }
 }
@@ -255,6 +258,25 @@ impl PoolBuilder {
         self.pid_namespace = on;
         self
     }
+    /// `--sandbox`: every worker in namespaces of its own, with a mount view
+    /// of the session only, a process limit, seccomp and Landlock (see
+    /// [`crate::sandbox`]). `Strict` refuses to build when the kernel lacks
+    /// a piece (naming it); `BestEffort` uses what there is.
+    pub fn sandbox(mut self, mode: SandboxMode) -> Self {
+        self.sandbox.mode = mode;
+        self
+    }
+    /// Under the sandbox, keep the host's network (default: loopback of
+    /// the worker's own only).
+    pub fn allow_net(mut self, on: bool) -> Self {
+        self.sandbox.allow_net = on;
+        self
+    }
+    /// Under the sandbox, processes and threads one worker may have at once.
+    pub fn max_procs(mut self, n: u32) -> Self {
+        self.sandbox.max_procs = n.max(1);
+        self
+    }
     /// Bound on each tool module's import (default 10 s): a module that
     /// takes longer is a catalog error naming where it was, and the others
     /// are served. `None`: only the start timeout bounds the imports.
@@ -287,6 +309,33 @@ impl PoolBuilder {
         let session = SessionPaths::prepare(&self.session_id, self.session_dir.as_deref())?;
         let python = resolve_interpreter(&self.python).await?;
         let shim_dir = crate::embedded::install_shim()?;
+        let memory_limit_bytes = match self.memory_limit_mb {
+            None => None,
+            Some(mb) => Some(
+                mb.checked_mul(1024 * 1024)
+                    .filter(|bytes| *bytes < libc::RLIM_INFINITY)
+                    .ok_or_else(|| {
+                        PoolError::Setting(format!(
+                            "memory limit of {mb} MB is more bytes than a 64-bit number holds"
+                        ))
+                    })?,
+            ),
+        };
+        let sandbox = Sandbox::prepare(
+            &self.sandbox,
+            &SandboxPaths {
+                python: python.clone(),
+                shim_dir: shim_dir.clone(),
+                functions_dir: functions_dir.clone(),
+                workspace: session.workspace.clone(),
+                packages_dir: session.site_packages.clone(),
+                attachments_dir: session
+                    .workspace
+                    .join(crate::context::attachments::ATTACHMENTS_DIR),
+            },
+            memory_limit_bytes,
+        )?
+        .map(Arc::new);
         let boot = BootConfig {
             functions_dir: functions_dir.clone(),
             bundled_tools_hidden,
@@ -301,25 +350,18 @@ impl PoolBuilder {
             import_timeout: self.import_timeout.map(|t| t.as_secs_f64()),
             // Each worker is made init of a PID namespace of its own where
             // the kernel allows: killing it then kills everything it started.
-            pid_namespace: self.pid_namespace,
+            // (always under the sandbox: it is what makes the worker's /proc its own).
+            pid_namespace: self.pid_namespace || sandbox.is_some(),
+            sandbox: sandbox.as_ref().map(|s| s.shim_config()),
         };
         if let Err(e) = serde_json::to_string(&boot) {
             return Err(PoolError::Setting(format!(
                 "the functions or session directory cannot be given to a worker: {e}"
             )));
         }
-        let memory_limit_bytes = match self.memory_limit_mb {
-            None => None,
-            Some(mb) => Some(
-                mb.checked_mul(1024 * 1024)
-                    .filter(|bytes| *bytes < libc::RLIM_INFINITY)
-                    .ok_or_else(|| {
-                        PoolError::Setting(format!(
-                            "memory limit of {mb} MB is more bytes than a 64-bit number holds"
-                        ))
-                    })?,
-            ),
-        };
+        // Under the sandbox with a memory cgroup, the cgroup is the limit.
+        let memory_limit_bytes =
+            memory_limit_bytes.filter(|_| !sandbox.as_ref().is_some_and(|s| s.limits_memory()));
         let spec = Arc::new(WorkerSpec {
             python,
             boot_script: shim_dir.join("toolpool_boot.py"),
@@ -332,6 +374,7 @@ impl PoolBuilder {
             human_timeout: self.human_timeout,
             quarantined: Mutex::new(Vec::new()),
             functions_dir: functions_dir.clone(),
+            sandbox,
         });
         let spawner = Spawner::new().map_err(|e| PoolError::Interpreter {
             python: self.python.clone(),
@@ -1536,7 +1579,14 @@ impl Pool {
             "max_calls_per_worker": shared.max_calls_per_worker,
             "max_frame_bytes": shared.spec.max_frame,
             "subreaper": shared.subreaper,
+            "sandbox": shared.spec.sandbox.is_some(),
+            "allow_net": shared.spec.sandbox.as_ref().is_some_and(|s| s.options().allow_net),
         })
+    }
+
+    /// The sandbox its workers run in (`--sandbox`), if any.
+    pub fn sandbox(&self) -> Option<&Sandbox> {
+        self.shared.spec.sandbox.as_deref()
     }
 
     /// [`Pool::shutdown_with_grace`] with a 10 s grace period.

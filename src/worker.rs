@@ -31,6 +31,7 @@ use crate::protocol::{
     encode_frame, write_frame, CallContext, CallbackReply, FrameReader, Message, ProtocolError,
     RemoteError, ReplyValue, Request, PROTOCOL_VERSION,
 };
+use crate::sandbox::WorkerCgroup;
 
 /// The fd on which the worker's `faulthandler` writes stack dumps.
 const DUMP_FD: i32 = 3;
@@ -124,6 +125,9 @@ pub struct BootConfig {
     pub import_timeout: Option<f64>,
     /// Make the worker init of a PID namespace of its own where the kernel allows.
     pub pid_namespace: bool,
+    /// What the shim finishes of the sandbox before any tool code runs
+    /// (`crate::sandbox`; `toolpool_shim/sandbox.py`).
+    pub sandbox: Option<serde_json::Value>,
 }
 
 /// Everything needed to launch a worker; shared by all workers of a pool.
@@ -145,6 +149,8 @@ pub struct WorkerSpec {
     pub quarantined: Mutex<Vec<QuarantinedModule>>,
     /// Canonical functions directory, to report stack frames relative to it.
     pub functions_dir: PathBuf,
+    /// `--sandbox`: entered by each guardian before exec.
+    pub sandbox: Option<Arc<crate::sandbox::Sandbox>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -203,6 +209,7 @@ struct SpawnJob {
 struct Spawned {
     child: Child,
     dump: OwnedFd,
+    cgroup: Arc<WorkerCgroup>,
 }
 
 impl Spawner {
@@ -248,9 +255,15 @@ fn spawn_process(spec: &WorkerSpec) -> std::io::Result<Spawned> {
     let supervisor_pid = nix::unistd::getpid().as_raw();
     let dump_fd = dump_write.as_raw_fd();
     let memory_limit = spec.memory_limit_bytes;
+    let sandbox = spec.sandbox.clone();
+    let cgroup = Arc::new(match &sandbox {
+        Some(sandbox) => sandbox.worker_cgroup()?,
+        None => WorkerCgroup::none(),
+    });
+    let child_cgroup = cgroup.clone();
     // SAFETY: the closure runs between fork and exec and only makes
     // async-signal-safe system calls (prctl, getppid, fcntl, dup2, setrlimit,
-    // close_range, _exit).
+    // close_range, _exit; the sandbox's are listed in `sandbox::enter`).
     unsafe {
         command.pre_exec(move || {
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM, 0, 0, 0) != 0 {
@@ -277,6 +290,9 @@ fn spawn_process(spec: &WorkerSpec) -> std::io::Result<Spawned> {
                     return Err(std::io::Error::last_os_error());
                 }
             }
+            if let Some(sandbox) = &sandbox {
+                crate::sandbox::enter(sandbox, &child_cgroup)?;
+            }
             Ok(())
         });
     }
@@ -285,6 +301,7 @@ fn spawn_process(spec: &WorkerSpec) -> std::io::Result<Spawned> {
     Ok(Spawned {
         child,
         dump: dump_read,
+        cgroup,
     })
 }
 
@@ -479,19 +496,24 @@ pub struct Worker {
     calls_served: u64,
     info: WorkerInfo,
     reaped: bool,
+    /// Removed once the worker's processes are gone (`--sandbox`).
+    _cgroup: Arc<WorkerCgroup>,
 }
 
 impl Worker {
     /// Spawns a worker and waits for its hello (sent once it imported the tools).
     pub async fn start(spawner: &Spawner, spec: Arc<WorkerSpec>) -> Result<Worker, StartError> {
-        let Spawned { mut child, dump } =
-            spawner
-                .spawn(spec.clone())
-                .await?
-                .map_err(|source| StartError::Spawn {
-                    python: spec.python.display().to_string(),
-                    source,
-                })?;
+        let Spawned {
+            mut child,
+            dump,
+            cgroup,
+        } = spawner
+            .spawn(spec.clone())
+            .await?
+            .map_err(|source| StartError::Spawn {
+                python: spec.python.display().to_string(),
+                source,
+            })?;
         let Some(guardian) = child.id().and_then(ProcessId::from_u32) else {
             return Err(StartError::Handshake(
                 "the guardian has no process id".into(),
@@ -533,6 +555,7 @@ impl Worker {
                 kill_mechanism: KillMechanism::ProcessTree,
             },
             reaped: false,
+            _cgroup: cgroup,
         };
         // The module being imported, from the worker's `importing` messages.
         let mut importing: Option<(String, String)> = None;

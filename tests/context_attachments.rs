@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{builder, call, pool};
+use common::{builder, call, pool, sandbox_from_env};
 use serde_json::{json, Value};
 use toolpool::Pool;
 
@@ -234,14 +234,18 @@ async fn failing_callbacks_raise_typed_exceptions_in_the_tool() {
 #[tokio::test]
 async fn bundled_load_file_registers_a_workspace_file_once() {
     let session = tempfile::tempdir().unwrap();
-    let pool = Pool::builder()
-        .functions_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("functions/function_calling"))
-        .workers(2)
-        .session_dir(session.path())
-        .timeout(Duration::from_secs(30))
-        .build()
-        .await
-        .unwrap();
+    let pool = sandbox_from_env(
+        Pool::builder()
+            .functions_dir(
+                PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("functions/function_calling"),
+            )
+            .workers(2)
+            .session_dir(session.path())
+            .timeout(Duration::from_secs(30)),
+    )
+    .build()
+    .await
+    .unwrap();
     let workspace = session.path().join("code_workspace");
     std::fs::create_dir_all(workspace.join("docs")).unwrap();
     std::fs::write(workspace.join("docs/plan.md"), "# Plan\n").unwrap();

@@ -49,15 +49,17 @@ async fn worker_cwd_is_the_session_workspace() {
 /// tools are confined to the session workspace.
 async fn file_tools_pool() -> (toolpool::Pool, tempfile::TempDir, std::path::PathBuf) {
     let session = tempfile::tempdir().unwrap();
-    let pool = toolpool::Pool::builder()
-        .functions_dir(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("functions/function_calling"),
-        )
-        .session_dir(session.path())
-        .workers(1)
-        .build()
-        .await
-        .expect("pool on the bundled tools");
+    let pool = sandbox_from_env(
+        toolpool::Pool::builder()
+            .functions_dir(
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("functions/function_calling"),
+            )
+            .session_dir(session.path())
+            .workers(1),
+    )
+    .build()
+    .await
+    .expect("pool on the bundled tools");
     let workspace = session
         .path()
         .canonicalize()

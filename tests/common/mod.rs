@@ -14,11 +14,28 @@ pub fn fixtures() -> PathBuf {
 
 /// A builder on the fixture tools with its own session directory.
 pub fn builder(session: &tempfile::TempDir, workers: usize) -> PoolBuilder {
-    Pool::builder()
-        .functions_dir(fixtures())
-        .workers(workers)
-        .session_dir(session.path())
-        .timeout(Duration::from_secs(30))
+    sandbox_from_env(
+        Pool::builder()
+            .functions_dir(fixtures())
+            .workers(workers)
+            .session_dir(session.path())
+            .timeout(Duration::from_secs(30)),
+    )
+}
+
+/// With `TOOLPOOL_TEST_SANDBOX=1` (`scripts/test-sandboxed`) the pool runs
+/// under `--sandbox`: the ordinary tests of the file tools, attachments,
+/// packages and prompts then show they pass sandboxed too.
+pub fn sandbox_from_env(builder: PoolBuilder) -> PoolBuilder {
+    if sandboxed_by_env() {
+        builder.sandbox(toolpool::sandbox::SandboxMode::Strict)
+    } else {
+        builder
+    }
+}
+
+pub fn sandboxed_by_env() -> bool {
+    std::env::var_os("TOOLPOOL_TEST_SANDBOX").is_some_and(|v| v == "1")
 }
 
 pub async fn pool(workers: usize) -> (Pool, tempfile::TempDir) {
@@ -188,8 +205,14 @@ pub fn describe_pids(pids: &[i32]) -> String {
 
 /// The pid of the worker that answers the next call.
 pub async fn worker_pid(pool: &Pool) -> i32 {
-    let pid = call(pool, "getpid", serde_json::json!({})).await;
-    pid.expect("getpid answers")
-        .as_i64()
-        .expect("a pid is a number") as i32
+    let report = pool
+        .invoke_report("getpid", serde_json::json!({}), InvokeOptions::default())
+        .await;
+    let pid = report.result.expect("getpid answers");
+    // Sandboxed, a worker sees only its own PID namespace's /proc: the pid
+    // the supervisor knows from the kernel is the one to signal.
+    if sandboxed_by_env() {
+        return report.worker_pid.expect("the worker's pid");
+    }
+    pid.as_i64().expect("a pid is a number") as i32
 }

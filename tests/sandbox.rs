@@ -1,0 +1,522 @@
+//! `--sandbox` against the real kernel: hostile tools
+//! (tests/fixtures/hostile/sandbox/escapes.py) try to read and write outside
+//! the session, reach the network, see and signal the supervisor, forge an
+//! MCP answer through its `/proc`, fork without end and make system calls a
+//! tool never needs. Each test asserts what the kernel answered, and that
+//! the pool still serves.
+
+mod common;
+mod mcp_support;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::*;
+use serde_json::{json, Value};
+use toolpool::sandbox::SandboxMode;
+use toolpool::{ErrorKind, Pool, PoolBuilder, ToolError};
+
+fn escapes() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hostile/sandbox")
+}
+
+fn sandboxed(session: &tempfile::TempDir) -> PoolBuilder {
+    Pool::builder()
+        .functions_dir(escapes())
+        .workers(1)
+        .spare_workers(0)
+        .session_dir(session.path())
+        .timeout(Duration::from_secs(30))
+        .sandbox(SandboxMode::Strict)
+}
+
+async fn start(builder: PoolBuilder) -> Pool {
+    builder.build().await.expect("a sandboxed pool starts")
+}
+
+/// A folder of the host outside /tmp (which the sandbox replaces with its own).
+fn host_dir() -> tempfile::TempDir {
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir")
+}
+
+fn raised(result: Result<Value, ToolError>, kind: &str) -> String {
+    match result {
+        Err(e) if e.kind == ErrorKind::Raised(kind.into()) => e.message,
+        other => panic!("expected the tool to raise {kind}, got {other:?}"),
+    }
+}
+
+async fn serves(pool: &Pool) {
+    let sum = call(pool, "add", json!({"a": 2, "b": 3})).await;
+    assert_eq!(sum.expect("the pool keeps serving"), json!(5));
+}
+
+#[tokio::test]
+async fn files_outside_the_session_cannot_be_read() {
+    let host = host_dir();
+    let secret = host.path().join("secret.txt");
+    std::fs::write(&secret, "the user's secret").unwrap();
+    let session = tempfile::tempdir().unwrap();
+    // Unsandboxed, the same tool reads it: the test can fail.
+    let open = start(sandboxed(&session).sandbox(SandboxMode::Off)).await;
+    let read = call(&open, "read_file", json!({"path": secret})).await;
+    assert_eq!(read.expect("read unsandboxed"), json!("the user's secret"));
+    open.shutdown().await;
+
+    let pool = start(sandboxed(&session)).await;
+    let repository = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
+    let binary = Path::new(env!("CARGO_BIN_EXE_toolpool"));
+    for path in [secret.as_path(), repository.as_path(), binary] {
+        let message = raised(
+            call(&pool, "read_file", json!({"path": path})).await,
+            "FileNotFoundError",
+        );
+        assert!(message.contains("No such file"), "{path:?}: {message}");
+    }
+    // The system files it can see hold no secrets.
+    if Path::new("/etc/shadow").exists() {
+        raised(
+            call(&pool, "read_file", json!({"path": "/etc/shadow"})).await,
+            "PermissionError",
+        );
+    }
+    // Nor do the folders of private keys (empty in the view).
+    for dir in ["/etc/ssh", "/etc/ssl/private"] {
+        if Path::new(dir).is_dir() {
+            let listed = call(&pool, "list_dir", json!({"path": dir})).await;
+            assert_eq!(listed.expect("listable"), json!([]), "{dir}");
+        }
+    }
+    serves(&pool).await;
+    pool.shutdown().await;
+}
+
+#[tokio::test]
+async fn writes_outside_the_workspace_fail_and_nothing_appears() {
+    let host = host_dir();
+    // Outside /tmp: a session under /tmp has its folders in the private /tmp.
+    let session = host_dir();
+    let pool = start(sandboxed(&session)).await;
+    let workspace = pool.session().workspace.clone();
+    let outside = [
+        (host.path().join("planted.txt"), "FileNotFoundError"),
+        (session.path().join("planted.txt"), "OSError"),
+        (workspace.join("attachments/planted.txt"), "OSError"),
+        (PathBuf::from("/usr/planted.txt"), "OSError"),
+        (PathBuf::from("/planted.txt"), "OSError"),
+    ];
+    for (path, kind) in &outside {
+        let message = raised(
+            call(&pool, "write_file", json!({"path": path, "text": "x"})).await,
+            kind,
+        );
+        assert!(
+            message.contains("No such file") || message.contains("Read-only file system"),
+            "{path:?}: {message}"
+        );
+        assert!(!path.exists(), "{path:?} appeared on the host");
+    }
+    // The workspace is written through to the host; /tmp is the sandbox's own.
+    let tmp_name = format!("/tmp/toolpool-sandbox-test-{}", std::process::id());
+    for path in ["kept.txt", tmp_name.as_str()] {
+        let written = call(&pool, "write_file", json!({"path": path, "text": "x"})).await;
+        assert_eq!(written.expect("writable"), json!("written"));
+    }
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("kept.txt")).unwrap(),
+        "x"
+    );
+    assert!(
+        !Path::new(&tmp_name).exists(),
+        "the private /tmp leaked to the host"
+    );
+    pool.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_network_is_loopback_of_its_own_unless_allowed() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let session = tempfile::tempdir().unwrap();
+    let pool = start(sandboxed(&session)).await;
+    let message = raised(
+        call(&pool, "connect", json!({"port": port})).await,
+        "ConnectionRefusedError",
+    );
+    assert!(message.contains("Connection refused"), "{message}");
+    pool.shutdown().await;
+
+    let pool = start(sandboxed(&session).allow_net(true)).await;
+    let connected = call(&pool, "connect", json!({"port": port})).await;
+    assert_eq!(connected.expect("--allow-net"), json!("connected"));
+    pool.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_supervisor_and_other_workers_are_invisible_and_cannot_be_signalled() {
+    let session = tempfile::tempdir().unwrap();
+    let pool = start(sandboxed(&session).workers(2)).await;
+    // Both workers at once: each sees only itself, as pid 1.
+    let (a, b) = tokio::join!(
+        call(&pool, "pids", json!({})),
+        call(&pool, "pids", json!({}))
+    );
+    assert_eq!(a.expect("pids"), json!([1]));
+    assert_eq!(b.expect("pids"), json!([1]));
+    let me = std::process::id();
+    let seen = call(&pool, "proc_entry", json!({"pid": me})).await;
+    assert_eq!(seen.expect("proc_entry"), json!(false));
+    let message = raised(
+        call(&pool, "signal_pid", json!({"pid": me})).await,
+        "ProcessLookupError",
+    );
+    assert!(message.contains("No such process"), "{message}");
+    serves(&pool).await;
+    pool.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_answer_cannot_be_forged_on_the_supervisors_stdout() {
+    let served = mcp_support::serve_in(
+        &escapes(),
+        &["--sandbox", "--workers", "1", "serve"],
+        mcp_support::TestClient::plain(),
+    )
+    .await;
+    let server = served.pid();
+    // The next request's id is a guess a hostile tool could make; whatever it
+    // is, nothing reaches the server's stdout.
+    let result = served
+        .call("forge", json!({"pid": server, "call_id": 3}))
+        .await;
+    let text = mcp_support::error_text(&result);
+    assert!(text.contains("FileNotFoundError"), "{text}");
+    assert!(!text.contains("FORGED"), "{text}");
+    let sum = served.call("add", json!({"a": 1, "b": 2})).await;
+    assert_eq!(mcp_support::ok_text(&sum), "3");
+    let (code, stderr) = served.close().await;
+    assert_eq!(code, 0, "{stderr}");
+}
+
+/// Host processes in the PID namespace `ns` (as `/proc/<pid>/ns/pid` names it).
+fn processes_in(ns: &str) -> Vec<i32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        if std::fs::read_link(entry.path().join("ns/pid"))
+            .is_ok_and(|link| link.to_string_lossy() == ns)
+            && alive(pid)
+        {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+#[tokio::test]
+async fn a_fork_bomb_is_contained() {
+    let session = tempfile::tempdir().unwrap();
+    let pool = start(sandboxed(&session).max_procs(32)).await;
+    // The limit holds: forks are refused, the call returns.
+    let ns = call(&pool, "pid_namespace", json!({})).await.expect("ns");
+    let ns = ns.as_str().unwrap().to_string();
+    let bomb = call(&pool, "fork_bomb", json!({"seconds": 2})).await;
+    let text = bomb.expect("the bomb returns");
+    let refused: u64 = text
+        .as_str()
+        .and_then(|t| t.strip_prefix("refused "))
+        .and_then(|t| t.strip_suffix(" times"))
+        .and_then(|n| n.parse().ok())
+        .expect("a count");
+    assert!(refused > 0, "no fork was refused: {text}");
+    assert!(
+        processes_in(&ns).len() <= 32,
+        "more processes than --max-procs"
+    );
+    // A bomb that runs into its timeout: killed with everything it forked.
+    let timed_out = call_with_timeout(&pool, "fork_bomb", json!({"seconds": 600}), 2.0).await;
+    assert_eq!(timed_out.expect_err("times out").kind, ErrorKind::Timeout);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !processes_in(&ns).is_empty() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(processes_in(&ns), Vec::<i32>::new(), "left of the bomb");
+    serves(&pool).await;
+    pool.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_denied_system_call_is_an_error_for_the_tool_not_a_dead_pool() {
+    let session = tempfile::tempdir().unwrap();
+    let pool = start(sandboxed(&session)).await;
+    let before = call(&pool, "pid_namespace", json!({})).await.expect("ns");
+    for name in ["ptrace", "mount", "unshare", "keyctl"] {
+        let message = raised(
+            call(&pool, "denied_syscall", json!({"name": name})).await,
+            "PermissionError",
+        );
+        assert!(
+            message.contains("Operation not permitted"),
+            "{name}: {message}"
+        );
+    }
+    // The same worker answers.
+    let after = call(&pool, "pid_namespace", json!({})).await.expect("ns");
+    assert_eq!(before, after);
+    serves(&pool).await;
+    pool.shutdown().await;
+}
+
+#[tokio::test]
+async fn recycling_and_timeouts_keep_working_sandboxed() {
+    let session = tempfile::tempdir().unwrap();
+    let pool = start(sandboxed(&session).max_calls_per_worker(Some(1))).await;
+    for _ in 0..3 {
+        serves(&pool).await;
+    }
+    let slow = call_with_timeout(&pool, "fork_bomb", json!({"seconds": 600}), 1.0).await;
+    assert_eq!(slow.expect_err("times out").kind, ErrorKind::Timeout);
+    serves(&pool).await;
+    pool.shutdown().await;
+}
+
+#[test]
+fn doctor_lists_each_piece() {
+    let session = tempfile::tempdir().unwrap();
+    let out = run(std::process::Command::new(env!("CARGO_BIN_EXE_toolpool"))
+        .args(["--sandbox", "--session-dir"])
+        .arg(session.path())
+        .arg("doctor"));
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    for piece in [
+        "sandbox: strict",
+        "sandbox user namespace: on",
+        "sandbox pid namespace: on",
+        "sandbox mount namespace: on",
+        "sandbox network namespace: on",
+        "sandbox seccomp: on",
+        "sandbox process limit: on",
+    ] {
+        assert!(out.stdout.contains(piece), "{piece} in:\n{}", out.stdout);
+    }
+    assert!(out.stdout.contains("sandbox landlock: "), "{}", out.stdout);
+}
+
+/// A wheel of `tp-demo-pkg` 1.0 in `dir`.
+fn build_wheel(dir: &Path) {
+    let script = r#"
+import base64, hashlib, sys, zipfile
+out = sys.argv[1] + "/tp_demo_pkg-1.0-py3-none-any.whl"
+files = {
+    "tp_demo_pkg/__init__.py": b"VALUE = 42\n",
+    "tp_demo_pkg-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: tp-demo-pkg\nVersion: 1.0\n",
+    "tp_demo_pkg-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: toolpool-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+}
+record = []
+for name, data in files.items():
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    record.append(f"{name},sha256={digest},{len(data)}")
+record.append("tp_demo_pkg-1.0.dist-info/RECORD,,")
+with zipfile.ZipFile(out, "w") as wheel:
+    for name, data in files.items():
+        wheel.writestr(name, data)
+    wheel.writestr("tp_demo_pkg-1.0.dist-info/RECORD", "\n".join(record) + "\n")
+"#;
+    let status = std::process::Command::new("python3")
+        .args(["-c", script])
+        .arg(dir)
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// Kills the local package index when the test ends.
+struct Index(std::process::Child);
+
+impl Drop for Index {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test]
+async fn install_python_packages_reaches_an_index_only_with_allow_net() {
+    if std::process::Command::new("python3")
+        .args(["-m", "pip", "--version"])
+        .output()
+        .map(|o| !o.status.success())
+        .unwrap_or(true)
+    {
+        eprintln!("skipped: python3 has no pip");
+        return;
+    }
+    let wheels = tempfile::tempdir().unwrap();
+    build_wheel(wheels.path());
+    // A local index on the host's loopback: nothing needs the internet.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let _index = Index(
+        std::process::Command::new("python3")
+            .args([
+                "-m",
+                "http.server",
+                "--bind",
+                "127.0.0.1",
+                &port.to_string(),
+            ])
+            .current_dir(wheels.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the index did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let bundled = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("functions/function_calling");
+    let pip_env = [
+        ("PIP_NO_INDEX".to_string(), "1".to_string()),
+        (
+            "PIP_FIND_LINKS".to_string(),
+            format!("http://127.0.0.1:{port}/"),
+        ),
+        ("PIP_DISABLE_PIP_VERSION_CHECK".to_string(), "1".to_string()),
+    ];
+    let install = |pool: Pool| async move {
+        let result = call(
+            &pool,
+            "install_python_packages",
+            json!({"packages": ["tp-demo-pkg==1.0"]}),
+        )
+        .await
+        .expect("the tool answers");
+        pool.shutdown().await;
+        result
+    };
+    let session = tempfile::tempdir().unwrap();
+    let installed = session.path().join("site-packages/tp_demo_pkg/__init__.py");
+    let offline = sandboxed(&session)
+        .functions_dir(&bundled)
+        .timeout(Duration::from_secs(120))
+        .set_env(pip_env.clone());
+    let result = install(start(offline).await).await;
+    assert_eq!(result["ok"], json!(false), "{result:#}");
+    assert!(!installed.exists());
+
+    let online = sandboxed(&session)
+        .functions_dir(&bundled)
+        .timeout(Duration::from_secs(120))
+        .set_env(pip_env)
+        .allow_net(true);
+    let result = install(start(online).await).await;
+    assert_eq!(result["ok"], json!(true), "{result:#}");
+    assert!(installed.exists(), "installed into the session's packages");
+}
+
+/// `setpriv` to nobody, running `program`: `None` when this test cannot
+/// drop root here (not root, no setpriv, no interpreter nobody may run).
+fn as_nobody(home: &Path) -> Option<std::process::Command> {
+    let nobody = |program: &str| {
+        let mut command = std::process::Command::new("setpriv");
+        command
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(program)
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("HOME", home);
+        command
+    };
+    if !nix::unistd::geteuid().is_root() {
+        return None;
+    }
+    let python_runs = nobody("/usr/bin/python3")
+        .args(["-c", "pass"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    python_runs.then(|| nobody(env!("CARGO_BIN_EXE_toolpool")))
+}
+
+#[test]
+fn it_works_without_root() {
+    let home = tempfile::tempdir().unwrap();
+    nix::unistd::chown(
+        home.path(),
+        Some(nix::unistd::Uid::from_raw(65534)),
+        Some(nix::unistd::Gid::from_raw(65534)),
+    )
+    .unwrap();
+    let Some(_) = as_nobody(home.path()) else {
+        eprintln!("skipped: cannot run as nobody here (needs root, setpriv, /usr/bin/python3)");
+        return;
+    };
+    let toolpool = |args: &[&str]| {
+        let mut command = as_nobody(home.path()).expect("checked");
+        command
+            .args([
+                "--python",
+                "/usr/bin/python3",
+                "--sandbox",
+                "--max-procs",
+                "20",
+            ])
+            .arg("--functions-dir")
+            .arg(escapes())
+            .arg("--session-dir")
+            .arg(home.path().join("session"))
+            .args(args);
+        run(&mut command)
+    };
+    let doctor = toolpool(&["doctor"]);
+    assert_eq!(doctor.code, 0, "{}", doctor.stderr);
+    assert!(
+        doctor.stdout.contains("sandbox user namespace: on")
+            && doctor.stdout.contains("sandbox process limit: on"),
+        "{}",
+        doctor.stdout
+    );
+    let pids = toolpool(&["call", "pids"]);
+    assert_eq!(pids.code, 0, "{}", pids.stderr);
+    assert_eq!(
+        serde_json::from_str::<Value>(&pids.stdout).unwrap(),
+        json!([1])
+    );
+    let bomb = toolpool(&["call", "fork_bomb", "--args", r#"{"seconds": 1}"#]);
+    assert_eq!(bomb.code, 0, "{}", bomb.stderr);
+    assert!(bomb.stdout.starts_with("refused "), "{}", bomb.stdout);
+    assert!(!bomb.stdout.starts_with("refused 0 "), "{}", bomb.stdout);
+    let read = toolpool(&["call", "read_file", "--args", r#"{"path": "/etc/shadow"}"#]);
+    assert_eq!(read.code, 1, "{}", read.stdout);
+    assert!(read.stdout.contains("PermissionError"), "{}", read.stdout);
+}
+
+#[tokio::test]
+async fn the_memory_limit_is_a_cgroups_where_one_can_be_had() {
+    let session = tempfile::tempdir().unwrap();
+    let pool = start(sandboxed(&session).memory_limit_mb(Some(200))).await;
+    let cgroup = pool.sandbox().expect("sandboxed").limits_memory();
+    let hog = call(&pool, "hog", json!({"megabytes": 1024})).await;
+    let error = hog.expect_err("200 MB do not hold 1 GB");
+    if cgroup {
+        assert_eq!(error.kind, ErrorKind::WorkerDied, "{error}");
+        assert!(error.message.contains("possibly out of memory"), "{error}");
+    } else {
+        assert_eq!(
+            error.kind,
+            ErrorKind::Raised("MemoryError".into()),
+            "{error}"
+        );
+    }
+    serves(&pool).await;
+    pool.shutdown().await;
+}
