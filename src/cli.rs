@@ -694,6 +694,16 @@ async fn run_command(cli: Cli) -> Result<ExitCode, CliError> {
                 })
                 .transpose()
                 .map_err(CliError::Usage)?;
+            if http.is_some() && cli.sandbox.is_some() {
+                // Each HTTP session's directory is made after the workers
+                // are, outside the view their mount namespace was given: a
+                // tool's files would go nowhere the next call can see.
+                return Err(CliError::Usage(
+                    "--sandbox cannot serve --http yet: each MCP session's own directory is outside \
+                     the sandbox's view; serve over stdio (one session), or without --sandbox"
+                        .into(),
+                ));
+            }
             // The workflow file is read before any worker starts, as in `resolve`.
             let workflow = config.as_ref().map(Workflow::load).transpose()?;
             // HTTP serves many clients: by default none sees another's

@@ -383,3 +383,23 @@ fn catalog_table_has_a_row_per_function_and_the_load_errors() {
         run.stdout
     );
 }
+
+/// `--sandbox` with `--http` is refused before any worker starts, naming why
+/// (each MCP session's directory would be outside the sandbox's view).
+#[test]
+fn sandbox_over_http_is_refused_with_the_reason() {
+    let session = tempfile::tempdir().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_toolpool"))
+        .args(["--session-dir"])
+        .arg(session.path())
+        .args(["--sandbox", "serve", "--http", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--sandbox cannot serve --http yet: each MCP session's own directory"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("serving MCP"), "{stderr}");
+}
