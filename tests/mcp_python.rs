@@ -1,21 +1,24 @@
 //! Runs the Python MCP client tests (`tests/python_mcp/`): the official
 //! Python `mcp` package and fastmcp's client driving `toolpool serve`. They
-//! need the virtual environment `scripts/test-deps` prepares
-//! (target/pyvenv-test, or TOOLPOOL_TEST_VENV); without the package there
-//! they are skipped with a notice, except in CI (`CI` set) or when
-//! TOOLPOOL_TEST_VENV is set, where they are required.
+//! need the virtual environments `scripts/test-deps` prepares
+//! (target/pyvenv-test, or TOOLPOOL_TEST_VENV; for fastmcp with
+//! `fastmcp-tasks`, target/pyvenv-fastmcp-tasks, or
+//! TOOLPOOL_TEST_TASKS_VENV); without the package there they are skipped
+//! with a notice, except in CI (`CI` set) or when the variable is set, where
+//! they are required.
 
 use std::path::PathBuf;
 use std::process::Command;
 
-/// The venv's python, if it can import `package`.
-fn venv_python(package: &str) -> Option<PathBuf> {
+/// The python of the venv `variable` names (else `default`, under the
+/// crate), if it can import `package`.
+fn venv_python(variable: &str, default: &str, package: &str) -> Option<PathBuf> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let chosen = std::env::var_os("TOOLPOOL_TEST_VENV");
+    let chosen = std::env::var_os(variable);
     let required = chosen.is_some() || std::env::var_os("CI").is_some();
     let venv = chosen
         .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target/pyvenv-test"));
+        .unwrap_or_else(|| root.join(default));
     let python = venv.join("bin/python");
     let has_mcp = Command::new(&python)
         .args(["-c", &format!("import {package}")])
@@ -38,12 +41,16 @@ fn venv_python(package: &str) -> Option<PathBuf> {
 
 /// Runs one module of tests/python_mcp with unittest.
 fn run_python_module(module: &str) {
-    let package = if module == "test_fastmcp" {
-        "fastmcp"
-    } else {
-        "mcp"
+    let found = match module {
+        "test_fastmcp" => venv_python("TOOLPOOL_TEST_VENV", "target/pyvenv-test", "fastmcp"),
+        "test_fastmcp_tasks" => venv_python(
+            "TOOLPOOL_TEST_TASKS_VENV",
+            "target/pyvenv-fastmcp-tasks",
+            "fastmcp_tasks",
+        ),
+        _ => venv_python("TOOLPOOL_TEST_VENV", "target/pyvenv-test", "mcp"),
     };
-    let Some(python) = venv_python(package) else {
+    let Some(python) = found else {
         return;
     };
     let root = env!("CARGO_MANIFEST_DIR");
@@ -130,4 +137,9 @@ fn python_client_sessions_of_their_own_and_health() {
 #[test]
 fn python_client_replicas_behind_haproxy() {
     run_python_module("test_load_balancer");
+}
+
+#[test]
+fn fastmcp_tasks_client_drives_tasks_over_stdio_and_http() {
+    run_python_module("test_fastmcp_tasks");
 }

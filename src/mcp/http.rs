@@ -24,6 +24,15 @@
 //! ([`crate::health`]); on SIGTERM `/readyz` turns 503 at once, new
 //! sessions are refused, and the calls in flight finish within `--grace`
 //! while the listener still answers.
+//!
+//! rmcp 3.11 requires the `Mcp-Name` header (the task id, SEP-2663's binding
+//! of SEP-2243) on `tasks/get`, `tasks/update` and `tasks/cancel`; the Python
+//! `mcp` 2.3 client, which fastmcp-tasks sends them through, mirrors
+//! `Mcp-Name` only for the base protocol's `tools/call`, `prompts/get` and
+//! `resources/read` (the names 2026-07-28 itself requires it on). A task
+//! request without the header gets it here, from its body's `taskId`, as
+//! fastmcp-tasks' own server accepts it; one that carries it is left to
+//! rmcp, which refuses a header that disagrees with the body.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -64,6 +73,9 @@ pub const SESSION_NAME_HEADER: &str = "toolpool-session";
 pub const SESSION_NAME_META: &str = "toolpool/session";
 
 type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
+/// A request's body as rmcp's handler is given it: as it arrives, or as the
+/// front end read it (a task request whose `Mcp-Name` it filled in).
+type RequestBody = http_body_util::combinators::UnsyncBoxBody<Bytes, hyper::Error>;
 type McpService = StreamableHttpService<ToolpoolServer, LocalSessionManager>;
 
 /// `PORT`, `:PORT`, `HOST:PORT` or `[IPv6]:PORT`; a bare port is on the
@@ -285,6 +297,10 @@ impl Front {
             );
         }
         let session = header(SESSION_HEADER).map(str::to_string);
+        let request = match with_task_name(request).await {
+            Ok(request) => request,
+            Err(response) => return response,
+        };
         match (request.method(), session) {
             (&Method::POST, None) if self.pool.is_draining() => text(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -310,7 +326,7 @@ impl Front {
         }
     }
 
-    async fn call(&self, request: Request<Incoming>) -> Response<Body> {
+    async fn call(&self, request: Request<RequestBody>) -> Response<Body> {
         let mut service = self.service.clone();
         match tower_service::Service::call(&mut service, request).await {
             Ok(response) => response,
@@ -445,7 +461,7 @@ impl Drop for Opening<'_> {
 impl Sessions {
     /// A POST without a session id (an `initialize`, which opens a session):
     /// served when there is room for one more session.
-    async fn open(&self, service: &McpService, request: Request<Incoming>) -> Response<Body> {
+    async fn open(&self, service: &McpService, request: Request<RequestBody>) -> Response<Body> {
         let (live, ids): (usize, Vec<String>) = {
             let sessions = self.manager.sessions.read().await;
             (
@@ -494,6 +510,61 @@ impl Sessions {
             token.cancel();
         }
     }
+}
+
+/// The methods whose `Mcp-Name` rmcp takes from `params.taskId`.
+const TASK_METHODS: [&str; 3] = ["tasks/get", "tasks/update", "tasks/cancel"];
+
+/// `request`, with an `Mcp-Name` header from its body's `params.taskId` when
+/// it is a POST of a task method (by its `Mcp-Method` header) that has none
+/// (see the module's documentation). Any other request is passed on unread.
+async fn with_task_name(
+    request: Request<Incoming>,
+) -> Result<Request<RequestBody>, Response<Body>> {
+    let is_task_method = request
+        .headers()
+        .get("mcp-method")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|method| TASK_METHODS.contains(&method));
+    if request.method() != Method::POST
+        || !is_task_method
+        || request.headers().contains_key("mcp-name")
+    {
+        return Ok(request.map(BodyExt::boxed_unsync));
+    }
+    let (mut parts, body) = request.into_parts();
+    let limit = crate::protocol::DEFAULT_MAX_FRAME;
+    let bytes = match http_body_util::Limited::new(body, limit).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(error) => {
+            return Err(text(
+                StatusCode::BAD_REQUEST,
+                format!("could not read the request body (at most {limit} bytes): {error}\n"),
+            ))
+        }
+    };
+    let task_id = serde_json::from_slice::<serde_json::Value>(&bytes)
+        .ok()
+        .and_then(|message| {
+            message
+                .pointer("/params/taskId")?
+                .as_str()
+                .map(str::to_string)
+        });
+    // Only a value that is a header as it is (a task id this server made is
+    // hex); any other is left for rmcp to refuse as a missing header.
+    let plain = task_id.filter(|id| {
+        !id.starts_with("=?base64?")
+            && id.trim() == id
+            && id.bytes().all(|b| (0x20..0x7f).contains(&b))
+    });
+    if let Some(value) = plain.and_then(|id| HeaderValue::from_str(&id).ok()) {
+        parts.headers.insert("mcp-name", value);
+    }
+    let body = Full::new(bytes)
+        .map_err(|never| match never {})
+        .boxed_unsync();
+    Ok(Request::from_parts(parts, body))
 }
 
 fn text(status: StatusCode, body: String) -> Response<Body> {

@@ -81,7 +81,7 @@ class HttpServer(Server):
         self.url = urlsplit(url)
         self.next_id = 0
 
-    def request(self, method, params):
+    def request(self, method, params, name=...):
         self.next_id += 1
         message = {"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params}
         headers = {
@@ -90,8 +90,10 @@ class HttpServer(Server):
             "MCP-Protocol-Version": "2026-07-28",
             "Mcp-Method": method,
         }
-        # SEP-2243: the tool's name, or the task's id, in a header too.
-        name = params.get("name", params.get("taskId"))
+        # SEP-2243: the tool's name, or the task's id, in a header too (unless
+        # the test says which, or None for none).
+        if name is ...:
+            name = params.get("name", params.get("taskId"))
         if name is not None:
             headers["Mcp-Name"] = name
         connection = http.client.HTTPConnection(self.url.hostname, self.url.port, timeout=60)
@@ -186,6 +188,23 @@ class Tasks(unittest.TestCase):
 
 class HttpTasks(Tasks):
     transport = HttpServer
+
+    def test_a_task_request_without_mcp_name_is_served_and_one_naming_another_task_refused(self):
+        # The Python `mcp` client (under fastmcp-tasks) sends no Mcp-Name on
+        # task requests; the front end takes it from the body. One that names
+        # another task is still refused (rmcp, SEP-2243).
+        answer = self.server.call("slow_then_answer", {"seconds": 2, "token": "t3"})["result"]
+        task_id = answer["taskId"]
+        params = {"taskId": task_id, "_meta": meta()}
+        unnamed = self.server.request("tasks/get", params, name=None)
+        self.assertEqual(unnamed["result"]["taskId"], task_id, unnamed)
+        wrong = self.server.request("tasks/get", params, name="another-task")
+        self.assertEqual(
+            wrong["error"]["message"], f"Mcp-Name header `another-task` does not match body value `{task_id}`"
+        )
+        cancelled = self.server.request("tasks/cancel", params, name=None)
+        self.assertNotIn("error", cancelled)
+        self.assertEqual(self.get(task_id)["result"]["status"], "cancelled")
 
 
 if __name__ == "__main__":
