@@ -204,6 +204,25 @@ async fn reply_with_an_unknown_id_is_dropped() {
     pool.shutdown().await;
 }
 
+/// A worker that answers a call again after that call has been answered
+/// (a late reply, its id no longer in flight) sends it just before the next
+/// call's own reply: the late one is dropped and each call gets its own.
+#[tokio::test]
+async fn late_reply_never_answers_the_next_call() {
+    let (pool, _fake) = fake_pool(1).await;
+    assert_eq!(echo(&pool, json!("first")).await.unwrap(), json!("first"));
+    for i in 0..5 {
+        let answer = call(&pool, "late_echo", json!({"value": i})).await.unwrap();
+        assert_eq!(
+            answer,
+            json!(i),
+            "call {i} got the late reply of the call before"
+        );
+    }
+    assert_echoes(&pool).await;
+    pool.shutdown().await;
+}
+
 #[tokio::test]
 async fn second_reply_never_answers_the_next_call() {
     let (pool, _fake) = fake_pool(1).await;

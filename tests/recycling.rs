@@ -48,11 +48,35 @@ async fn warm_spare_takes_a_killed_workers_place_and_is_refilled() {
     let (pool, _session) = pool(1).await;
     wait_for_spares(&pool, 1).await;
     assert_eq!(pool.stats().live_workers, 2, "one worker and one spare");
+    let serving = call(&pool, "getpid", json!({}))
+        .await
+        .unwrap()
+        .as_i64()
+        .unwrap() as i32;
+    let spare: Vec<i32> = pool
+        .stats()
+        .workers
+        .iter()
+        .map(|w| w.pid)
+        .filter(|&pid| pid != serving)
+        .collect();
+    assert_eq!(spare.len(), 1, "{:?}", pool.stats().workers);
     let error = call_with_timeout(&pool, "sleep_forever", json!({}), 0.2)
         .await
         .unwrap_err();
     assert!(error.is_timeout());
-    // The spare was promoted at once, and a new spare is being started.
+    // The spare was promoted at once (the next call runs in that very
+    // process, not in one started after the kill), and a new spare is being started.
+    let next = call(&pool, "getpid", json!({}))
+        .await
+        .unwrap()
+        .as_i64()
+        .unwrap() as i32;
+    assert_eq!(
+        next, spare[0],
+        "the call after the kill ran in a cold-started worker"
+    );
+    assert!(gone_within(serving, std::time::Duration::from_secs(2)).await);
     assert_serves(&pool).await;
     wait_for_spares(&pool, 1).await;
     assert_eq!(pool.stats().live_workers, 2);

@@ -131,7 +131,7 @@ async fn timeout_counts_from_dispatch_not_from_queueing() {
 }
 
 #[tokio::test]
-async fn late_reply_never_answers_the_next_call() {
+async fn timed_out_call_never_answers_the_next_call() {
     let (pool, _session) = pool(1).await;
     // Times out just before the tool would have answered.
     let error = call_with_timeout(&pool, "slow_then_answer", json!({"seconds": 0.4}), 0.3)
