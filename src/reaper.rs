@@ -31,6 +31,24 @@ const SWEEP_EVERY: Duration = Duration::from_millis(250);
 static KNOWN: Mutex<Option<HashMap<i32, u64>>> = Mutex::new(None);
 /// Pools that asked for the subreaper and are still running.
 static ACTIVE: Mutex<usize> = Mutex::new(0);
+/// Workers being killed on purpose (pid, start time): one whose guardian
+/// dies first is adopted here for a moment on its way out, and is no
+/// leftover of a tool. Swept all the same, without a warning.
+static DOOMED: Mutex<Vec<(i32, u64)>> = Mutex::new(Vec::new());
+/// Enough for every worker of a large pool being killed at once.
+const MAX_DOOMED: usize = 1024;
+
+/// Records that the worker process `pid` is being killed by its pool.
+pub fn expect_death(pid: i32) {
+    let Some(started) = stat(pid).map(|s| s.start_time) else {
+        return; // already gone
+    };
+    let mut doomed = DOOMED.lock().unwrap_or_else(|e| e.into_inner());
+    if doomed.len() >= MAX_DOOMED {
+        doomed.remove(0);
+    }
+    doomed.push((pid, started));
+}
 
 /// Spawns `command`, recording the child as one this process started on
 /// purpose (never swept).
@@ -118,6 +136,9 @@ pub fn sweep() -> usize {
             .iter()
             .any(|c| c.pid == *pid && c.start_time == *started)
     });
+    let mut doomed = DOOMED.lock().unwrap_or_else(|e| e.into_inner());
+    // A doomed process that is gone (or whose pid was reused) is forgotten.
+    doomed.retain(|(pid, started)| stat(*pid).is_some_and(|s| s.start_time == *started));
     let mut handled = 0;
     for child in children {
         if known.get(&child.pid) == Some(&child.start_time) {
@@ -128,11 +149,15 @@ pub fn sweep() -> usize {
         if child.state == 'Z' {
             let _ = waitpid(pid, Some(WaitPidFlag::WNOHANG));
         } else {
-            tracing::warn!(
-                pid = child.pid,
-                "killing a process a worker left behind: {}",
-                child.command
-            );
+            if doomed.contains(&(child.pid, child.start_time)) {
+                tracing::debug!(pid = child.pid, "killing a worker adopted on its way out");
+            } else {
+                tracing::warn!(
+                    pid = child.pid,
+                    "killing a process a worker left behind: {}",
+                    child.command
+                );
+            }
             let _ = kill(pid, Signal::SIGKILL);
         }
     }

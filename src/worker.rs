@@ -1205,6 +1205,11 @@ impl Worker {
 
     /// Retires a healthy worker: closes its stdin (it exits at once), reaps it.
     pub async fn retire(mut self) {
+        if let Some(process) = &self.killer().process {
+            // Its guardian may end first and leave it to this process's
+            // reaper for a moment: it is going, not left behind.
+            crate::reaper::expect_death(process.pid.raw());
+        }
         // Dropping our end of stdin is the worker's signal to exit.
         drop(self.stdin.take());
         if self.exited_within(Duration::from_secs(2)).await.is_none() {
@@ -1226,6 +1231,7 @@ impl WorkerKiller {
     pub fn kill(&self) {
         match &self.process {
             Some(process) => {
+                crate::reaper::expect_death(process.pid.raw());
                 process.signal(Signal::SIGKILL);
                 let _ = process.pid.group().signal(Signal::SIGKILL);
             }
