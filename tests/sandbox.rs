@@ -34,9 +34,19 @@ async fn start(builder: PoolBuilder) -> Pool {
     builder.build().await.expect("a sandboxed pool starts")
 }
 
-/// A folder of the host outside /tmp (which the sandbox replaces with its own).
+/// A folder of the host outside /tmp (which the sandbox replaces with its
+/// own): /var/tmp, or the target directory when that is not under /tmp
+/// either (a checkout may well be, as CI's may).
 fn host_dir() -> tempfile::TempDir {
-    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir")
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let base = if target.starts_with("/tmp") {
+        Path::new("/var/tmp")
+    } else {
+        target
+    };
+    let dir = tempfile::tempdir_in(base).expect("temp dir");
+    assert!(!dir.path().starts_with("/tmp"), "{}", dir.path().display());
+    dir
 }
 
 fn raised(result: Result<Value, ToolError>, kind: &str) -> String {
