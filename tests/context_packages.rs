@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{builder, call, sandbox_from_env};
+use common::{build_demo_wheel, builder, call, python3_has_pip, sandbox_from_env};
 use serde_json::{json, Value};
 use toolpool::Pool;
 
@@ -81,34 +81,6 @@ async fn bad_package_specs_are_refused_without_running_anything() {
     pool.shutdown().await;
 }
 
-/// A minimal pure-Python wheel, `tp_demo_pkg` with `VALUE = 42`, in `dir`.
-fn build_wheel(dir: &Path) {
-    let script = r#"
-import base64, hashlib, sys, zipfile
-out = sys.argv[1] + "/tp_demo_pkg-1.0-py3-none-any.whl"
-files = {
-    "tp_demo_pkg/__init__.py": b"VALUE = 42\n",
-    "tp_demo_pkg-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: tp-demo-pkg\nVersion: 1.0\n",
-    "tp_demo_pkg-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: toolpool-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-}
-record = []
-for name, data in files.items():
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    record.append(f"{name},sha256={digest},{len(data)}")
-record.append("tp_demo_pkg-1.0.dist-info/RECORD,,")
-with zipfile.ZipFile(out, "w") as wheel:
-    for name, data in files.items():
-        wheel.writestr(name, data)
-    wheel.writestr("tp_demo_pkg-1.0.dist-info/RECORD", "\n".join(record) + "\n")
-"#;
-    let status = std::process::Command::new("python3")
-        .args(["-c", script])
-        .arg(dir)
-        .status()
-        .unwrap();
-    assert!(status.success());
-}
-
 /// Imports the package on both workers at once (each call waits a moment,
 /// so the two calls overlap and cannot share a worker).
 async fn import_on_both_workers(pool: &Pool) -> Vec<Result<Value, toolpool::ToolError>> {
@@ -134,12 +106,7 @@ async fn import_on_both_workers(pool: &Pool) -> Vec<Result<Value, toolpool::Tool
 
 #[tokio::test]
 async fn installed_packages_are_importable_by_present_and_future_workers() {
-    if std::process::Command::new("python3")
-        .args(["-m", "pip", "--version"])
-        .output()
-        .map(|o| !o.status.success())
-        .unwrap_or(true)
-    {
+    if !python3_has_pip() {
         eprintln!("skipped: python3 has no pip");
         return;
     }
@@ -150,7 +117,7 @@ async fn installed_packages_are_importable_by_present_and_future_workers() {
         return;
     }
     let wheels = tempfile::tempdir().unwrap();
-    build_wheel(wheels.path());
+    build_demo_wheel(wheels.path());
     // Offline: pip finds the wheel in a local folder, told through its
     // environment (which workers only get when passed on).
     std::env::set_var("PIP_NO_INDEX", "1");

@@ -9,7 +9,7 @@ mod common;
 
 use std::path::Path;
 
-use common::{builder, call};
+use common::{builder, call, python3_has_pip};
 use serde_json::json;
 
 /// A pure-Python wheel `name`-1.0 holding `files` (path, content), in `dir`.
@@ -50,12 +50,7 @@ async fn local_files_are_refused_before_pip_runs_and_installs_never_shadow_compa
         eprintln!("skipped under TOOLPOOL_TEST_SANDBOX: reads files outside the view");
         return;
     }
-    if std::process::Command::new("python3")
-        .args(["-m", "pip", "--version"])
-        .output()
-        .map(|o| !o.status.success())
-        .unwrap_or(true)
-    {
+    if !python3_has_pip() {
         eprintln!("skipped: python3 has no pip");
         return;
     }

@@ -314,34 +314,6 @@ fn doctor_lists_each_piece() {
     assert!(out.stdout.contains("sandbox landlock: "), "{}", out.stdout);
 }
 
-/// A wheel of `tp-demo-pkg` 1.0 in `dir`.
-fn build_wheel(dir: &Path) {
-    let script = r#"
-import base64, hashlib, sys, zipfile
-out = sys.argv[1] + "/tp_demo_pkg-1.0-py3-none-any.whl"
-files = {
-    "tp_demo_pkg/__init__.py": b"VALUE = 42\n",
-    "tp_demo_pkg-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: tp-demo-pkg\nVersion: 1.0\n",
-    "tp_demo_pkg-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: toolpool-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-}
-record = []
-for name, data in files.items():
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    record.append(f"{name},sha256={digest},{len(data)}")
-record.append("tp_demo_pkg-1.0.dist-info/RECORD,,")
-with zipfile.ZipFile(out, "w") as wheel:
-    for name, data in files.items():
-        wheel.writestr(name, data)
-    wheel.writestr("tp_demo_pkg-1.0.dist-info/RECORD", "\n".join(record) + "\n")
-"#;
-    let status = std::process::Command::new("python3")
-        .args(["-c", script])
-        .arg(dir)
-        .status()
-        .unwrap();
-    assert!(status.success());
-}
-
 /// Kills the local package index when the test ends.
 struct Index(std::process::Child);
 
@@ -354,17 +326,12 @@ impl Drop for Index {
 
 #[tokio::test]
 async fn install_python_packages_reaches_an_index_only_with_allow_net() {
-    if std::process::Command::new("python3")
-        .args(["-m", "pip", "--version"])
-        .output()
-        .map(|o| !o.status.success())
-        .unwrap_or(true)
-    {
+    if !python3_has_pip() {
         eprintln!("skipped: python3 has no pip");
         return;
     }
     let wheels = tempfile::tempdir().unwrap();
-    build_wheel(wheels.path());
+    build_demo_wheel(wheels.path());
     // A local index on the host's loopback: nothing needs the internet.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()

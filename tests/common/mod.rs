@@ -216,3 +216,39 @@ pub async fn worker_pid(pool: &Pool) -> i32 {
     }
     pid.as_i64().expect("a pid is a number") as i32
 }
+
+/// A minimal pure-Python wheel, `tp_demo_pkg` with `VALUE = 42`, in `dir`.
+pub fn build_demo_wheel(dir: &std::path::Path) {
+    let script = r#"
+import base64, hashlib, sys, zipfile
+out = sys.argv[1] + "/tp_demo_pkg-1.0-py3-none-any.whl"
+files = {
+    "tp_demo_pkg/__init__.py": b"VALUE = 42\n",
+    "tp_demo_pkg-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: tp-demo-pkg\nVersion: 1.0\n",
+    "tp_demo_pkg-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: toolpool-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+}
+record = []
+for name, data in files.items():
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    record.append(f"{name},sha256={digest},{len(data)}")
+record.append("tp_demo_pkg-1.0.dist-info/RECORD,,")
+with zipfile.ZipFile(out, "w") as wheel:
+    for name, data in files.items():
+        wheel.writestr(name, data)
+    wheel.writestr("tp_demo_pkg-1.0.dist-info/RECORD", "\n".join(record) + "\n")
+"#;
+    let status = std::process::Command::new("python3")
+        .args(["-c", script])
+        .arg(dir)
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// Whether `python3 -m pip` runs here (the install tests need it).
+pub fn python3_has_pip() -> bool {
+    std::process::Command::new("python3")
+        .args(["-m", "pip", "--version"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
