@@ -77,6 +77,31 @@ async fn node_id_and_vars_reach_the_tool() {
     pool.shutdown().await;
 }
 
+/// A session's calls send the same context and the worker parses it once: a
+/// tool that writes into its `vars` must not change what the next call gets.
+#[tokio::test]
+async fn a_tool_that_overwrites_its_vars_does_not_change_the_next_calls() {
+    let (pool, _session) = pool(1).await;
+    let mut vars = serde_json::Map::new();
+    vars.insert("lang".into(), json!("de"));
+    vars.insert("list".into(), json!(["a"]));
+    let options = || toolpool::InvokeOptions {
+        context: toolpool::InvokeContext {
+            node_id: None,
+            vars: vars.clone(),
+        },
+        ..Default::default()
+    };
+    for _ in 0..3 {
+        let seen = pool
+            .invoke("scribble_vars", json!({}), options())
+            .await
+            .unwrap();
+        assert_eq!(seen, json!({"lang": "de", "list": ["a"]}));
+    }
+    pool.shutdown().await;
+}
+
 #[tokio::test]
 async fn common_model_mistakes_are_coerced() {
     let (pool, _session) = pool(1).await;

@@ -63,7 +63,10 @@ class Channel:
         Raises frames.FrameTooLarge (nothing is sent) when the encoded message is
         over the frame limit, and the codec's error when it cannot be encoded.
         """
-        body = codec.pack(message)
+        self.send_body(codec.pack(message))
+
+    def send_body(self, body: bytes) -> None:
+        """Send one message already encoded; raises frames.FrameTooLarge as send does."""
         with self._write_lock:
             try:
                 frames.write_frame(self._out_fd, body, self.max_frame)

@@ -1,5 +1,6 @@
 """Running one tool call: find, check and coerce arguments, call, convert the result."""
 
+import copy
 import difflib
 import inspect
 import os
@@ -146,7 +147,8 @@ class Invoker:
             "graph_directory": pathlib.Path(session_dir),
             "session_id": session_id,
             "node_id": context.get("node_id"),
-            "vars": context.get("vars") or {},
+            # A copy: the parsed context is reused for the session's next calls.
+            "vars": copy.deepcopy(context["vars"]) if context.get("vars") else {},
             "attachment_store": store,
             "human_prompt": prompt,
         }

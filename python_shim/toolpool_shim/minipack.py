@@ -27,6 +27,21 @@ def pack(obj) -> bytes:
     return b"".join(chunks)
 
 
+# MessagePack of {"t": "reply", "id": ...} up to the id's encoding.
+_REPLY_HEAD = b"\x84\xa1t\xa5reply\xa2id"
+
+
+def reply_body(request_id, key: str, held) -> bytes:
+    """The bytes `pack({"t": "reply", "id": request_id, "ok": True, key: held})`
+    gives, without walking the map: the reply every successful call sends."""
+    chunks = [_REPLY_HEAD]
+    _pack_into(request_id, chunks.append)
+    chunks.append(b"\xa2ok\xc3")
+    _pack_into(key, chunks.append)
+    _pack_into(held, chunks.append)
+    return b"".join(chunks)
+
+
 def _pack_into(obj, out) -> None:
     # Same order of checks as msgpack's packer, so subclasses (an IntEnum is
     # an int) land where msgpack would put them.
@@ -191,10 +206,32 @@ def _array(data: bytes, pos: int, size: int):
 
 
 def _map(data: bytes, pos: int, size: int):
+    # Keys are short strings and many values short strings or small ints:
+    # those are decoded inline, which halves the cost of a request.
     result = {}
+    end = len(data)
     for _ in range(size):
-        key, pos = _decode(data, pos)
-        if isinstance(key, (list, dict)):
-            raise ValueError("MessagePack map key is an array or map")
-        result[key], pos = _decode(data, pos)
+        marker = data[pos] if pos < end else -1
+        if 0xA0 <= marker <= 0xBF:
+            after = pos + 1 + (marker & 0x1F)
+            if after > end:
+                raise ValueError("truncated MessagePack data")
+            key = data[pos + 1:after].decode("utf-8")
+            pos = after
+        else:
+            key, pos = _decode(data, pos)
+            if isinstance(key, (list, dict)):
+                raise ValueError("MessagePack map key is an array or map")
+        marker = data[pos] if pos < end else -1
+        if 0xA0 <= marker <= 0xBF:
+            after = pos + 1 + (marker & 0x1F)
+            if after > end:
+                raise ValueError("truncated MessagePack data")
+            result[key] = data[pos + 1:after].decode("utf-8")
+            pos = after
+        elif 0 <= marker <= 0x7F:
+            result[key] = marker
+            pos += 1
+        else:
+            result[key], pos = _decode(data, pos)
     return result, pos

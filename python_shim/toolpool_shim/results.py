@@ -35,10 +35,11 @@ class Encoded:
         self.packed = packed
         self.value = value
 
-    def reply_fields(self) -> dict:
+    def reply_field(self) -> tuple:
+        """(the reply's key for the result, what it holds)."""
         if self.packed is not None:
-            return {"value_mp": self.packed}
-        return {"value_json": self.json_text} if self.json_text is not None else {"value": self.value}
+            return "value_mp", self.packed
+        return ("value_json", self.json_text) if self.json_text is not None else ("value", self.value)
 
     def data(self):
         """The JSON-able data any way it was encoded (for tests and logs)."""
@@ -47,9 +48,14 @@ class Encoded:
         return json.loads(self.json_text) if self.json_text is not None else self.value
 
 
+_NULL = Encoded(json_text="null")
+
+
 def encode(value) -> Encoded:
     """The result as one encoded blob when a C encoder can give exactly what
     to_jsonable gives, else the walked value; raises what to_jsonable raises."""
+    if value is None:
+        return _NULL  # the result of every tool that returns nothing
     packed = _packed(value)
     if packed is not None:
         return Encoded(packed=packed)

@@ -9,14 +9,14 @@ import os
 import signal
 import sys
 
-from . import codec, discovery, standins
+from . import codec, discovery, minipack, standins
 from .catalog import build_catalog
 from .channel import Channel
 from .frames import FrameTooLarge
 from .invoke import Invoker, ToolFailure
 from .results import Encoded
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 SHIM_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -121,7 +121,7 @@ def _serve(channel: Channel, toolset, classes, invoker: Invoker) -> None:
                 # Proof that this worker was sound when the call began: one
                 # that dies before this was broken by an earlier call.
                 channel.acknowledge(request_id)
-                value, blocks = invoker.invoke(request["name"], _arguments(request), request.get("context") or {})
+                value, blocks = invoker.invoke(request["name"], _arguments(request), _context(request))
             else:
                 raise ToolFailure("ProtocolError", f"not a request this worker understands: {kind!r} (protocol {PROTOCOL_VERSION})")
         except ToolFailure as failure:
@@ -137,6 +137,8 @@ def _serve(channel: Channel, toolset, classes, invoker: Invoker) -> None:
 def _arguments(request: dict):
     """The call's arguments: JSON text (parsed by the C decoder), or a MessagePack value."""
     text = request.get("args_json")
+    if text == "{}":
+        return {}  # a call without arguments: no parse
     if isinstance(text, str):
         try:
             return json.loads(text)
@@ -145,12 +147,43 @@ def _arguments(request: dict):
     return request.get("args")
 
 
+# Parsed `context_json` texts: a session's calls all send the same one.
+_CONTEXTS: dict = {}
+_MAX_CONTEXTS = 64
+
+
+def _context(request: dict) -> dict:
+    """The call's context from its JSON text, parsed once per distinct text."""
+    text = request.get("context_json")
+    if text is None:
+        return {}
+    if not isinstance(text, str):
+        raise ToolFailure("ProtocolError", "the call's context_json is not text")
+    context = _CONTEXTS.get(text)
+    if context is None:
+        try:
+            context = json.loads(text)
+        except ValueError as exc:
+            raise ToolFailure("ProtocolError", f"the call's context is not JSON: {exc}") from None
+        if not isinstance(context, dict):
+            raise ToolFailure("ProtocolError", "the call's context is not a JSON object")
+        if len(_CONTEXTS) >= _MAX_CONTEXTS:
+            _CONTEXTS.clear()
+        _CONTEXTS[text] = context
+    return context
+
+
 def _reply_value(channel: Channel, request_id, value: Encoded, blocks=None) -> None:
-    reply = {"t": "reply", "id": request_id, "ok": True, **value.reply_fields()}
-    if blocks is not None:
-        reply["content"] = blocks
+    key, held = value.reply_field()
     try:
-        channel.send(reply)
+        if blocks is None and key != "value":
+            # The common reply, a blob under its key, encoded by hand.
+            channel.send_body(minipack.reply_body(request_id, key, held))
+        else:
+            reply = {"t": "reply", "id": request_id, "ok": True, key: held}
+            if blocks is not None:
+                reply["content"] = blocks
+            channel.send(reply)
     except FrameTooLarge as too_large:
         _reply_error(channel, request_id, {
             "type": "ResultTooLarge",

@@ -11,7 +11,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 pub mod value;
 
 /// Version of the wire protocol; the worker's hello must carry the same.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// Default largest frame body either side sends or accepts (64 MiB).
 pub const DEFAULT_MAX_FRAME: usize = 64 * 1024 * 1024;
@@ -79,6 +79,9 @@ pub enum Request<'a> {
         /// standard library's C decoder, not value by value.
         #[serde(rename = "args_json", serialize_with = "as_json_text")]
         args: &'a Value,
+        /// JSON text too (`context_json`): parsed in C, and the shim reuses
+        /// the parsed context while the text repeats (a session's calls).
+        #[serde(rename = "context_json", serialize_with = "as_json_text")]
         context: &'a CallContext,
     },
 }
@@ -225,7 +228,10 @@ fn depth(value: &Value) -> usize {
     deepest
 }
 
-fn as_json_text<S: serde::Serializer>(value: &&Value, serializer: S) -> Result<S::Ok, S::Error> {
+fn as_json_text<T: Serialize, S: serde::Serializer>(
+    value: &&T,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
     let text = serde_json::to_string(*value).map_err(serde::ser::Error::custom)?;
     serializer.serialize_str(&text)
 }

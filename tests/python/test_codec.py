@@ -142,9 +142,22 @@ class BuiltinCodec(CodecVectors, unittest.TestCase):
     unpack = staticmethod(minipack.unpack)
 
     def test_malformed_input_is_refused(self):
-        for data in (b"", b"\x92\x01", b"\xda\x00\x05ab", b"\x01\x02", b"\xc1", b"\xd4\x01\x00", b"\xa1\xff", b"\x81\x90\x01"):
+        for data in (b"", b"\x92\x01", b"\xda\x00\x05ab", b"\x01\x02", b"\xc1", b"\xd4\x01\x00", b"\xa1\xff", b"\x81\x90\x01",
+                     b"\x81", b"\x81\xa3ab", b"\x81\xa1a", b"\x81\xa1a\xa3xy", b"\x81\xa1\xff\x01", b"\x82\xa1a\x01"):
             with self.subTest(data=data):
                 self.assertRaises(ValueError, minipack.unpack, data)
+
+
+class ReplyBody(unittest.TestCase):
+    """The hand-encoded reply is the bytes the codec gives for the same map."""
+
+    def test_reply_body_is_the_packed_reply(self):
+        for request_id in (0, 1, 127, 128, 70000, 2**64 - 1):
+            for key, held in (("value_json", "null"), ("value_json", "é" * 40), ("value_mp", b"\xc0"), ("value_mp", b"x" * 300)):
+                with self.subTest(id=request_id, key=key, size=len(held)):
+                    expected = {"t": "reply", "id": request_id, "ok": True, key: held}
+                    self.assertEqual(minipack.reply_body(request_id, key, held), codec.pack(expected))
+                    self.assertEqual(codec.unpack(minipack.reply_body(request_id, key, held)), expected)
 
 
 class MsgpackExtensionCodec(CodecVectors, unittest.TestCase):

@@ -30,7 +30,7 @@ class Guardian:
         os.makedirs(self.workspace)
         self.dump_in, dump_out = os.pipe()
         config = {
-            "protocol": 2,
+            "protocol": 3,
             "functions_dir": functions_dir,
             "session_dir": session_dir,
             "workspace": self.workspace,
@@ -91,8 +91,8 @@ class Guardian:
         return reply
 
     def invoke(self, name: str, args: dict, context: dict | None = None) -> dict:
-        return self.request("invoke", name=name, args=args,
-                            context=context or {"session_id": "e2e", "node_id": None, "vars": {}})
+        return self.request("invoke", name=name, args=args, context_json=json.dumps(
+            context or {"session_id": "e2e", "node_id": None, "vars": {}}))
 
     def read_dump(self, wanted: str, timeout: float = 5) -> str:
         """What faulthandler has written to the dump pipe, once it contains `wanted`."""
@@ -152,7 +152,7 @@ class EndToEnd(unittest.TestCase):
     def test_hello_names_the_worker_and_its_python(self):
         hello = self.guardian.hello
         self.assertEqual(set(hello), {"t", "protocol", "pid", "python", "codec", "executable"})
-        self.assertEqual((hello["t"], hello["protocol"]), ("hello", 2))
+        self.assertEqual((hello["t"], hello["protocol"]), ("hello", 3))
         self.assertEqual(hello["python"], sys.version.split()[0])
         self.assertEqual(hello["codec"], codec.NAME)
         self.assertEqual(os.path.realpath(hello["executable"]), os.path.realpath(sys.executable))
@@ -225,7 +225,7 @@ class EndToEnd(unittest.TestCase):
 
     def test_sigusr1_dumps_the_stack_of_a_sleeping_tool_then_stdin_eof_ends_it(self):
         self.guardian.send({"t": "invoke", "id": 99, "name": "nap", "args": {"seconds": 60},
-                            "context": {"session_id": "e2e", "node_id": None, "vars": {}}})
+                            "context_json": json.dumps({"session_id": "e2e", "node_id": None, "vars": {}})})
         where = f'File "{E2E_TOOLS}", line {_line_of("NAP_LINE")} in nap'
         dump = ""
         deadline = time.monotonic() + 10
@@ -257,7 +257,7 @@ class EndToEnd(unittest.TestCase):
 
     def test_the_workers_exit_code_is_the_guardians(self):
         self.guardian.send({"t": "invoke", "id": 50, "name": "exit_now", "args": {"code": 3},
-                            "context": {"session_id": "e2e", "node_id": None, "vars": {}}})
+                            "context_json": json.dumps({"session_id": "e2e", "node_id": None, "vars": {}})})
         self.assertEqual(self.guardian.wait(), 3)
         self.assertIsNone(self.guardian.receive())
 
