@@ -7,8 +7,13 @@ the others to them. No thread sits between the pipe and the main thread, so
 a request costs no thread switch (one switch costs about half a bare echo
 round trip).
 
-A watcher thread that never reads ends the process the moment the supervisor
-closes its end of stdin, even while a tool hangs and nobody reads.
+A watcher thread ends the process the moment the supervisor closes its end of
+stdin, even while a tool hangs and nobody reads. It also reads for a tool that
+has run for a while with nobody reading: the supervisor may have queued the
+next request behind the running one (pipelining) and then asked for it back
+(`withdraw`) because another worker came free, and the answer must not wait
+for the running call to end. Short calls never see the watcher: it only
+looks every `WATCH_INTERVAL` seconds.
 """
 
 import collections
@@ -23,6 +28,8 @@ from . import codec, frames
 
 # MessagePack of {"t": "started", "id": ...} up to the id's encoding.
 _STARTED = b"\x82\xa1t\xa7started\xa2id"
+# How often the watcher looks for a long-running tool with frames waiting.
+WATCH_INTERVAL = 0.025
 
 
 class CallbackError(Exception):
@@ -48,13 +55,19 @@ class Channel:
         self._open_calls = set()  # ids of calls waiting for their reply
         self._replies = {}  # call id -> reply, until its caller takes it
         self._call_ids = itertools.count(1)
+        # Bumped as each request starts; read by the watcher to tell a
+        # long-running call from a new one (plain ints: the GIL guards them).
+        self._started_count = 0
+        self._running = False
 
     def watch_for_hangup(self) -> None:
-        """Exit (code 0) as soon as the supervisor closes stdin, whatever the threads are doing."""
-        threading.Thread(target=self._exit_at_hangup, name="toolpool-hangup", daemon=True).start()
+        """Exit (code 0) as soon as the supervisor closes stdin, whatever the threads
+        are doing; read what arrives while a long call runs with nobody reading."""
+        threading.Thread(target=self._watch, name="toolpool-hangup", daemon=True).start()
 
     def next_request(self) -> dict:
         """Block until the supervisor sends the next request (catalog, invoke, ...)."""
+        self._running = False
         return self._receive(lambda: self._requests.popleft() if self._requests else None)
 
     def send(self, message: dict) -> None:
@@ -80,6 +93,8 @@ class Channel:
         Sent before every call, so it is encoded by hand (the map is always
         the same but for the id) rather than through the codec.
         """
+        self._started_count += 1
+        self._running = True
         if isinstance(request_id, int) and 0 <= request_id < 128:
             body = _STARTED + bytes((request_id,))
         elif isinstance(request_id, int) and 0 <= request_id < 2 ** 64:
@@ -140,7 +155,11 @@ class Channel:
         return message
 
     def _route(self, message: dict) -> None:
-        if message.get("t") != "reply":
+        kind = message.get("t")
+        if kind == "withdraw":
+            self._withdraw(message.get("id"))
+            return
+        if kind != "reply":
             self._requests.append(message)
             return
         call_id = message.get("id")
@@ -148,11 +167,46 @@ class Channel:
             self._replies[call_id] = message
         # else: no call of ours is waiting for that id; drop the reply.
 
-    def _exit_at_hangup(self) -> None:
-        poller = select.poll()
-        poller.register(self._in_fd, 0)  # no events asked for: poll returns only on hang-up or error
-        poller.poll()
-        os._exit(0)
+    def _withdraw(self, request_id) -> None:
+        """The supervisor wants a queued request back: give it back unless it started.
+
+        Called with the state held, so a request is either still queued here
+        (removed, and `withdrawn` sent) or already taken by the main thread
+        (then its `started` is on the way and this is ignored).
+        """
+        for index, queued in enumerate(self._requests):
+            if queued.get("id") == request_id and queued.get("t") == "invoke":
+                del self._requests[index]
+                self.send({"t": "withdrawn", "id": request_id})
+                return
+
+    def _watch(self) -> None:
+        hangup = select.poll()
+        hangup.register(self._in_fd, 0)  # no events asked for: returns only on hang-up or error
+        readable = select.poll()
+        readable.register(self._in_fd, select.POLLIN)
+        interval_ms = int(WATCH_INTERVAL * 1000)
+        seen = -1
+        while True:
+            if hangup.poll(interval_ms):
+                os._exit(0)
+            # The same call is still running a whole interval later: read for it.
+            count = self._started_count
+            if not (self._running and count == seen):
+                seen = count
+                continue
+            with self._state:
+                while (self._running and self._started_count == count and not self._reading
+                       and readable.poll(0)):
+                    self._reading = True
+                    self._state.release()
+                    try:
+                        message = self._read_message()
+                    finally:
+                        self._state.acquire()
+                        self._reading = False
+                    self._route(message)
+                    self._state.notify_all()
 
 
 def _fatal(reason: str) -> None:

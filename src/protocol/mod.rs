@@ -84,6 +84,34 @@ pub enum Request<'a> {
         #[serde(rename = "context_json", serialize_with = "as_json_text")]
         context: &'a CallContext,
     },
+    /// Asks for request `id` back, queued behind the running call, if the
+    /// worker has not started it: answered by [`Message::Withdrawn`], or by
+    /// the request's own `started` when it is too late.
+    Withdraw {
+        id: u64,
+    },
+}
+
+impl Request<'_> {
+    /// The same request under another id (sent again after a withdraw).
+    pub fn with_id(&self, id: u64) -> Request<'_> {
+        match *self {
+            Request::Catalog { .. } => Request::Catalog { id },
+            Request::Ping { .. } => Request::Ping { id },
+            Request::Invoke {
+                name,
+                args,
+                context,
+                ..
+            } => Request::Invoke {
+                id,
+                name,
+                args,
+                context,
+            },
+            Request::Withdraw { .. } => Request::Withdraw { id },
+        }
+    }
 }
 
 /// Supervisor → worker: the answer to a worker's callback (`Message::Call`).
@@ -268,6 +296,9 @@ pub enum Message {
     /// The worker took request `id` and is about to run it: a worker that
     /// dies before this was broken by an earlier call, not by this one.
     Started { id: u64 },
+    /// The worker gave back request `id`, queued behind its running call,
+    /// unstarted (the answer to [`Request::Withdraw`]).
+    Withdrawn { id: u64 },
     /// Sent before each tool module's import: a worker that dies or hangs
     /// during its start names the module that did it.
     Importing { module: String, file: String },

@@ -26,6 +26,9 @@ use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 use tokio::time::{timeout, timeout_at, Instant};
 
+pub mod pipeline;
+
+use self::pipeline::Slot;
 use crate::process::{kill_descendants, KillMechanism, ProcessId, Tracked};
 use crate::protocol::{
     encode_frame, write_frame, CallContext, CallbackReply, FrameReader, Message, ProtocolError,
@@ -492,7 +495,9 @@ pub struct Worker {
     stderr_tail: Arc<Mutex<StderrTail>>,
     call_tag: CallTag,
     spec: Arc<WorkerSpec>,
-    next_id: u64,
+    /// The request queued behind the running call (pipelining), and the
+    /// worker's request ids.
+    slot: Arc<Slot>,
     calls_served: u64,
     info: WorkerInfo,
     reaped: bool,
@@ -546,7 +551,7 @@ impl Worker {
             stderr_tail,
             call_tag,
             spec: spec.clone(),
-            next_id: 1,
+            slot: Arc::new(Slot::new()),
             calls_served: 0,
             info: WorkerInfo {
                 python_version: String::new(),
@@ -696,17 +701,27 @@ impl Worker {
     }
 
     fn take_id(&mut self) -> u64 {
-        let id = self.next_id;
-        self.next_id += 1;
-        id
+        self.slot.take_id()
+    }
+
+    /// Where the pool queues a request behind the running call.
+    pub fn slot(&self) -> &Arc<Slot> {
+        &self.slot
     }
 
     /// Asks the worker for the catalog it built when importing the tools.
     pub async fn catalog(&mut self) -> CallOutcome {
         let id = self.take_id();
         let deadline = Instant::now() + self.spec.start_timeout;
-        self.run(id, &Request::Catalog { id }, "catalog", deadline, None)
-            .await
+        self.run(
+            id,
+            &Request::Catalog { id },
+            "catalog",
+            deadline,
+            None,
+            false,
+        )
+        .await
     }
 
     /// A round trip through the worker's whole request path. The first
@@ -715,7 +730,7 @@ impl Worker {
     pub async fn ping(&mut self) -> CallOutcome {
         let id = self.take_id();
         let deadline = Instant::now() + self.spec.start_timeout;
-        self.run(id, &Request::Ping { id }, "ping", deadline, None)
+        self.run(id, &Request::Ping { id }, "ping", deadline, None, false)
             .await
     }
 
@@ -739,7 +754,30 @@ impl Worker {
             args,
             context,
         };
-        self.run(id, &request, name, deadline, callbacks).await
+        self.run(id, &request, name, deadline, callbacks, false)
+            .await
+    }
+
+    /// Runs the call whose request `id` was queued behind the call before
+    /// (pipelining) and is on the wire already; as [`Worker::invoke`].
+    pub async fn invoke_queued(
+        &mut self,
+        id: u64,
+        name: &str,
+        args: &Value,
+        context: &CallContext,
+        deadline: Instant,
+        callbacks: Option<&Arc<dyn CallbackService>>,
+    ) -> CallOutcome {
+        self.calls_served += 1;
+        let request = Request::Invoke {
+            id,
+            name,
+            args,
+            context,
+        };
+        self.run(id, &request, name, deadline, callbacks, true)
+            .await
     }
 
     async fn run(
@@ -749,8 +787,14 @@ impl Worker {
         label: &str,
         deadline: Instant,
         callbacks: Option<&Arc<dyn CallbackService>>,
+        sent: bool,
     ) -> CallOutcome {
-        let frame = match encode_frame(request, self.spec.max_frame) {
+        let encoded = match sent {
+            // Queued behind the call before: on the wire already.
+            true => Ok(None),
+            false => encode_frame(request, self.spec.max_frame).map(Some),
+        };
+        let frame = match encoded {
             Ok(frame) => frame,
             Err(e) => {
                 // Nothing was sent: the worker is still usable.
@@ -767,7 +811,15 @@ impl Worker {
         }
         let acknowledged = !matches!(request, Request::Invoke { .. });
         let outcome = self
-            .exchange(id, &frame, deadline, label, callbacks, acknowledged)
+            .exchange(
+                id,
+                request,
+                frame.as_deref(),
+                deadline,
+                label,
+                callbacks,
+                acknowledged,
+            )
             .await;
         if let Ok(mut tag) = self.call_tag.lock() {
             *tag = None;
@@ -836,10 +888,12 @@ impl Worker {
     /// deadline is suspended and the worker's processes are stopped; they
     /// resume, the deadline pushed back by the wait, before the answer is
     /// written.
+    #[allow(clippy::too_many_arguments)]
     async fn exchange(
         &mut self,
         id: u64,
-        frame: &[u8],
+        request: &Request<'_>,
+        frame: Option<&[u8]>,
         deadline: Instant,
         label: &str,
         callbacks: Option<&Arc<dyn CallbackService>>,
@@ -853,6 +907,7 @@ impl Worker {
         let outcome = self
             .exchange_serving(
                 id,
+                request,
                 frame,
                 deadline,
                 label,
@@ -876,8 +931,9 @@ impl Worker {
     #[allow(clippy::too_many_arguments)]
     async fn exchange_serving(
         &mut self,
-        id: u64,
-        frame: &[u8],
+        mut id: u64,
+        request: &Request<'_>,
+        frame: Option<&[u8]>,
         mut deadline: Instant,
         label: &str,
         callbacks: Option<&Arc<dyn CallbackService>>,
@@ -888,12 +944,16 @@ impl Worker {
         let Some(stdin) = self.stdin.as_mut() else {
             return Exchange::Broken(ProtocolError::Closed);
         };
-        match timeout_at(deadline, write_frame(stdin, frame)).await {
-            Err(_) => return Exchange::Timeout,
-            Ok(Err(e)) if !acknowledged => return Exchange::NotStarted(e),
-            Ok(Err(e)) => return Exchange::Broken(e),
-            Ok(Ok(())) => {}
+        // None: queued behind the call before, and written already.
+        if let Some(frame) = frame {
+            match timeout_at(deadline, write_frame(stdin, frame)).await {
+                Err(_) => return Exchange::Timeout,
+                Ok(Err(e)) if !acknowledged => return Exchange::NotStarted(e),
+                Ok(Err(e)) => return Exchange::Broken(e),
+                Ok(Ok(())) => {}
+            }
         }
+        let slot = self.slot.clone();
         // The worker's callback id, and whether it waits for a human, per task.
         let mut in_flight: std::collections::HashMap<tokio::task::Id, (u64, bool)> =
             std::collections::HashMap::new();
@@ -911,6 +971,8 @@ impl Worker {
                     Event::Answered(done)
                 }
                 () = tokio::time::sleep_until(deadline), if humans == 0 => Event::Deadline,
+                // Not while the worker is stopped for a human: a write could fill the pipe.
+                () = slot.wake().notified(), if humans == 0 => Event::Queue,
             };
             let (call_id, result) = match event {
                 Event::Deadline if draining => return Exchange::Timeout,
@@ -920,6 +982,45 @@ impl Worker {
                     // or starved of CPU) reads it late.
                     draining = true;
                     deadline = Instant::now() + DEADLINE_DRAIN;
+                    continue;
+                }
+                Event::Queue => {
+                    let frames = match slot.frames_to_write(self.spec.max_frame) {
+                        Ok(frames) => frames,
+                        Err(e) => return Exchange::Broken(e),
+                    };
+                    for frame in frames {
+                        let Some(stdin) = self.stdin.as_mut() else {
+                            return Exchange::Broken(ProtocolError::Closed);
+                        };
+                        match timeout_at(deadline, write_frame(stdin, &frame)).await {
+                            Err(_) => return Exchange::Timeout,
+                            Ok(Err(e)) => return Exchange::Broken(e),
+                            Ok(Ok(())) => {}
+                        }
+                    }
+                    continue;
+                }
+                Event::Message(Ok(Message::Withdrawn { id: got })) if got == id => {
+                    // This call's own request, queued behind the call before
+                    // and withdrawn too late to run elsewhere: the worker is
+                    // free, so it runs here after all.
+                    id = slot.take_id();
+                    let frame = match encode_frame(&request.with_id(id), self.spec.max_frame) {
+                        Ok(frame) => frame,
+                        Err(e) => return Exchange::NotStarted(e),
+                    };
+                    let Some(stdin) = self.stdin.as_mut() else {
+                        return Exchange::Broken(ProtocolError::Closed);
+                    };
+                    match timeout_at(deadline, write_frame(stdin, &frame)).await {
+                        Err(_) => return Exchange::Timeout,
+                        Ok(Err(e)) => return Exchange::NotStarted(e),
+                        Ok(Ok(())) => continue,
+                    }
+                }
+                Event::Message(Ok(Message::Withdrawn { id: got })) => {
+                    slot.withdrawn(got);
                     continue;
                 }
                 Event::Message(Err(e)) if !acknowledged => return Exchange::NotStarted(e),
@@ -1271,6 +1372,8 @@ enum Event {
     Message(Result<Message, ProtocolError>),
     Answered(Result<(tokio::task::Id, Result<Value, CallbackError>), tokio::task::JoinError>),
     Deadline,
+    /// The pool queued a request behind this call, or wants it back.
+    Queue,
 }
 
 /// Describes how a worker ended, for `WorkerDied` messages.

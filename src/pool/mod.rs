@@ -19,6 +19,9 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+mod pipelined;
+
+use self::pipelined::{Queueing, Ticket, TicketEnd};
 use crate::catalog::Catalog;
 use crate::content::ContentBlock;
 use crate::context::{
@@ -27,7 +30,9 @@ use crate::context::{
 };
 use crate::duration_text::format_secs;
 use crate::error::{ErrorKind, PoolError, ToolError};
-use crate::protocol::{CallContext, SessionDirs, WireBlock, DEFAULT_MAX_FRAME};
+use crate::protocol::{
+    encode_frame, CallContext, Request, SessionDirs, WireBlock, DEFAULT_MAX_FRAME,
+};
 use crate::sandbox::{Sandbox, SandboxMode, SandboxOptions, SandboxPaths};
 use crate::worker::{
     BootConfig, CallOutcome, Spawner, StartError, Worker, WorkerInfo, WorkerKiller, WorkerSpec,
@@ -456,6 +461,7 @@ impl PoolBuilder {
             catalog: RwLock::new(Arc::new(catalog)),
             generation: AtomicU64::new(0),
             counters: Counters::default(),
+            queueing: Queueing::default(),
             live: Mutex::new(HashMap::new()),
             start_failure: Mutex::new(None),
             start_failed: tokio::sync::Notify::new(),
@@ -586,6 +592,11 @@ struct Counters {
     /// Workers recycled because a call of another session came to them.
     session_recycles: AtomicU64,
     cancelled: AtomicU64,
+    /// Calls queued behind a running call that ran where they were queued.
+    pipelined: AtomicU64,
+    /// Calls queued behind a running call, taken back to run on a worker
+    /// that came free.
+    withdrawn: AtomicU64,
     queued: AtomicUsize,
     busy: AtomicUsize,
     errors_by_type: Mutex<BTreeMap<String, u64>>,
@@ -674,6 +685,12 @@ pub struct PoolStats {
     /// Warm spares ready to replace a worker.
     pub spares: usize,
     pub cancelled: u64,
+    /// Calls whose request was queued behind a busy worker's running call
+    /// and ran there as soon as it ended (pipelining).
+    pub pipelined: u64,
+    /// Calls queued behind a running call that were taken back to run on a
+    /// worker that came free first.
+    pub withdrawn: u64,
     /// Workers the supervisor killed: at a timeout, or under an abandoned call.
     pub kills: u64,
     pub errors_by_type: BTreeMap<String, u64>,
@@ -727,6 +744,8 @@ struct Shared {
     /// Bumped by every reload; a worker started before it runs old code.
     generation: AtomicU64,
     counters: Counters,
+    /// Calls queued behind busy workers' running calls (pipelining).
+    queueing: Queueing,
     /// Live workers (spares included), by pid.
     live: Mutex<HashMap<i32, LiveWorker>>,
     /// Why the last attempt to start a worker failed, while none is running.
@@ -877,6 +896,10 @@ impl Shared {
             tokio::spawn(worker.retire());
             return;
         }
+        // A call queued behind a running one takes it first.
+        let Some(worker) = self.rescue(worker) else {
+            return;
+        };
         // The receiver lives as long as `self`, so this cannot fail.
         let _ = self.idle_tx.send(worker);
     }
@@ -1013,8 +1036,66 @@ impl Shared {
         }
     }
 
-    /// Waits for an idle worker, within the queue-wait limit.
-    async fn checkout(self: &Arc<Self>, tool: &str) -> Result<Lease, ToolError> {
+    /// Waits for a worker for a call of `session`, within the queue-wait
+    /// limit: an idle one, or a busy one the call is queued behind
+    /// (`encode` makes its request frame under that worker's id).
+    async fn checkout(
+        self: &Arc<Self>,
+        tool: &str,
+        session: &str,
+        encode: &(dyn Fn(u64) -> Option<Vec<u8>> + Sync),
+    ) -> Result<Checkout, ToolError> {
+        let started = Instant::now();
+        let limit = self.queue_wait.map(|limit| started + limit);
+        let busy_error = || {
+            ToolError::new(
+                tool,
+                ErrorKind::PoolBusy,
+                format!(
+                    "no worker became free within {} s ({} workers, all busy)",
+                    format_secs(started.elapsed()),
+                    self.size
+                ),
+            )
+        };
+        loop {
+            let ticket = match self.wait_for_worker(tool, session, encode, limit).await? {
+                Some(Got::Idle(worker)) => {
+                    return Ok(Checkout {
+                        lease: Lease::new(worker, self),
+                        queued: None,
+                    })
+                }
+                Some(Got::Queued(ticket)) => ticket,
+                None => return Err(busy_error()),
+            };
+            let queued = Gauge::up(&self.counters.queued);
+            let end = ticket.wait(limit).await;
+            drop(queued);
+            return match end {
+                TicketEnd::Queued { lease, id, sent } => Ok(Checkout {
+                    lease,
+                    queued: sent.then_some(id),
+                }),
+                TicketEnd::Rescued(lease) => Ok(Checkout {
+                    lease,
+                    queued: None,
+                }),
+                // The worker it was queued on died before it started.
+                TicketEnd::Retry => continue,
+                TicketEnd::TimedOut => Err(busy_error()),
+            };
+        }
+    }
+
+    /// An idle worker, or a place behind a busy one; `None` when `limit` passed first.
+    async fn wait_for_worker(
+        self: &Arc<Self>,
+        tool: &str,
+        session: &str,
+        encode: &(dyn Fn(u64) -> Option<Vec<u8>> + Sync),
+        limit: Option<Instant>,
+    ) -> Result<Option<Got>, ToolError> {
         let closed_error =
             || ToolError::new(tool, ErrorKind::PoolClosed, "the pool is shutting down");
         if self.is_closed.load(Ordering::Acquire) {
@@ -1033,16 +1114,38 @@ impl Shared {
         if let Some(error) = fail_fast() {
             return Err(error);
         }
+        // Nobody waiting and a worker idle: take it without queueing.
+        let idle_now = self
+            .idle_rx
+            .try_lock()
+            .ok()
+            .and_then(|mut idle| idle.try_recv().ok());
+        if let Some(worker) = idle_now {
+            return Ok(Some(Got::Idle(worker)));
+        }
+        if let Some(ticket) = self.try_queue(session, encode) {
+            return Ok(Some(Got::Queued(ticket)));
+        }
         let mut closed = self.closed.subscribe();
-        let started = Instant::now();
         let queued = Gauge::up(&self.counters.queued);
+        // The first caller in line takes the next idle worker, or a running
+        // call's slot as it frees up.
         let take = async {
             let mut idle = self.idle_rx.lock().await;
-            idle.recv().await
+            loop {
+                tokio::select! {
+                    worker = idle.recv() => return worker.map(Got::Idle),
+                    () = self.queueing.slot_freed().notified() => {
+                        if let Some(ticket) = self.try_queue(session, encode) {
+                            return Some(Got::Queued(ticket));
+                        }
+                    }
+                }
+            }
         };
         let waited = async {
-            match self.queue_wait {
-                Some(limit) => tokio::time::timeout(limit, take).await.ok(),
+            match limit {
+                Some(limit) => tokio::time::timeout_at(limit, take).await.ok(),
                 None => Some(take.await),
             }
         };
@@ -1064,22 +1167,35 @@ impl Shared {
         };
         drop(queued);
         match outcome {
-            Some(Some(worker)) => Ok(Lease {
-                worker: Some(worker),
-                shared: self.clone(),
-            }),
+            Some(Some(got)) => Ok(Some(got)),
             Some(None) => Err(closed_error()),
-            None => Err(ToolError::new(
-                tool,
-                ErrorKind::PoolBusy,
-                format!(
-                    "no worker became free within {} s ({} workers, all busy)",
-                    format_secs(started.elapsed()),
-                    self.size
-                ),
-            )),
+            None => Ok(None),
         }
     }
+}
+
+/// What a caller waiting for a worker got.
+enum Got {
+    Idle(Worker),
+    Queued(Ticket),
+}
+
+/// A worker checked out for a call.
+struct Checkout {
+    lease: Lease,
+    /// The call's request is on the wire already under this id (queued
+    /// behind the worker's call before).
+    queued: Option<u64>,
+}
+
+/// One call, as [`Pool::run_on`] runs it.
+struct Call<'a> {
+    name: &'a str,
+    args: &'a Value,
+    context: &'a CallContext,
+    session: &'a str,
+    callbacks: &'a Arc<dyn CallbackService>,
+    timeout: Duration,
 }
 
 /// How one attempt of a call on a worker ended.
@@ -1099,6 +1215,13 @@ struct Lease {
 }
 
 impl Lease {
+    fn new(worker: Worker, shared: &Arc<Shared>) -> Lease {
+        Lease {
+            worker: Some(worker),
+            shared: shared.clone(),
+        }
+    }
+
     fn worker(&mut self) -> &mut Worker {
         self.worker
             .as_mut()
@@ -1112,11 +1235,16 @@ impl Lease {
         };
         let shared = &self.shared;
         if !outcome_kept_worker {
+            shared.lose_queued(&worker);
             shared.unregister(worker.pid());
             shared.finish_off(worker);
             shared.replace();
             return;
         }
+        // The call queued behind this one (pipelining) takes the worker.
+        let Some(worker) = shared.hand_over(worker) else {
+            return;
+        };
         let worn_out = shared
             .max_calls_per_worker
             .is_some_and(|max| worker.calls_served() >= max);
@@ -1140,6 +1268,7 @@ impl Drop for Lease {
                 worker = worker.pid(),
                 "call abandoned mid-flight: killing its worker"
             );
+            self.shared.lose_queued(&worker);
             self.shared
                 .counters
                 .cancelled
@@ -1303,22 +1432,37 @@ impl Pool {
                 packages_dir: session.paths.site_packages.clone(),
             }),
         };
+        // The request as queued behind a busy worker's call, under its id.
+        let encode = |id| {
+            let request = Request::Invoke {
+                id,
+                name,
+                args,
+                context: &context,
+            };
+            encode_frame(&request, shared.spec.max_frame).ok()
+        };
         let queued = Instant::now();
         let mut moved = false;
         loop {
-            let checkout = shared.checkout(name).await;
+            let checkout = shared.checkout(name, &services.session_id, &encode).await;
             let queue_wait = queued.elapsed();
-            let mut lease = match checkout {
-                Ok(lease) => lease,
+            let Checkout { mut lease, queued } = match checkout {
+                Ok(checkout) => checkout,
                 Err(e) => return (Err(e), None, None, queue_wait),
             };
             if !shared.admits(&mut lease, &services.session_id) {
                 continue;
             }
-            match self
-                .run_on(lease, name, args, &context, &callbacks, timeout)
-                .await
-            {
+            let call = Call {
+                name,
+                args,
+                context: &context,
+                session: &services.session_id,
+                callbacks: &callbacks,
+                timeout,
+            };
+            match self.run_on(lease, call, queued).await {
                 // An earlier call broke that worker: this one moves to a
                 // fresh worker, once.
                 Attempt::NotStarted { .. } if !moved => moved = true,
@@ -1344,16 +1488,17 @@ impl Pool {
         }
     }
 
-    /// One attempt of a call on the worker of `lease`.
-    async fn run_on(
-        &self,
-        mut lease: Lease,
-        name: &str,
-        args: &Value,
-        context: &CallContext,
-        callbacks: &Arc<dyn CallbackService>,
-        timeout: Duration,
-    ) -> Attempt {
+    /// One attempt of a call on the worker of `lease`; `queued`: the id
+    /// its request was written under behind the worker's call before.
+    async fn run_on(&self, mut lease: Lease, call: Call<'_>, queued: Option<u64>) -> Attempt {
+        let Call {
+            name,
+            args,
+            context,
+            session,
+            callbacks,
+            timeout,
+        } = call;
         let shared = &self.shared;
         let worker = lease.worker();
         let pid = worker.pid();
@@ -1365,10 +1510,19 @@ impl Pool {
             shared.replace();
         }
         let busy = Gauge::up(&shared.counters.busy);
+        // From here a call may be queued behind this one.
+        let listed = shared.mark_busy(worker, session);
         let deadline = Instant::now() + timeout;
         // Boxed: the exchange's state is large, and a call's future is moved
         // whenever a task is spawned around it.
-        let outcome = Box::pin(worker.invoke(name, args, context, deadline, Some(callbacks))).await;
+        let outcome = match queued {
+            Some(id) => {
+                Box::pin(worker.invoke_queued(id, name, args, context, deadline, Some(callbacks)))
+                    .await
+            }
+            None => Box::pin(worker.invoke(name, args, context, deadline, Some(callbacks))).await,
+        };
+        drop(listed);
         drop(busy);
         let closing = shared.is_closed.load(Ordering::Acquire);
         let mut content = None;
@@ -1466,6 +1620,8 @@ impl Pool {
             session_recycles: c.session_recycles.load(Ordering::Relaxed),
             spares,
             cancelled: c.cancelled.load(Ordering::Relaxed),
+            pipelined: c.pipelined.load(Ordering::Relaxed),
+            withdrawn: c.withdrawn.load(Ordering::Relaxed),
             kills: c.timeouts.load(Ordering::Relaxed) + c.cancelled.load(Ordering::Relaxed),
             errors_by_type: c
                 .errors_by_type

@@ -1,0 +1,338 @@
+//! Calls queued behind a busy worker's running call (pipelining; the
+//! worker's side is `crate::worker::pipeline`).
+//!
+//! When no worker is idle, a call may be queued on a busy one: its request
+//! is written behind the running call, and the worker starts it the moment
+//! that call ends, without a round trip through the supervisor. A queued
+//! call never waits behind a running one while another worker is idle: a
+//! worker that comes free is handed to the oldest queued call, which asks
+//! its request back and runs there ([`Ticket::wait`]). If the running call
+//! is killed, the queued one was never started and checks out again.
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use super::{Lease, SessionIsolation, Shared};
+use crate::worker::pipeline::{Handover, Slot, Withdrawal};
+use crate::worker::Worker;
+
+/// A worker running a call, as the queue sees it.
+pub(super) struct BusyWorker {
+    pid: i32,
+    slot: Arc<Slot>,
+    /// Under [`SessionIsolation::Process`]: the only session it may serve.
+    session: Option<String>,
+    /// Whether it may take a call after this one (not about to retire).
+    takes_more: bool,
+}
+
+/// A queued call waiting for a worker to come free (see [`Shared::rescue`]).
+pub(super) struct Rescuer {
+    ticket: u64,
+    session: String,
+    worker: oneshot::Sender<Worker>,
+}
+
+/// The pool's part of pipelining.
+#[derive(Default)]
+pub(super) struct Queueing {
+    /// Workers running a call, oldest first.
+    busy: Mutex<Vec<BusyWorker>>,
+    /// Queued calls, oldest first.
+    rescuers: Mutex<VecDeque<Rescuer>>,
+    /// Wakes the first call waiting for a worker: a running call's slot is free.
+    slot_freed: tokio::sync::Notify,
+    next_ticket: std::sync::atomic::AtomicU64,
+}
+
+fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Nothing panics while holding these; a poisoned lock's data is whole.
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Queueing {
+    pub(super) fn slot_freed(&self) -> &tokio::sync::Notify {
+        &self.slot_freed
+    }
+}
+
+/// Keeps a worker listed as busy while its call runs.
+pub(super) struct BusyGuard<'a> {
+    queueing: &'a Queueing,
+    pid: i32,
+}
+
+impl Drop for BusyGuard<'_> {
+    fn drop(&mut self) {
+        locked(&self.queueing.busy).retain(|busy| busy.pid != self.pid);
+    }
+}
+
+impl Shared {
+    /// Lists `worker` as busy with a call of `session` until the guard drops:
+    /// from then on a call may be queued behind it.
+    pub(super) fn mark_busy(&self, worker: &Worker, session: &str) -> BusyGuard<'_> {
+        let generation_ok = !self.is_stale(worker.pid());
+        let calls_left = self
+            .max_calls_per_worker
+            .is_none_or(|max| worker.calls_served() + 2 <= max);
+        let entry = BusyWorker {
+            pid: worker.pid(),
+            slot: worker.slot().clone(),
+            session: (self.isolation == SessionIsolation::Process).then(|| session.to_string()),
+            takes_more: generation_ok && calls_left,
+        };
+        locked(&self.queueing.busy).push(entry);
+        self.queueing.slot_freed.notify_one();
+        BusyGuard {
+            queueing: &self.queueing,
+            pid: worker.pid(),
+        }
+    }
+
+    /// Queues a call of `session` behind a busy worker whose slot is free;
+    /// `encode` makes its request frame under the worker's id.
+    pub(super) fn try_queue(
+        self: &Arc<Self>,
+        session: &str,
+        encode: &(dyn Fn(u64) -> Option<Vec<u8>> + Sync),
+    ) -> Option<Ticket> {
+        if self.is_closed.load(Ordering::Acquire) {
+            return None;
+        }
+        let busy = locked(&self.queueing.busy);
+        for worker in busy.iter() {
+            let admits = worker.session.as_deref().is_none_or(|s| s == session);
+            if !worker.takes_more || !admits || !worker.slot.is_free() {
+                continue;
+            }
+            let id = worker.slot.take_id();
+            let frame = encode(id)?;
+            let Some(handover) = worker.slot.queue(id, frame) else {
+                continue;
+            };
+            let slot = worker.slot.clone();
+            drop(busy);
+            let ticket = self.queueing.next_ticket.fetch_add(1, Ordering::Relaxed);
+            let (rescue_tx, rescue) = oneshot::channel();
+            locked(&self.queueing.rescuers).push_back(Rescuer {
+                ticket,
+                session: session.to_string(),
+                worker: rescue_tx,
+            });
+            return Some(Ticket {
+                shared: self.clone(),
+                slot,
+                id,
+                ticket,
+                handover,
+                rescue,
+                rescue_closed: false,
+                rescued: None,
+                done: false,
+            });
+        }
+        None
+    }
+
+    /// A worker come free goes to the oldest queued call it may serve, if
+    /// any; otherwise it is given back.
+    pub(super) fn rescue(&self, mut worker: Worker) -> Option<Worker> {
+        let tag = match self.isolation {
+            SessionIsolation::Process => self.session_of(worker.pid()),
+            SessionIsolation::Shared => None,
+        };
+        let mut rescuers = locked(&self.queueing.rescuers);
+        let mut index = 0;
+        while index < rescuers.len() {
+            if tag
+                .as_deref()
+                .is_some_and(|tag| rescuers[index].session != tag)
+            {
+                index += 1;
+                continue;
+            }
+            let Some(rescuer) = rescuers.remove(index) else {
+                break;
+            };
+            match rescuer.worker.send(worker) {
+                Ok(()) => return None,
+                Err(back) => worker = back,
+            }
+        }
+        Some(worker)
+    }
+
+    /// At the end of a call that kept its worker: the call queued behind it,
+    /// if any, takes the worker. `Some` when nobody does.
+    pub(super) fn hand_over(self: &Arc<Self>, worker: Worker) -> Option<Worker> {
+        let Some(taken) = worker.slot().take() else {
+            return Some(worker);
+        };
+        let sent = taken.sent;
+        let orphan = match taken.handover {
+            Some(caller) => match caller.send(Handover::Worker {
+                worker: Box::new(worker),
+                sent,
+            }) {
+                Ok(()) => return None,
+                Err(Handover::Worker { worker, .. }) => *worker,
+                Err(_) => return None,
+            },
+            None => worker,
+        };
+        if !sent {
+            return Some(orphan);
+        }
+        self.replace_orphaned(orphan);
+        None
+    }
+
+    /// A worker whose queued request's caller gave up after the request was
+    /// written: it may be running it for nobody. It is killed like a call
+    /// abandoned mid-flight.
+    fn replace_orphaned(self: &Arc<Self>, worker: Worker) {
+        tracing::debug!(
+            worker = worker.pid(),
+            "a queued call was abandoned on the wire: replacing its worker"
+        );
+        self.unregister(worker.pid());
+        worker.kill_now();
+        self.finish_off(worker);
+        self.replace();
+    }
+
+    /// The worker is gone: the call queued behind it never started.
+    pub(super) fn lose_queued(&self, worker: &Worker) {
+        if let Some(caller) = worker.slot().take().and_then(|taken| taken.handover) {
+            let _ = caller.send(Handover::Lost);
+        }
+    }
+
+    fn session_of(&self, pid: i32) -> Option<String> {
+        self.live
+            .lock()
+            .ok()
+            .and_then(|live| live.get(&pid).and_then(|w| w.session.clone()))
+    }
+}
+
+/// A call queued behind a busy worker's running call.
+pub(super) struct Ticket {
+    shared: Arc<Shared>,
+    slot: Arc<Slot>,
+    /// Its request's id on that worker.
+    id: u64,
+    ticket: u64,
+    handover: oneshot::Receiver<Handover>,
+    rescue: oneshot::Receiver<Worker>,
+    rescue_closed: bool,
+    /// A worker that came free for it while its request is being asked back.
+    rescued: Option<Worker>,
+    done: bool,
+}
+
+/// How a queued call got its worker.
+pub(super) enum TicketEnd {
+    /// The worker it was queued on, its call over; `sent`: the request is
+    /// on the wire under `id` (and may be running already).
+    Queued { lease: Lease, id: u64, sent: bool },
+    /// Asked back from the busy worker: it runs on this one, come free.
+    Rescued(Lease),
+    /// The worker it was queued on is gone; it never started: check out again.
+    Retry,
+    /// The queue-wait limit passed and the request was taken back.
+    TimedOut,
+}
+
+impl Ticket {
+    /// Waits for the worker the call was queued on, or for another that
+    /// comes free first, or for `limit` (the queue-wait limit).
+    pub(super) async fn wait(mut self, limit: Option<Instant>) -> TicketEnd {
+        let mut timed_out = false;
+        let end = loop {
+            tokio::select! {
+                handover = &mut self.handover => break self.settle(handover.ok(), timed_out),
+                worker = &mut self.rescue, if !self.rescue_closed && self.rescued.is_none() => {
+                    let Ok(worker) = worker else {
+                        self.rescue_closed = true;
+                        continue;
+                    };
+                    if self.slot.withdraw(self.id) == Withdrawal::TakenBack {
+                        break TicketEnd::Rescued(Lease::new(worker, &self.shared));
+                    }
+                    // Asked back, or already on its way here: the handover decides.
+                    self.rescued = Some(worker);
+                }
+                () = sleep_until_some(limit), if !timed_out && self.rescued.is_none() => {
+                    timed_out = true;
+                    if self.slot.withdraw(self.id) == Withdrawal::TakenBack {
+                        break TicketEnd::TimedOut;
+                    }
+                }
+            }
+        };
+        self.done = true;
+        let counter = match &end {
+            TicketEnd::Queued { .. } => &self.shared.counters.pipelined,
+            TicketEnd::Rescued(_) => &self.shared.counters.withdrawn,
+            _ => return end,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        end
+    }
+
+    fn settle(&mut self, handover: Option<Handover>, timed_out: bool) -> TicketEnd {
+        let rescued = self.rescued.take();
+        match handover {
+            Some(Handover::Worker { worker, sent }) => {
+                if let Some(free) = rescued {
+                    // Too late to take the request back: it runs where it was queued.
+                    self.shared.make_idle(free);
+                }
+                TicketEnd::Queued {
+                    lease: Lease::new(*worker, &self.shared),
+                    id: self.id,
+                    sent,
+                }
+            }
+            Some(Handover::Withdrawn) | Some(Handover::Lost) | None => match rescued {
+                Some(worker) => TicketEnd::Rescued(Lease::new(worker, &self.shared)),
+                None if timed_out => TicketEnd::TimedOut,
+                None => TicketEnd::Retry,
+            },
+        }
+    }
+}
+
+async fn sleep_until_some(limit: Option<Instant>) {
+    match limit {
+        Some(limit) => tokio::time::sleep_until(limit).await,
+        None => std::future::pending().await,
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        locked(&self.shared.queueing.rescuers).retain(|r| r.ticket != self.ticket);
+        if !self.done {
+            // The caller gave up while queued.
+            self.slot.abandon(self.id);
+        }
+        // No worker is sent from here on; one sent before is given back.
+        let late = self.rescue.try_recv().ok();
+        for worker in self.rescued.take().into_iter().chain(late) {
+            self.shared.make_idle(worker);
+        }
+        if let Ok(Handover::Worker { worker, sent }) = self.handover.try_recv() {
+            match sent {
+                true => self.shared.replace_orphaned(*worker),
+                false => self.shared.make_idle(*worker),
+            }
+        }
+    }
+}

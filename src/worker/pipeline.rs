@@ -1,0 +1,198 @@
+//! Pipelining: the next request written to a busy worker behind its running
+//! call, so that the worker starts it the moment the running one ends,
+//! without waiting for the supervisor to read the reply and send more.
+//!
+//! Each worker has one [`Slot`], shared by the task running the worker's
+//! current call (which alone writes to the worker) and the pool. A queued
+//! request is in one of these states, and every change is made under the
+//! slot's lock:
+//! - **unsent**: its frame waits here; the running call's exchange writes it;
+//! - **on the wire**: the worker has it, behind the running call;
+//! - **withdrawing**: a worker came free elsewhere, so the pool asked for it
+//!   back; the worker answers `withdrawn` (it never started it) or, too late,
+//!   starts it — never both, since it decides under its own lock;
+//! - handed over with the worker when the running call ends, withdrawn, or
+//!   lost with a worker that died (it never started: one call runs at a time).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use tokio::sync::{oneshot, Notify};
+
+use super::Worker;
+use crate::protocol::{encode_frame, ProtocolError, Request};
+
+/// The largest request queued behind a running call. A bigger one waits for
+/// a free worker instead: its write could fill the pipe while the worker
+/// is busy (or stopped for a human) and stall the running call's exchange.
+pub const MAX_QUEUED_FRAME: usize = 16 * 1024;
+
+/// How the queued request of a slot ended, as its caller learns it.
+pub enum Handover {
+    /// The running call ended and the worker is now the queued call's. Its
+    /// request is on the wire (`sent`) — it may already be running — or
+    /// still to be written.
+    Worker { worker: Box<Worker>, sent: bool },
+    /// The worker gave the request back unstarted.
+    Withdrawn,
+    /// The worker is gone (its running call was killed, or it died) and the
+    /// request never started.
+    Lost,
+}
+
+/// What [`Slot::withdraw`] did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Withdrawal {
+    /// The request had not been written: it is taken back, and no answer comes.
+    TakenBack,
+    /// The worker was asked; the answer comes as a [`Handover`].
+    Asked,
+    /// The request is no longer queued here (it was handed over, or lost).
+    Gone,
+}
+
+struct Queued {
+    id: u64,
+    /// The request's frame, until the running call's exchange writes it.
+    unsent: Option<Vec<u8>>,
+    /// A withdraw to write (`Some(false)`) or written (`Some(true)`).
+    withdraw: Option<bool>,
+    /// To the waiting caller; `None` once it gave up.
+    handover: Option<oneshot::Sender<Handover>>,
+}
+
+/// One worker's queue of at most one request behind its running call.
+#[derive(Default)]
+pub struct Slot {
+    queued: Mutex<Option<Queued>>,
+    /// Wakes the running call's exchange: something to write.
+    wake: Notify,
+    next_id: AtomicU64,
+}
+
+impl Slot {
+    pub(crate) fn new() -> Slot {
+        Slot {
+            next_id: AtomicU64::new(1),
+            ..Slot::default()
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, Option<Queued>> {
+        // Nothing panics while holding it; a poisoned lock's state is whole.
+        self.queued.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A request id of this worker, never used before.
+    pub fn take_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Queues request `id` (its `frame` written by the running call's
+    /// exchange) unless a request is queued already.
+    pub fn queue(&self, id: u64, frame: Vec<u8>) -> Option<oneshot::Receiver<Handover>> {
+        let mut queued = self.state();
+        if queued.is_some() || frame.len() > MAX_QUEUED_FRAME {
+            return None;
+        }
+        let (handover, receiver) = oneshot::channel();
+        *queued = Some(Queued {
+            id,
+            unsent: Some(frame),
+            withdraw: None,
+            handover: Some(handover),
+        });
+        drop(queued);
+        self.wake.notify_one();
+        Some(receiver)
+    }
+
+    /// Asks for request `id` back.
+    pub fn withdraw(&self, id: u64) -> Withdrawal {
+        let mut state = self.state();
+        let Some(queued) = state.as_mut().filter(|q| q.id == id) else {
+            return Withdrawal::Gone;
+        };
+        if queued.unsent.is_some() {
+            *state = None;
+            return Withdrawal::TakenBack;
+        }
+        if queued.withdraw.is_none() {
+            queued.withdraw = Some(false);
+            drop(state);
+            self.wake.notify_one();
+        }
+        Withdrawal::Asked
+    }
+
+    /// The caller of request `id` gave up: forgotten if it was never
+    /// written, else asked back (if it starts anyway, the worker is not
+    /// handed to anyone: see [`Slot::take`]).
+    pub fn abandon(&self, id: u64) {
+        if self.withdraw(id) == Withdrawal::Asked {
+            if let Some(queued) = self.state().as_mut().filter(|q| q.id == id) {
+                queued.handover = None;
+            }
+        }
+    }
+
+    /// Woken when there is something to write (see [`Slot::frames_to_write`]).
+    pub(super) fn wake(&self) -> &Notify {
+        &self.wake
+    }
+
+    /// The frames the running call's exchange is to write now: the queued
+    /// request, then a withdraw of it; marked as written.
+    pub(super) fn frames_to_write(&self, max_frame: usize) -> Result<Vec<Vec<u8>>, ProtocolError> {
+        let mut state = self.state();
+        let Some(queued) = state.as_mut() else {
+            return Ok(Vec::new());
+        };
+        let mut frames = Vec::new();
+        if let Some(frame) = queued.unsent.take() {
+            frames.push(frame);
+        }
+        if queued.withdraw == Some(false) {
+            queued.withdraw = Some(true);
+            frames.push(encode_frame(
+                &Request::Withdraw { id: queued.id },
+                max_frame,
+            )?);
+        }
+        Ok(frames)
+    }
+
+    /// The worker gave request `id` back: its caller learns it.
+    pub(super) fn withdrawn(&self, id: u64) {
+        let taken = {
+            let mut state = self.state();
+            match state.as_ref() {
+                Some(queued) if queued.id == id => state.take(),
+                _ => None,
+            }
+        };
+        if let Some(handover) = taken.and_then(|q| q.handover) {
+            let _ = handover.send(Handover::Withdrawn);
+        }
+    }
+
+    /// At the end of the running call: the queued request, if any, leaves
+    /// the slot. `None` as the sender: nobody waits for it any more.
+    pub(crate) fn take(&self) -> Option<TakenRequest> {
+        self.state().take().map(|queued| TakenRequest {
+            sent: queued.unsent.is_none(),
+            handover: queued.handover,
+        })
+    }
+
+    pub fn is_free(&self) -> bool {
+        self.state().is_none()
+    }
+}
+
+/// A queued request taken from its slot as the running call ended.
+pub(crate) struct TakenRequest {
+    /// On the wire: the worker may run it next.
+    pub sent: bool,
+    pub handover: Option<oneshot::Sender<Handover>>,
+}
