@@ -44,7 +44,9 @@ class CallbackError(Exception):
 class Channel:
     def __init__(self, in_fd: int, out_fd: int, max_frame: int):
         self._in_fd = in_fd
-        self._in = open(in_fd, "rb")
+        # Unbuffered: what has arrived stays in the pipe, where the watcher's
+        # poll sees it, not in a buffer only a reading thread knows about.
+        self._in = open(in_fd, "rb", buffering=0)
         self._out_fd = out_fd
         self.max_frame = max_frame
         self._write_lock = threading.Lock()

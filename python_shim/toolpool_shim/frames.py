@@ -18,11 +18,11 @@ class FrameTooLarge(FrameError):
 
 
 def read_frame(stream, max_frame: int) -> bytes | None:
-    """Read one frame body from a buffered binary stream; None at a clean end of stream.
+    """Read one frame body from a binary stream; None at a clean end of stream.
 
     The length is checked against `max_frame` before anything is allocated.
     """
-    header = stream.read(_HEADER.size)
+    header = _read_exactly(stream, _HEADER.size)
     if not header:
         return None
     if len(header) < _HEADER.size:
@@ -30,10 +30,27 @@ def read_frame(stream, max_frame: int) -> bytes | None:
     (size,) = _HEADER.unpack(header)
     if size > max_frame:
         raise FrameTooLarge(size, max_frame)
-    body = stream.read(size)
+    body = _read_exactly(stream, size)
     if len(body) < size:
         raise FrameError(f"end of stream after {len(body)} of {size} frame bytes")
     return body
+
+
+def _read_exactly(stream, size: int) -> bytes:
+    """`size` bytes, fewer only at the end of the stream. An unbuffered
+    stream (a pipe) returns what has arrived, so this reads until it has all."""
+    data = stream.read(size)
+    if not data or len(data) == size:
+        return data or b""
+    chunks = [data]
+    got = len(data)
+    while got < size:
+        more = stream.read(size - got)
+        if not more:
+            break
+        chunks.append(more)
+        got += len(more)
+    return b"".join(chunks)
 
 
 def write_frame(fd: int, body: bytes, max_frame: int) -> None:

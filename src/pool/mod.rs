@@ -463,6 +463,7 @@ impl PoolBuilder {
             counters: Counters::default(),
             queueing: Queueing::default(),
             live: Mutex::new(HashMap::new()),
+            left: tokio::sync::Notify::new(),
             start_failure: Mutex::new(None),
             start_failed: tokio::sync::Notify::new(),
             restart_failures: AtomicU64::new(0),
@@ -546,6 +547,10 @@ fn catalog_from(outcome: CallOutcome, functions_dir: PathBuf) -> Result<Catalog,
         CallOutcome::Died { reason } | CallOutcome::NotStarted { reason } => {
             Err(PoolError::Catalog(format!("the worker {reason}")))
         }
+        // Only a queued invoke is ever given back.
+        CallOutcome::Withdrawn => Err(PoolError::Catalog(
+            "the worker gave the catalog request back".into(),
+        )),
     }
 }
 
@@ -748,6 +753,8 @@ struct Shared {
     queueing: Queueing,
     /// Live workers (spares included), by pid.
     live: Mutex<HashMap<i32, LiveWorker>>,
+    /// Notified whenever a worker leaves `live` (shutdown waits on it).
+    left: tokio::sync::Notify,
     /// Why the last attempt to start a worker failed, while none is running.
     start_failure: Mutex<Option<String>>,
     /// Wakes queued calls when a start fails, to fail fast if none can run.
@@ -835,6 +842,7 @@ impl Shared {
                 self.counters
                     .session_recycles
                     .fetch_add(1, Ordering::Relaxed);
+                self.lose_queued(&worker);
                 self.unregister(pid);
                 tokio::spawn(worker.retire());
                 self.replace();
@@ -846,6 +854,20 @@ impl Shared {
     fn unregister(&self, pid: i32) {
         if let Ok(mut live) = self.live.lock() {
             live.remove(&pid);
+        }
+        self.left.notify_waiters();
+    }
+
+    /// Waits until no worker is live, or `deadline`.
+    async fn all_gone_by(&self, deadline: Instant) {
+        loop {
+            // Registered before the check, so a worker leaving in between wakes it.
+            let left = self.left.notified();
+            tokio::pin!(left);
+            left.as_mut().enable();
+            if self.live_workers() == 0 || tokio::time::timeout_at(deadline, left).await.is_err() {
+                return;
+            }
         }
     }
 
@@ -902,6 +924,10 @@ impl Shared {
         };
         // The receiver lives as long as `self`, so this cannot fail.
         let _ = self.idle_tx.send(worker);
+        if self.is_closed.load(Ordering::Acquire) {
+            // Closed meanwhile: shutdown takes it from the channel.
+            self.left.notify_waiters();
+        }
     }
 
     /// Puts a worker in place of one that died, timed out or retired: a
@@ -1204,6 +1230,8 @@ enum Attempt {
     Done(Result<Value, ToolError>, Option<Vec<WireBlock>>, i32),
     /// The worker was broken before it started the call.
     NotStarted { pid: i32, reason: String },
+    /// Queued behind the call before, it was given back unstarted.
+    Withdrawn,
 }
 
 /// A worker checked out for one call. Dropped mid-call (the caller gave up),
@@ -1466,6 +1494,7 @@ impl Pool {
                 // An earlier call broke that worker: this one moves to a
                 // fresh worker, once.
                 Attempt::NotStarted { .. } if !moved => moved = true,
+                Attempt::Withdrawn => {}
                 Attempt::NotStarted { pid, reason } => {
                     let message = format!(
                         "the worker (pid {pid}) was found broken before it started '{name}', twice: it {reason}"
@@ -1562,6 +1591,10 @@ impl Pool {
             CallOutcome::NotStarted { reason } => {
                 lease.finish(false);
                 return Attempt::NotStarted { pid, reason };
+            }
+            CallOutcome::Withdrawn => {
+                lease.finish(true);
+                return Attempt::Withdrawn;
             }
             CallOutcome::Died { reason } => {
                 let mut message = format!("the worker (pid {pid}) running '{name}' {reason}");
@@ -1678,8 +1711,13 @@ impl Pool {
         shared.closed.send_replace(true);
         let deadline = Instant::now() + grace;
         let mut retiring = JoinSet::new();
+        // Idle workers and spares retire at once; those coming back from
+        // calls retire as they come back (`make_idle` on a closed pool). A
+        // worker made idle just as the pool closed wakes this to retire it.
         loop {
-            // Idle workers (and those coming back from calls) retire at once.
+            let left = shared.left.notified();
+            tokio::pin!(left);
+            left.as_mut().enable();
             {
                 let mut idle = shared.idle_rx.lock().await;
                 let mut leaving = shared.take_spares();
@@ -1691,10 +1729,10 @@ impl Pool {
                     retiring.spawn(worker.retire());
                 }
             }
-            if shared.live_workers() == 0 || Instant::now() >= deadline {
+            if shared.live_workers() == 0 || tokio::time::timeout_at(deadline, left).await.is_err()
+            {
                 break;
             }
-            tokio::time::sleep(Duration::from_millis(10)).await;
         }
         // Whatever is still busy after the grace period is killed; its call
         // returns PoolClosed.
@@ -1708,9 +1746,7 @@ impl Pool {
         }
         while retiring.join_next().await.is_some() {}
         // The calls just killed hand their workers to `dying` as they return.
-        while shared.live_workers() > 0 && Instant::now() < deadline + Duration::from_secs(5) {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        shared.all_gone_by(deadline + Duration::from_secs(5)).await;
         shared.dying.close();
         shared.dying.wait().await;
     }

@@ -107,7 +107,7 @@ impl Shared {
         let busy = locked(&self.queueing.busy);
         for worker in busy.iter() {
             let admits = worker.session.as_deref().is_none_or(|s| s == session);
-            if !worker.takes_more || !admits || !worker.slot.is_free() {
+            if !worker.takes_more || !admits || !worker.slot.has_room() {
                 continue;
             }
             let id = worker.slot.take_id();
@@ -167,29 +167,34 @@ impl Shared {
         Some(worker)
     }
 
-    /// At the end of a call that kept its worker: the call queued behind it,
-    /// if any, takes the worker. `Some` when nobody does.
-    pub(super) fn hand_over(self: &Arc<Self>, worker: Worker) -> Option<Worker> {
-        let Some(taken) = worker.slot().take() else {
-            return Some(worker);
-        };
-        let sent = taken.sent;
-        let orphan = match taken.handover {
-            Some(caller) => match caller.send(Handover::Worker {
-                worker: Box::new(worker),
-                sent,
-            }) {
-                Ok(()) => return None,
-                Err(Handover::Worker { worker, .. }) => *worker,
-                Err(_) => return None,
-            },
-            None => worker,
-        };
-        if !sent {
-            return Some(orphan);
+    /// At the end of a call that kept its worker: the first call queued
+    /// behind it, if any, takes the worker (the others stay queued).
+    /// `Some` when nobody does.
+    pub(super) fn hand_over(self: &Arc<Self>, mut worker: Worker) -> Option<Worker> {
+        loop {
+            let Some(taken) = worker.slot().take() else {
+                return Some(worker);
+            };
+            let sent = taken.sent;
+            let unclaimed = match taken.handover {
+                Some(caller) => match caller.send(Handover::Worker {
+                    worker: Box::new(worker),
+                    sent,
+                }) {
+                    Ok(()) => return None,
+                    Err(Handover::Worker { worker, .. }) => *worker,
+                    Err(_) => return None,
+                },
+                None => worker,
+            };
+            if sent {
+                self.lose_queued(&unclaimed);
+                self.replace_orphaned(unclaimed);
+                return None;
+            }
+            // Its caller gave up before the request was written: the next one.
+            worker = unclaimed;
         }
-        self.replace_orphaned(orphan);
-        None
     }
 
     /// A worker whose queued request's caller gave up after the request was
@@ -206,10 +211,12 @@ impl Shared {
         self.replace();
     }
 
-    /// The worker is gone: the call queued behind it never started.
+    /// The worker is gone: the calls queued behind it never started.
     pub(super) fn lose_queued(&self, worker: &Worker) {
-        if let Some(caller) = worker.slot().take().and_then(|taken| taken.handover) {
-            let _ = caller.send(Handover::Lost);
+        for taken in worker.slot().take_all() {
+            if let Some(caller) = taken.handover {
+                let _ = caller.send(Handover::Lost);
+            }
         }
     }
 

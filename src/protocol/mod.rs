@@ -92,28 +92,6 @@ pub enum Request<'a> {
     },
 }
 
-impl Request<'_> {
-    /// The same request under another id (sent again after a withdraw).
-    pub fn with_id(&self, id: u64) -> Request<'_> {
-        match *self {
-            Request::Catalog { .. } => Request::Catalog { id },
-            Request::Ping { .. } => Request::Ping { id },
-            Request::Invoke {
-                name,
-                args,
-                context,
-                ..
-            } => Request::Invoke {
-                id,
-                name,
-                args,
-                context,
-            },
-            Request::Withdraw { .. } => Request::Withdraw { id },
-        }
-    }
-}
-
 /// Supervisor → worker: the answer to a worker's callback (`Message::Call`).
 #[derive(Debug, Serialize)]
 pub struct CallbackReply {

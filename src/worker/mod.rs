@@ -459,6 +459,9 @@ pub enum CallOutcome {
     },
     /// The worker died or broke the protocol; it is gone.
     Died { reason: String },
+    /// The request, queued behind the call before (pipelining), was given
+    /// back unstarted; the worker is sound and the call may run anywhere.
+    Withdrawn,
     /// The worker was found dead or broken before it started the request
     /// (it never acknowledged it): an earlier call damaged it. It is gone;
     /// the request may run elsewhere.
@@ -769,15 +772,19 @@ impl Worker {
         deadline: Instant,
         callbacks: Option<&Arc<dyn CallbackService>>,
     ) -> CallOutcome {
-        self.calls_served += 1;
         let request = Request::Invoke {
             id,
             name,
             args,
             context,
         };
-        self.run(id, &request, name, deadline, callbacks, true)
-            .await
+        let outcome = self
+            .run(id, &request, name, deadline, callbacks, true)
+            .await;
+        if !matches!(outcome, CallOutcome::Withdrawn) {
+            self.calls_served += 1;
+        }
+        outcome
     }
 
     async fn run(
@@ -813,7 +820,6 @@ impl Worker {
         let outcome = self
             .exchange(
                 id,
-                request,
                 frame.as_deref(),
                 deadline,
                 label,
@@ -827,6 +833,7 @@ impl Worker {
         let previous = self.last_call.replace(call);
         match outcome {
             Exchange::Reply(reply) => CallOutcome::Reply(reply),
+            Exchange::Withdrawn => CallOutcome::Withdrawn,
             Exchange::Timeout => {
                 let stuck_at = self.stack_dump().await;
                 // Every process of the call dies now (the worker by pidfd,
@@ -888,11 +895,9 @@ impl Worker {
     /// deadline is suspended and the worker's processes are stopped; they
     /// resume, the deadline pushed back by the wait, before the answer is
     /// written.
-    #[allow(clippy::too_many_arguments)]
     async fn exchange(
         &mut self,
         id: u64,
-        request: &Request<'_>,
         frame: Option<&[u8]>,
         deadline: Instant,
         label: &str,
@@ -907,7 +912,6 @@ impl Worker {
         let outcome = self
             .exchange_serving(
                 id,
-                request,
                 frame,
                 deadline,
                 label,
@@ -931,8 +935,7 @@ impl Worker {
     #[allow(clippy::too_many_arguments)]
     async fn exchange_serving(
         &mut self,
-        mut id: u64,
-        request: &Request<'_>,
+        id: u64,
         frame: Option<&[u8]>,
         mut deadline: Instant,
         label: &str,
@@ -1002,22 +1005,11 @@ impl Worker {
                     continue;
                 }
                 Event::Message(Ok(Message::Withdrawn { id: got })) if got == id => {
-                    // This call's own request, queued behind the call before
-                    // and withdrawn too late to run elsewhere: the worker is
-                    // free, so it runs here after all.
-                    id = slot.take_id();
-                    let frame = match encode_frame(&request.with_id(id), self.spec.max_frame) {
-                        Ok(frame) => frame,
-                        Err(e) => return Exchange::NotStarted(e),
-                    };
-                    let Some(stdin) = self.stdin.as_mut() else {
-                        return Exchange::Broken(ProtocolError::Closed);
-                    };
-                    match timeout_at(deadline, write_frame(stdin, &frame)).await {
-                        Err(_) => return Exchange::Timeout,
-                        Ok(Err(e)) => return Exchange::NotStarted(e),
-                        Ok(Ok(())) => continue,
-                    }
+                    // This call's own request, queued behind the call before:
+                    // given back unstarted. The worker is sound (it may
+                    // hold requests queued behind this one); the call checks
+                    // out again.
+                    return Exchange::Withdrawn;
                 }
                 Event::Message(Ok(Message::Withdrawn { id: got })) => {
                     slot.withdrawn(got);
@@ -1361,6 +1353,8 @@ impl Drop for Worker {
 
 enum Exchange {
     Reply(Result<ReplyValue, RemoteError>),
+    /// The request, queued behind the call before, was given back unstarted.
+    Withdrawn,
     Timeout,
     Broken(ProtocolError),
     /// Broken before it acknowledged the request.

@@ -4,6 +4,7 @@ and unencodable replies."""
 import os
 import queue
 import threading
+import time
 import unittest
 
 import support  # noqa: F401  (puts the shim on sys.path)
@@ -118,6 +119,35 @@ class Replies(ChannelCase):
         self.assertTrue(error["message"].startswith("é" * (MAX_FRAME // 16) + "… ("))
         self.assertTrue(error["message"].endswith(" more characters cut)"))
         self.assertEqual(error["traceback"], error["message"])
+
+
+class Withdrawals(ChannelCase):
+    """A request queued behind a running call is given back on `withdraw`, unless it started."""
+
+    def setUp(self):
+        super().setUp()
+        self.channel.watch_for_hangup()  # the watcher reads for a long-running call
+
+    def start(self, request_id: int) -> None:
+        self.send_to_worker({"t": "invoke", "id": request_id, "name": "nap"})
+        self.assertEqual(self.channel.next_request()["id"], request_id)
+        self.channel.acknowledge(request_id)
+        self.assertEqual(self.read_from_worker(), {"t": "started", "id": request_id})
+
+    def test_a_queued_request_is_given_back_while_a_call_runs(self):
+        self.start(1)
+        # The call "runs" (nobody reads) while the next request and its withdraw arrive.
+        self.send_to_worker({"t": "invoke", "id": 2, "name": "nap"})
+        self.send_to_worker({"t": "withdraw", "id": 2})
+        self.assertEqual(self.read_from_worker(), {"t": "withdrawn", "id": 2})
+        self.send_to_worker({"t": "ping", "id": 3})
+        self.assertEqual(self.channel.next_request(), {"t": "ping", "id": 3}, "the withdrawn request never runs")
+
+    def test_a_request_that_started_is_not_given_back(self):
+        self.start(4)
+        self.send_to_worker({"t": "withdraw", "id": 4})
+        time.sleep(0.3)  # a dozen of the watcher's looks
+        self.assertTrue(self.from_worker.empty(), "a started request was answered as withdrawn")
 
 
 if __name__ == "__main__":

@@ -35,6 +35,18 @@ class ReadFrame(unittest.TestCase):
                     frames.read_frame(io.BytesIO(data), 100)
 
 
+    def test_a_frame_arriving_in_pieces_on_an_unbuffered_pipe_is_read_whole(self):
+        read_fd, write_fd = os.pipe()
+        body = b"x" * 100_000  # more than a pipe holds: the reader gets it in parts
+        writer = threading.Thread(target=frames.write_frame, args=(write_fd, body, 1 << 20))
+        writer.start()
+        with open(read_fd, "rb", buffering=0) as stream:
+            self.assertEqual(frames.read_frame(stream, 1 << 20), body)
+            writer.join()
+            os.close(write_fd)
+            self.assertIsNone(frames.read_frame(stream, 1 << 20))
+
+
 class WriteFrame(unittest.TestCase):
     def test_writes_the_length_then_the_body(self):
         read_end, write_end = os.pipe()
