@@ -386,7 +386,7 @@ fn catalog_table_has_a_row_per_function_and_the_load_errors() {
 
 /// `--sandbox` serves `--http` (each MCP session on workers of its own,
 /// tests/python_mcp/test_sandbox_http.py): it starts, listens and answers
-/// its health check (then it is killed: shutdown is `tests/shutdown.rs`'s); skipped, naming what is missing, on a kernel without
+/// its health check, and stops on SIGTERM sent at once; skipped, naming what is missing, on a kernel without
 /// every sandbox piece.
 #[test]
 fn sandbox_serves_http() {
@@ -438,13 +438,19 @@ fn sandbox_serves_http() {
     connection.write_all(request.as_bytes()).unwrap();
     let mut answer = String::new();
     let read = connection.read_to_string(&mut answer);
-    let _ = server.kill();
-    let _ = server.wait();
+    // Right after it said it serves: a stop, not the default action's death.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(server.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = server.wait().unwrap();
     let rest = rest.join().unwrap().join("\n");
     assert!(
         answer.starts_with("HTTP/1.1 200"),
         "{address}: {read:?}: {answer}\n{seen}{rest}"
     );
+    assert!(status.success(), "{status:?}\n{seen}{rest}");
 }
 
 /// `--session-isolation shared` with `--sandbox` over `--http` is refused
