@@ -1146,6 +1146,17 @@ impl Shared {
                 ),
             )
         };
+        if self.is_closed.load(Ordering::Acquire) {
+            // Handed back, it is retired: no new worker for a closing pool.
+            if let Some(worker) = lease.worker.take() {
+                self.make_idle(worker);
+            }
+            return Err(ToolError::new(
+                tool,
+                ErrorKind::PoolClosed,
+                "the pool is shutting down",
+            ));
+        }
         let spec = if paths.dir == self.session.dir {
             self.spec.clone()
         } else {

@@ -468,3 +468,61 @@ fn interpreter_dirs(python: &Path) -> Vec<PathBuf> {
     }
     dirs
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn session_at(dir: &str) -> SessionMounts {
+        let dir = PathBuf::from(dir);
+        SessionMounts {
+            workspace: dir.join("code_workspace"),
+            packages_dir: dir.join("site-packages"),
+            attachments_dir: dir.join("code_workspace/attachments"),
+            dir,
+        }
+    }
+
+    fn sealed(plan: &Plan) -> Vec<String> {
+        plan.ops
+            .iter()
+            .filter_map(|op| match op {
+                Op::Seal(path) => Some(path.to_string_lossy().into_owned()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_session_view_seals_the_sessions_root_but_never_a_folder_the_system_part_holds() {
+        let mut system = Plan::default();
+        system.tmpfs(Path::new("/tmp"), "mode=1777").unwrap();
+        system
+            .bind_dir(Path::new("/srv/tools"), Path::new("/srv/tools"), false)
+            .unwrap();
+        let plan = system
+            .with_session(&session_at("/srv/sessions/alice"))
+            .unwrap();
+        assert_eq!(sealed(&plan), ["/newroot/srv/sessions"]);
+        // The system plan is left as it was: the next session starts from it.
+        assert!(sealed(&system).is_empty());
+        // The private /tmp, and a folder holding the tools, stay usable.
+        assert!(sealed(&system.with_session(&session_at("/tmp/alice")).unwrap()).is_empty());
+        assert!(sealed(&system.with_session(&session_at("/srv/alice")).unwrap()).is_empty());
+        let targets: Vec<String> = plan
+            .ops
+            .iter()
+            .filter_map(|op| match op {
+                Op::Bind {
+                    target, writable, ..
+                } => Some(format!("{} {writable}", target.to_string_lossy())),
+                _ => None,
+            })
+            .collect();
+        assert!(
+            targets.contains(&"/newroot/srv/sessions/alice/code_workspace true".to_string())
+                && targets.contains(&"/newroot/srv/sessions/alice/site-packages true".to_string()),
+            "{targets:?}"
+        );
+    }
+}
