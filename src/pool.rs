@@ -1178,20 +1178,33 @@ impl Shared {
             self.unregister(worker.pid());
             tokio::spawn(worker.retire());
         }
-        let generation = self.generation.load(Ordering::Acquire);
-        match Worker::start(&self.spawner, spec).await {
-            Ok(worker) => {
-                self.register(&worker, generation);
-                Ok(Lease {
-                    worker: Some(worker),
-                    shared: self.clone(),
-                })
+        // Started in a task of its own: if the call is given up meanwhile,
+        // the new worker still takes the retired one's place (idle).
+        let (started_tx, started) = tokio::sync::oneshot::channel();
+        let shared = self.clone();
+        tokio::spawn(async move {
+            let generation = shared.generation.load(Ordering::Acquire);
+            match Worker::start(&shared.spawner, spec).await {
+                Ok(worker) => {
+                    shared.register(&worker, generation);
+                    if let Err(Ok(worker)) = started_tx.send(Ok(worker)) {
+                        shared.make_idle(worker);
+                    }
+                }
+                Err(e) => {
+                    // The retired worker's place: a worker of the pool's session.
+                    shared.replace();
+                    let _ = started_tx.send(Err(e.to_string()));
+                }
             }
-            Err(e) => {
-                // The retired worker's place: a worker of the pool's session.
-                self.replace();
-                Err(cannot_start(e.to_string()))
-            }
+        });
+        match started.await {
+            Ok(Ok(worker)) => Ok(Lease {
+                worker: Some(worker),
+                shared: self.clone(),
+            }),
+            Ok(Err(reason)) => Err(cannot_start(reason)),
+            Err(_) => Err(cannot_start("its start was abandoned".into())),
         }
     }
 

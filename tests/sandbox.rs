@@ -620,3 +620,40 @@ async fn a_session_inside_a_folder_every_worker_sees_is_refused() {
     serves(&pool).await;
     pool.shutdown().await;
 }
+
+/// A call given up while a worker is being started for its session (a
+/// cancelled MCP request) leaves the pool its size: the new worker takes
+/// the retired one's place, and the session's next call is served.
+#[tokio::test]
+async fn a_call_given_up_during_its_sessions_cold_start_leaves_the_pool_whole() {
+    let host = host_dir();
+    let root = SessionsRoot::new(
+        &host.path().join("sessions"),
+        Duration::from_secs(3600),
+        &[],
+    )
+    .unwrap();
+    let own = host_dir();
+    let pool = start(sandboxed(&own)).await;
+    let alice = root.open("alice").unwrap();
+    // The pool's one worker is the pool session's: this call retires it
+    // and waits for one of alice's, and is given up meanwhile.
+    let given_up = tokio::time::timeout(
+        Duration::from_millis(1),
+        call_in(&pool, &alice, "add", json!({"a": 1, "b": 1})),
+    )
+    .await;
+    assert!(
+        given_up.is_err(),
+        "the call finished within 1 ms: {given_up:?}"
+    );
+    let served = tokio::time::timeout(
+        Duration::from_secs(60),
+        call_in(&pool, &alice, "add", json!({"a": 2, "b": 2})),
+    )
+    .await
+    .expect("a worker took the retired one's place");
+    assert_eq!(served.expect("alice is served"), json!(4));
+    assert_eq!(pool.live_workers(), 1);
+    pool.shutdown().await;
+}
