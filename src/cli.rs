@@ -257,7 +257,7 @@ pub fn parse() -> Cli {
 }
 
 /// `serve --session-isolation`.
-#[derive(Debug, Clone, Copy, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum IsolationArg {
     Shared,
     Process,
@@ -694,13 +694,16 @@ async fn run_command(cli: Cli) -> Result<ExitCode, CliError> {
                 })
                 .transpose()
                 .map_err(CliError::Usage)?;
-            if http.is_some() && cli.sandbox.is_some() {
-                // Each HTTP session's directory is made after the workers
-                // are, outside the view their mount namespace was given: a
-                // tool's files would go nowhere the next call can see.
+            if http.is_some()
+                && cli.sandbox.is_some()
+                && *session_isolation == Some(IsolationArg::Shared)
+            {
+                // A sandboxed worker's view holds one session's folders:
+                // it cannot serve another session's files.
                 return Err(CliError::Usage(
-                    "--sandbox cannot serve --http yet: each MCP session's own directory is outside \
-                     the sandbox's view; serve over stdio (one session), or without --sandbox"
+                    "--session-isolation shared cannot be used with --sandbox over --http: a sandboxed \
+                     worker sees only the folders of the session it was started for, so each serves \
+                     one session (--session-isolation process, the default with --http)"
                         .into(),
                 ));
             }
@@ -712,10 +715,14 @@ async fn run_command(cli: Cli) -> Result<ExitCode, CliError> {
                 (Some(IsolationArg::Shared), _) | (None, None) => SessionIsolation::Shared,
                 (Some(IsolationArg::Process), _) | (None, Some(_)) => SessionIsolation::Process,
             };
-            let pool = pool_builder(None)
-                .session_isolation(isolation)
-                .build()
-                .await?;
+            let mut builder = pool_builder(None).session_isolation(isolation);
+            if http.is_some() && cli.sandbox.is_some() && cli.spare_workers.is_none() {
+                // A spare is started for the pool's own session, which no
+                // HTTP session is: under --sandbox it could replace no
+                // session's worker (each is started for its session).
+                builder = builder.spare_workers(0);
+            }
+            let pool = builder.build().await?;
             let reloads = watch.then(|| crate::watch::spawn(&pool));
             let _metrics = match metrics {
                 Some(addr) => {

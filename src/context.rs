@@ -77,6 +77,16 @@ impl SessionPaths {
             site_packages: canonical(&site_packages)?,
         })
     }
+
+    /// What a sandboxed worker started for this session is given to see.
+    pub fn sandbox_mounts(&self) -> crate::sandbox::SessionMounts {
+        crate::sandbox::SessionMounts {
+            dir: self.dir.clone(),
+            workspace: self.workspace.clone(),
+            packages_dir: self.site_packages.clone(),
+            attachments_dir: self.workspace.join(attachments::ATTACHMENTS_DIR),
+        }
+    }
 }
 
 /// A session id names one directory under `.toolpool/sessions` (and is

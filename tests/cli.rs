@@ -384,21 +384,95 @@ fn catalog_table_has_a_row_per_function_and_the_load_errors() {
     );
 }
 
-/// `--sandbox` with `--http` is refused before any worker starts, naming why
-/// (each MCP session's directory would be outside the sandbox's view).
+/// `--sandbox` serves `--http` (each MCP session on workers of its own,
+/// tests/python_mcp/test_sandbox_http.py): it starts, listens and answers
+/// its health check, and stops on SIGTERM sent at once; skipped, naming what is missing, on a kernel without
+/// every sandbox piece.
 #[test]
-fn sandbox_over_http_is_refused_with_the_reason() {
+fn sandbox_serves_http() {
+    use std::io::{BufRead, Read, Write};
+
+    let doctor = Command::new(env!("CARGO_BIN_EXE_toolpool"))
+        .args(["--sandbox", "doctor"])
+        .output()
+        .unwrap();
+    if !doctor.status.success() {
+        let why = String::from_utf8_lossy(&doctor.stderr);
+        assert!(
+            std::env::var_os("TOOLPOOL_TEST_SANDBOX").is_none(),
+            "TOOLPOOL_TEST_SANDBOX is set but the kernel lacks a sandbox piece: {why}"
+        );
+        eprintln!("skipped: this kernel cannot run --sandbox: {why}");
+        return;
+    }
+    let session = tempfile::tempdir().unwrap();
+    let mut server = toolpool_command(session.path())
+        .args(["--sandbox", "serve", "--http", "127.0.0.1:0"])
+        .env("RUST_LOG", "info")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = std::io::BufReader::new(server.stderr.take().unwrap()).lines();
+    let mut seen = String::new();
+    let mut address = None;
+    for line in stderr.by_ref() {
+        let line = line.unwrap();
+        seen.push_str(&line);
+        seen.push('\n');
+        if let Some(at) = line.find("serving MCP (streamable HTTP) at http://") {
+            let url = &line[at + "serving MCP (streamable HTTP) at http://".len()..];
+            address = url.split('/').next().map(str::to_string);
+            break;
+        }
+    }
+    // Read to the end: a closed pipe would fail the server's next log line.
+    let rest = std::thread::spawn(move || stderr.map_while(Result::ok).collect::<Vec<_>>());
+    let Some(address) = address else {
+        let _ = server.kill();
+        panic!("`--sandbox serve --http` did not listen:\n{seen}");
+    };
+    let mut connection = std::net::TcpStream::connect(&address).unwrap();
+    let request = format!("GET /healthz HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
+    connection.write_all(request.as_bytes()).unwrap();
+    let mut answer = String::new();
+    let read = connection.read_to_string(&mut answer);
+    // Right after it said it serves: a stop, not the default action's death.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(server.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = server.wait().unwrap();
+    let rest = rest.join().unwrap().join("\n");
+    assert!(
+        answer.starts_with("HTTP/1.1 200"),
+        "{address}: {read:?}: {answer}\n{seen}{rest}"
+    );
+    assert!(status.success(), "{status:?}\n{seen}{rest}");
+}
+
+/// `--session-isolation shared` with `--sandbox` over `--http` is refused
+/// before any worker starts, naming both options: a sandboxed worker sees
+/// one session's folders only.
+#[test]
+fn sandbox_over_http_refuses_shared_isolation_naming_both() {
     let session = tempfile::tempdir().unwrap();
     let output = Command::new(env!("CARGO_BIN_EXE_toolpool"))
         .args(["--session-dir"])
         .arg(session.path())
         .args(["--sandbox", "serve", "--http", "127.0.0.1:0"])
+        .args(["--session-isolation", "shared"])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(
-        stderr.contains("--sandbox cannot serve --http yet: each MCP session's own directory"),
+        stderr.contains(
+            "--session-isolation shared cannot be used with --sandbox over --http: a sandboxed worker \
+             sees only the folders of the session it was started for"
+        ),
         "{stderr}"
     );
     assert!(!stderr.contains("serving MCP"), "{stderr}");

@@ -39,6 +39,18 @@ fn venv_python(variable: &str, default: &str, package: &str) -> Option<PathBuf> 
     None
 }
 
+/// A folder of the host outside /tmp, for tests of `--sandbox` (which gives
+/// each worker a /tmp of its own): the target's, unless that is under /tmp
+/// too (a CI checkout may be), then /var/tmp.
+fn host_tmp() -> PathBuf {
+    let target = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    if target.starts_with("/tmp") {
+        PathBuf::from("/var/tmp")
+    } else {
+        target
+    }
+}
+
 /// Runs one module of tests/python_mcp with unittest.
 fn run_python_module(module: &str) {
     let found = match module {
@@ -60,6 +72,7 @@ fn run_python_module(module: &str) {
         .env("TOOLPOOL_BIN", env!("CARGO_BIN_EXE_toolpool"))
         .env("TOOLPOOL_VERSION", env!("CARGO_PKG_VERSION"))
         .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("TOOLPOOL_TEST_HOST_TMP", host_tmp())
         .output()
         .expect("the venv's python runs");
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -142,4 +155,28 @@ fn python_client_replicas_behind_haproxy() {
 #[test]
 fn fastmcp_tasks_client_drives_tasks_over_stdio_and_http() {
     run_python_module("test_fastmcp_tasks");
+}
+
+/// `serve --http --sandbox`: each MCP session's workers see its own folders
+/// only, a hostile tool cannot read another session's files nor list the
+/// sessions root, a timeout kill keeps the session's files, a one-request
+/// session works. Needs every sandbox piece: skipped, with what the kernel
+/// lacks, where `toolpool --sandbox doctor` fails, except under
+/// scripts/test-sandboxed (`TOOLPOOL_TEST_SANDBOX`), which requires it.
+#[test]
+fn python_client_sandboxed_http_sessions() {
+    let doctor = Command::new(env!("CARGO_BIN_EXE_toolpool"))
+        .args(["--sandbox", "doctor"])
+        .output()
+        .expect("toolpool runs");
+    if !doctor.status.success() {
+        let why = String::from_utf8_lossy(&doctor.stderr);
+        assert!(
+            std::env::var_os("TOOLPOOL_TEST_SANDBOX").is_none(),
+            "TOOLPOOL_TEST_SANDBOX is set but the kernel lacks a sandbox piece: {why}"
+        );
+        eprintln!("skipped: this kernel cannot run --sandbox: {why}");
+        return;
+    }
+    run_python_module("test_sandbox_http");
 }

@@ -2,8 +2,8 @@
 //! (tests/fixtures/hostile/sandbox/escapes.py) try to read and write outside
 //! the session, reach the network, see and signal the supervisor, forge an
 //! MCP answer through its `/proc`, fork without end and make system calls a
-//! tool never needs. Each test asserts what the kernel answered, and that
-//! the pool still serves.
+//! tool never needs, and read another session's files. Each test asserts
+//! what the kernel answered, and that the pool still serves.
 
 mod common;
 mod mcp_support;
@@ -13,8 +13,10 @@ use std::time::Duration;
 
 use common::*;
 use serde_json::{json, Value};
+use std::sync::Arc;
 use toolpool::sandbox::SandboxMode;
-use toolpool::{ErrorKind, Pool, PoolBuilder, ToolError};
+
+use toolpool::{ErrorKind, InvokeOptions, Pool, PoolBuilder, Session, SessionsRoot, ToolError};
 
 fn escapes() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hostile/sandbox")
@@ -495,5 +497,163 @@ async fn the_memory_limit_is_a_cgroups_where_one_can_be_had() {
         );
     }
     serves(&pool).await;
+    pool.shutdown().await;
+}
+
+async fn call_in(
+    pool: &Pool,
+    session: &Arc<Session>,
+    name: &str,
+    args: Value,
+) -> Result<Value, ToolError> {
+    let options = InvokeOptions {
+        session: Some(session.clone()),
+        ..InvokeOptions::default()
+    };
+    pool.invoke(name, args, options).await
+}
+
+/// Sessions of their own (as each MCP session over HTTP has): a sandboxed
+/// worker is started for one session and sees its folders only; a call of
+/// another session gets a worker of its own (the one worker of the pool is
+/// retired for it), and the sessions root cannot be listed.
+#[tokio::test]
+async fn each_session_gets_workers_that_see_its_folders_only() {
+    let host = host_dir();
+    let root = SessionsRoot::new(
+        &host.path().join("sessions"),
+        Duration::from_secs(3600),
+        &[],
+    )
+    .unwrap();
+    let own = host_dir();
+    let pool = start(sandboxed(&own)).await;
+    let (alice, bob) = (root.open("alice").unwrap(), root.open("bob").unwrap());
+    for (who, session) in [("alice", &alice), ("bob", &bob)] {
+        let path = session.paths.workspace.join("mine.txt");
+        let written = call_in(
+            &pool,
+            session,
+            "write_file",
+            json!({"path": path, "text": who}),
+        );
+        assert_eq!(
+            written.await.expect("its own workspace is writable"),
+            json!("written")
+        );
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), who, "on the host");
+    }
+    let theirs = bob.paths.workspace.join("mine.txt");
+    let message = raised(
+        call_in(&pool, &alice, "read_file", json!({"path": theirs})).await,
+        "FileNotFoundError",
+    );
+    assert!(message.contains("No such file"), "{message}");
+    raised(
+        call_in(
+            &pool,
+            &alice,
+            "write_file",
+            json!({"path": theirs, "text": "x"}),
+        )
+        .await,
+        "FileNotFoundError",
+    );
+    assert_eq!(std::fs::read_to_string(&theirs).unwrap(), "bob");
+    raised(
+        call_in(&pool, &alice, "list_dir", json!({"path": root.root()})).await,
+        "PermissionError",
+    );
+    let mine = call_in(
+        &pool,
+        &alice,
+        "read_file",
+        json!({"path": alice.paths.workspace.join("mine.txt")}),
+    );
+    assert_eq!(mine.await.expect("its own file"), json!("alice"));
+    assert!(pool.stats().session_recycles >= 3, "{:?}", pool.stats());
+    // A one-request session's worker makes room once its folder is gone.
+    let once = root.open_ephemeral().unwrap();
+    let summed = call_in(&pool, &once, "add", json!({"a": 1, "b": 2})).await;
+    assert_eq!(summed.expect("a one-request session is served"), json!(3));
+    drop(once);
+    let theirs = call_in(&pool, &bob, "read_file", json!({"path": theirs})).await;
+    assert_eq!(theirs.expect("bob's own file"), json!("bob"));
+    serves(&pool).await;
+    pool.shutdown().await;
+}
+
+/// A session folder that every sandboxed worker already sees (here, inside
+/// the tools' folder) is refused a worker, naming both folders.
+#[tokio::test]
+async fn a_session_inside_a_folder_every_worker_sees_is_refused() {
+    let tools = host_dir();
+    for entry in std::fs::read_dir(escapes()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "py") {
+            std::fs::copy(&path, tools.path().join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    let root = SessionsRoot::new(
+        &tools.path().join("sessions"),
+        Duration::from_secs(3600),
+        &[],
+    )
+    .unwrap();
+    let own = host_dir();
+    let pool = start(sandboxed(&own).functions_dir(tools.path())).await;
+    let inside = root.open("inside").unwrap();
+    let error = call_in(&pool, &inside, "add", json!({"a": 1, "b": 2}))
+        .await
+        .expect_err("refused");
+    assert_eq!(error.kind, ErrorKind::WorkerDied, "{error:?}");
+    assert!(
+        error
+            .message
+            .contains("cannot start a sandboxed worker for session 'inside'")
+            && error
+                .message
+                .contains("every sandboxed worker sees read-only"),
+        "{}",
+        error.message
+    );
+    serves(&pool).await;
+    pool.shutdown().await;
+}
+
+/// A call given up while a worker is being started for its session (a
+/// cancelled MCP request) leaves the pool its size: the new worker takes
+/// the retired one's place, and the session's next call is served.
+#[tokio::test]
+async fn a_call_given_up_during_its_sessions_cold_start_leaves_the_pool_whole() {
+    let host = host_dir();
+    let root = SessionsRoot::new(
+        &host.path().join("sessions"),
+        Duration::from_secs(3600),
+        &[],
+    )
+    .unwrap();
+    let own = host_dir();
+    let pool = start(sandboxed(&own)).await;
+    let alice = root.open("alice").unwrap();
+    // The pool's one worker is the pool session's: this call retires it
+    // and waits for one of alice's, and is given up meanwhile.
+    let given_up = tokio::time::timeout(
+        Duration::from_millis(1),
+        call_in(&pool, &alice, "add", json!({"a": 1, "b": 1})),
+    )
+    .await;
+    assert!(
+        given_up.is_err(),
+        "the call finished within 1 ms: {given_up:?}"
+    );
+    let served = tokio::time::timeout(
+        Duration::from_secs(60),
+        call_in(&pool, &alice, "add", json!({"a": 2, "b": 2})),
+    )
+    .await
+    .expect("a worker took the retired one's place");
+    assert_eq!(served.expect("alice is served"), json!(4));
+    assert_eq!(pool.live_workers(), 1);
     pool.shutdown().await;
 }

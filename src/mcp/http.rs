@@ -186,12 +186,12 @@ pub(super) async fn serve(
             }
         );
     }
+    let stop = stop_signal();
+    tokio::pin!(stop);
     // Tests and scripts that ask for port 0 learn the port from this line.
     eprintln!("toolpool: serving MCP (streamable HTTP) at http://{local}{ENDPOINT}");
     tracing::info!(%local, sessions_root = %root.root().display(), "serving MCP over streamable HTTP");
 
-    let stop = stop_signal();
-    tokio::pin!(stop);
     // After the stop signal: the shutdown, run while the listener goes on
     // answering (readyz 503, the sessions' own requests, new ones refused).
     let mut draining: Option<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>>> =

@@ -888,18 +888,23 @@ impl Drop for CallGuard<'_> {
     }
 }
 
-/// Resolves on SIGTERM or SIGINT.
-async fn stop_signal() {
+/// Resolves on SIGTERM or SIGINT. The handlers are installed at the call,
+/// not at the first poll: a signal sent as soon as the server says it
+/// serves is a stop, not the default action's death.
+fn stop_signal() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (
+    let handlers = (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
-    ) else {
-        tracing::error!("cannot install signal handlers; only stdin EOF stops the server");
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM received"),
-        _ = int.recv() => tracing::info!("SIGINT received"),
+    );
+    async move {
+        let (Ok(mut term), Ok(mut int)) = handlers else {
+            tracing::error!("cannot install signal handlers; only stdin EOF stops the server");
+            return std::future::pending().await;
+        };
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM received"),
+            _ = int.recv() => tracing::info!("SIGINT received"),
+        }
     }
 }

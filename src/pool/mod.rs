@@ -332,11 +332,7 @@ impl PoolBuilder {
                 python: python.clone(),
                 shim_dir: shim_dir.clone(),
                 functions_dir: functions_dir.clone(),
-                workspace: session.workspace.clone(),
-                packages_dir: session.site_packages.clone(),
-                attachments_dir: session
-                    .workspace
-                    .join(crate::context::attachments::ATTACHMENTS_DIR),
+                session: session.sandbox_mounts(),
             },
             memory_limit_bytes,
         )?
@@ -950,6 +946,17 @@ impl Shared {
     /// Starts one worker in the background, backing off while starts keep
     /// failing, and sends it to `destination`.
     fn start_worker(self: &Arc<Self>, destination: Destination, delay: Duration) {
+        self.start_worker_with(self.spec.clone(), destination, delay);
+    }
+
+    /// [`Shared::start_worker`] with `spec` (under `--sandbox`, one of
+    /// another session: [`Shared::replace_like`]).
+    fn start_worker_with(
+        self: &Arc<Self>,
+        spec: Arc<WorkerSpec>,
+        destination: Destination,
+        delay: Duration,
+    ) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
@@ -972,7 +979,7 @@ impl Shared {
                 let generation = shared.generation.load(Ordering::Acquire);
                 // Not quarantining: the catalog lists every module these
                 // workers must serve; one that breaks them now is a failed start.
-                match Worker::start(&shared.spawner, shared.spec.clone()).await {
+                match Worker::start(&shared.spawner, spec.clone()).await {
                     Ok(mut worker) => {
                         if let Destination::Spare = destination {
                             if !warm(&mut worker).await {
@@ -1200,6 +1207,140 @@ impl Shared {
     }
 }
 
+/// Under `--sandbox` a worker's mount view holds the directories of the one
+/// session it was started for ([`WorkerSpec::for_session`]), so it serves
+/// that session only, whatever [`SessionIsolation`] says. The pool's whole
+/// part of it is these two functions:
+/// - [`Shared::sandboxed_lease`], right after a checkout: keeps the worker
+///   if it is the call's session's; else hands it back and takes the next
+///   idle one, each idle worker once at most; else retires the idle worker
+///   of another session it holds (or one whose session folder is gone) and
+///   starts one for the call's session, which the call waits for (a cold
+///   start; the pool keeps its size);
+/// - [`Shared::replace_like`], when a worker is killed (a timeout, a death,
+///   a cancelled call): its replacement is started for the same session.
+impl Shared {
+    async fn sandboxed_lease(
+        self: &Arc<Self>,
+        mut lease: Lease,
+        session: Option<&Session>,
+        tool: &str,
+    ) -> Result<Lease, ToolError> {
+        let paths = session.map_or(&self.session, |session| &session.paths);
+        let mut taken = 1;
+        loop {
+            let bound = lease.worker().spec().session_dir();
+            if bound == paths.dir {
+                return Ok(lease);
+            }
+            // A one-request session's worker, or one of a swept session.
+            let orphaned = !bound.exists();
+            if orphaned || taken >= self.size {
+                return self.cold_lease(lease, paths, tool).await;
+            }
+            taken += 1;
+            if let Some(worker) = lease.worker.take() {
+                self.make_idle(worker);
+            }
+            // Not queued behind a busy worker: that one may be another session's.
+            lease = self.checkout(tool, &paths.id, &|_| None).await?.lease;
+        }
+    }
+
+    /// Retires the worker of `lease` (another session's) and starts one
+    /// for the session of `paths` in its place.
+    async fn cold_lease(
+        self: &Arc<Self>,
+        mut lease: Lease,
+        paths: &SessionPaths,
+        tool: &str,
+    ) -> Result<Lease, ToolError> {
+        let cannot_start = |reason: String| {
+            ToolError::new(
+                tool,
+                ErrorKind::WorkerDied,
+                format!(
+                    "cannot start a sandboxed worker for session '{}': {reason}",
+                    paths.id
+                ),
+            )
+        };
+        if self.is_closed.load(Ordering::Acquire) {
+            // Handed back, it is retired: no new worker for a closing pool.
+            if let Some(worker) = lease.worker.take() {
+                self.make_idle(worker);
+            }
+            return Err(ToolError::new(
+                tool,
+                ErrorKind::PoolClosed,
+                "the pool is shutting down",
+            ));
+        }
+        let spec = if paths.dir == self.session.dir {
+            self.spec.clone()
+        } else {
+            match self.spec.for_session(&paths.id, &paths.sandbox_mounts()) {
+                Ok(spec) => Arc::new(spec),
+                // The worker it holds stays the pool's.
+                Err(e) => return Err(cannot_start(e.to_string())),
+            }
+        };
+        if let Some(worker) = lease.worker.take() {
+            tracing::debug!(
+                worker = worker.pid(),
+                session = %paths.id,
+                "retiring an idle worker of another session for a sandboxed one of this session"
+            );
+            self.counters
+                .session_recycles
+                .fetch_add(1, Ordering::Relaxed);
+            self.unregister(worker.pid());
+            tokio::spawn(worker.retire());
+        }
+        // Started in a task of its own: if the call is given up meanwhile,
+        // the new worker still takes the retired one's place (idle).
+        let (started_tx, started) = tokio::sync::oneshot::channel();
+        let shared = self.clone();
+        tokio::spawn(async move {
+            let generation = shared.generation.load(Ordering::Acquire);
+            match Worker::start(&shared.spawner, spec).await {
+                Ok(worker) => {
+                    shared.register(&worker, generation);
+                    if let Err(Ok(worker)) = started_tx.send(Ok(worker)) {
+                        shared.make_idle(worker);
+                    }
+                }
+                Err(e) => {
+                    // The retired worker's place: a worker of the pool's session.
+                    shared.replace();
+                    let _ = started_tx.send(Err(e.to_string()));
+                }
+            }
+        });
+        match started.await {
+            Ok(Ok(worker)) => Ok(Lease {
+                worker: Some(worker),
+                shared: self.clone(),
+            }),
+            Ok(Err(reason)) => Err(cannot_start(reason)),
+            Err(_) => Err(cannot_start("its start was abandoned".into())),
+        }
+    }
+
+    /// Starts a worker in place of one started from `spec` that was killed:
+    /// for the same session under `--sandbox` (while its folder is there),
+    /// else as [`Shared::replace`] does.
+    fn replace_like(self: &Arc<Self>, spec: &Arc<WorkerSpec>) {
+        let dir = spec.session_dir();
+        if Arc::ptr_eq(spec, &self.spec) || dir == self.session.dir || !dir.exists() {
+            self.replace();
+            return;
+        }
+        self.counters.respawns.fetch_add(1, Ordering::Relaxed);
+        self.start_worker_with(spec.clone(), Destination::Idle, Duration::ZERO);
+    }
+}
+
 /// What a caller waiting for a worker got.
 enum Got {
     Idle(Worker),
@@ -1264,9 +1405,10 @@ impl Lease {
         let shared = &self.shared;
         if !outcome_kept_worker {
             shared.lose_queued(&worker);
+            let spec = worker.spec().clone();
             shared.unregister(worker.pid());
             shared.finish_off(worker);
-            shared.replace();
+            shared.replace_like(&spec);
             return;
         }
         // The call queued behind this one (pipelining) takes the worker.
@@ -1301,10 +1443,11 @@ impl Drop for Lease {
                 .counters
                 .cancelled
                 .fetch_add(1, Ordering::Relaxed);
+            let spec = worker.spec().clone();
             self.shared.unregister(worker.pid());
             worker.kill_now();
             self.shared.finish_off(worker);
-            self.shared.replace();
+            self.shared.replace_like(&spec);
         }
     }
 }
@@ -1475,11 +1618,22 @@ impl Pool {
         loop {
             let checkout = shared.checkout(name, &services.session_id, &encode).await;
             let queue_wait = queued.elapsed();
-            let Checkout { mut lease, queued } = match checkout {
+            let Checkout {
+                mut lease,
+                queued: on_wire,
+            } = match checkout {
                 Ok(checkout) => checkout,
                 Err(e) => return (Err(e), None, None, queue_wait),
             };
-            if !shared.admits(&mut lease, &services.session_id) {
+            if shared.spec.sandbox.is_some() {
+                lease = match shared
+                    .sandboxed_lease(lease, options.session.as_deref(), name)
+                    .await
+                {
+                    Ok(lease) => lease,
+                    Err(e) => return (Err(e), None, None, queued.elapsed()),
+                };
+            } else if !shared.admits(&mut lease, &services.session_id) {
                 continue;
             }
             let call = Call {
@@ -1490,7 +1644,7 @@ impl Pool {
                 callbacks: &callbacks,
                 timeout,
             };
-            match self.run_on(lease, call, queued).await {
+            match self.run_on(lease, call, on_wire).await {
                 // An earlier call broke that worker: this one moves to a
                 // fresh worker, once.
                 Attempt::NotStarted { .. } if !moved => moved = true,

@@ -101,7 +101,9 @@ impl Shared {
         session: &str,
         encode: &(dyn Fn(u64) -> Option<Vec<u8>> + Sync),
     ) -> Option<Ticket> {
-        if self.is_closed.load(Ordering::Acquire) {
+        // Under the sandbox a worker's view holds one session's folders and
+        // the call's worker is chosen for it after the checkout: no queueing.
+        if self.is_closed.load(Ordering::Acquire) || self.spec.sandbox.is_some() {
             return None;
         }
         let busy = locked(&self.queueing.busy);

@@ -14,6 +14,10 @@
 //!   code: a fresh `/proc`, no capabilities, `no_new_privs`, the Landlock
 //!   rules and the seccomp program built here ([`seccomp`]); its part of
 //!   the boot config is [`Sandbox::shim_config`].
+//!
+//! A sandboxed worker's view holds one session's directories: a worker
+//! for another session (each MCP session over HTTP has its own) is started
+//! with [`Sandbox::for_session`], the pool's system part planned once.
 
 mod cgroup;
 mod mounts;
@@ -22,6 +26,7 @@ mod seccomp;
 
 use std::ffi::CString;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use serde_json::{json, Value};
 
@@ -75,6 +80,13 @@ pub enum SandboxError {
         what: String,
         source: std::io::Error,
     },
+    /// A session whose folder every sandboxed worker already sees.
+    #[error(
+        "--sandbox cannot give session folder {session} a worker of its own: it is inside {shared}, \
+         which every sandboxed worker sees read-only (keep the sessions root out of the tools', \
+         the shim's and the interpreter's folders)"
+    )]
+    SessionInShared { session: PathBuf, shared: PathBuf },
 }
 
 /// What the sandbox needs to know about the pool's files.
@@ -86,6 +98,17 @@ pub struct SandboxPaths {
     pub shim_dir: PathBuf,
     /// The tools (read-only).
     pub functions_dir: PathBuf,
+    /// The session the pool's own workers are started for.
+    pub session: SessionMounts,
+}
+
+/// The directories of the one session a sandboxed worker is started for,
+/// bound at their real paths.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionMounts {
+    /// The session folder: only what follows of it is in the view, and the
+    /// folder holding it is sealed (not listable).
+    pub dir: PathBuf,
     /// Read-write.
     pub workspace: PathBuf,
     /// Read-write: `install_python_packages` installs here.
@@ -94,15 +117,19 @@ pub struct SandboxPaths {
     pub attachments_dir: PathBuf,
 }
 
-/// A pool's prepared sandbox: probed, planned, shared by its workers.
-#[derive(Debug)]
+/// A pool's prepared sandbox: probed, planned, shared by the workers of
+/// one session ([`Sandbox::for_session`] makes one for another session).
+#[derive(Debug, Clone)]
 pub struct Sandbox {
     options: SandboxOptions,
     pieces: Pieces,
+    /// The view without a session, planned once per pool.
+    system_plan: mounts::Plan,
+    /// The view with this sandbox's session.
     plan: mounts::Plan,
     seccomp_program: Option<String>,
     landlock: Value,
-    cgroups: Option<cgroup::PoolCgroups>,
+    cgroups: Option<Arc<cgroup::PoolCgroups>>,
     /// `/proc/self/{setgroups,uid_map,gid_map}` and what is written there.
     id_maps: [(CString, Vec<u8>); 3],
     workspace: CString,
@@ -134,8 +161,8 @@ impl Sandbox {
             let what = what.to_string();
             move |source| SandboxError::Prepare { what, source }
         };
-        let plan = if pieces.mount_ns {
-            mounts::Plan::new(paths).map_err(prepare("the mount view"))?
+        let system_plan = if pieces.mount_ns {
+            mounts::Plan::system(paths).map_err(prepare("the mount view"))?
         } else {
             mounts::Plan::default()
         };
@@ -150,19 +177,14 @@ impl Sandbox {
             ProcessLimit::Rlimit | ProcessLimit::None => 0,
         };
         let cgroups = cgroup::PoolCgroups::create(&pieces, pids_max, memory_limit_bytes)
-            .map_err(prepare("the worker cgroups"))?;
+            .map_err(prepare("the worker cgroups"))?
+            .map(Arc::new);
         let uses_memory_cgroup =
             memory_limit_bytes.is_some() && cgroups.as_ref().is_some_and(|c| c.limits_memory());
         let uid = nix::unistd::geteuid().as_raw();
         let gid = nix::unistd::getegid().as_raw();
         let c = |s: &str| CString::new(s).map_err(|e| prepare("a path")(std::io::Error::other(e)));
-        let landlock = json!({
-            "abi": pieces.landlock_abi,
-            "read": ["/"],
-            "write": [paths.workspace, paths.packages_dir, "/tmp", "/dev"],
-            "read_only": [paths.attachments_dir],
-        });
-        Ok(Some(Sandbox {
+        let sandbox = Sandbox {
             options: options.clone(),
             id_maps: [
                 (c("/proc/self/setgroups")?, b"deny".to_vec()),
@@ -171,14 +193,55 @@ impl Sandbox {
                 (c("/proc/self/uid_map")?, format!("0 {uid} 1").into_bytes()),
                 (c("/proc/self/gid_map")?, format!("0 {gid} 1").into_bytes()),
             ],
-            workspace: mounts::cstring(&paths.workspace).map_err(prepare("the workspace"))?,
+            workspace: CString::default(),
             pieces,
-            plan,
+            plan: mounts::Plan::default(),
+            system_plan,
             seccomp_program,
-            landlock,
+            landlock: Value::Null,
             cgroups,
             uses_memory_cgroup,
-        }))
+        };
+        sandbox.with_session(&paths.session).map(Some)
+    }
+
+    /// This pool's sandbox for a worker of another session: the same
+    /// namespaces, limits, cgroups and seccomp program, a view and Landlock
+    /// rules holding `session`'s directories instead (and no other
+    /// session's). Refused for a session folder every worker already sees.
+    pub fn for_session(&self, session: &SessionMounts) -> Result<Sandbox, SandboxError> {
+        if let Some(shared) = self.system_plan.shared_folder_holding(&session.dir) {
+            return Err(SandboxError::SessionInShared {
+                session: session.dir.clone(),
+                shared: shared.to_path_buf(),
+            });
+        }
+        self.with_session(session)
+    }
+
+    fn with_session(&self, session: &SessionMounts) -> Result<Sandbox, SandboxError> {
+        let prepare = |what: &str| {
+            let what = what.to_string();
+            move |source| SandboxError::Prepare { what, source }
+        };
+        let plan = if self.pieces.mount_ns {
+            self.system_plan
+                .with_session(session)
+                .map_err(prepare("the mount view"))?
+        } else {
+            mounts::Plan::default()
+        };
+        Ok(Sandbox {
+            plan,
+            landlock: json!({
+                "abi": self.pieces.landlock_abi,
+                "read": ["/"],
+                "write": [session.workspace, session.packages_dir, "/tmp", "/dev"],
+                "read_only": [session.attachments_dir],
+            }),
+            workspace: mounts::cstring(&session.workspace).map_err(prepare("the workspace"))?,
+            ..self.clone()
+        })
     }
 
     /// The boot config's `sandbox` entry: what the worker does itself.

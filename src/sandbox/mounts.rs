@@ -6,13 +6,16 @@
 //! own over it, see the module above). The old root is detached.
 //!
 //! Planned in the parent (paths as C strings), applied in the child with
-//! system calls only.
+//! system calls only. The system part is planned once per pool
+//! ([`Plan::system`]); each worker's plan adds the one session it is
+//! started for ([`Plan::with_session`]), so that a worker sees no other
+//! session's directories, nor the listing of the folder that holds them.
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use super::SandboxPaths;
+use super::{SandboxPaths, SessionMounts};
 
 /// Top-level system folders a Python program may need, read-only.
 const SYSTEM_DIRS: &[&str] = &[
@@ -38,7 +41,7 @@ const STAGE: &str = "/tmp";
 const NEW_ROOT: &str = "/newroot";
 const OLD_ROOT: &str = "/oldroot";
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 enum Op {
     /// `mkdir`, an existing folder is fine.
     Mkdir(CString),
@@ -60,19 +63,24 @@ enum Op {
         options: CString,
         read_only: bool,
     },
+    /// Mode 0111: the folder can be passed through but not listed (by the
+    /// tool, which has no capabilities left; see `sandbox.py`).
+    Seal(CString),
 }
 
 /// The operations, in order, with every path as the child needs it.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Plan {
     ops: Vec<Op>,
     /// Every folder (of the new root) already made by the plan, so each is made once.
     made: Vec<PathBuf>,
+    /// The host folders every worker sees (read-only binds of the system part).
+    shared: Vec<PathBuf>,
     fixed: Option<Fixed>,
 }
 
 /// The staging paths.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Fixed {
     stage: CString,
     new_root: CString,
@@ -98,7 +106,9 @@ fn under(root: &str, path: &Path) -> PathBuf {
 }
 
 impl Plan {
-    pub fn new(paths: &SandboxPaths) -> std::io::Result<Plan> {
+    /// Everything but the session: the system folders, the interpreter,
+    /// the shim and the tools, `/tmp`, `/dev`, `/proc`.
+    pub fn system(paths: &SandboxPaths) -> std::io::Result<Plan> {
         let c = |s: &str| cstring(Path::new(s));
         let mut plan = Plan {
             fixed: Some(Fixed {
@@ -191,12 +201,39 @@ impl Plan {
                 bound.push(target.clone());
             }
         }
-        plan.bind_dir(&paths.workspace, &paths.workspace, true)?;
-        plan.bind_dir(&paths.packages_dir, &paths.packages_dir, true)?;
-        if paths.attachments_dir.is_dir() {
-            plan.bind_dir(&paths.attachments_dir, &paths.attachments_dir, false)?;
+        plan.shared = bound;
+        Ok(plan)
+    }
+
+    /// This system plan with one session's directories at their real
+    /// paths: the workspace and packages directory read-write, the
+    /// attachment store read-only inside the workspace. The folder holding
+    /// the session folder (the sessions root) is sealed: in the view it
+    /// holds this session only, and cannot even be listed.
+    pub fn with_session(&self, session: &SessionMounts) -> std::io::Result<Plan> {
+        let mut plan = self.clone();
+        plan.bind_dir(&session.workspace, &session.workspace, true)?;
+        plan.bind_dir(&session.packages_dir, &session.packages_dir, true)?;
+        if session.attachments_dir.is_dir() {
+            plan.bind_dir(&session.attachments_dir, &session.attachments_dir, false)?;
+        }
+        // Only a folder this session's binds made: never `/tmp`, `/dev` or
+        // a folder the system part holds (the tool would lose it).
+        if let Some(root) = session.dir.parent() {
+            if root.parent().is_some() && !self.made.iter().any(|made| made == root) {
+                plan.ops.push(Op::Seal(cstring(&under(NEW_ROOT, root))?));
+            }
         }
         Ok(plan)
+    }
+
+    /// The folder of the system part (seen by every worker, read-only)
+    /// that holds `path`, if one does.
+    pub fn shared_folder_holding(&self, path: &Path) -> Option<&Path> {
+        self.shared
+            .iter()
+            .find(|shared| path.starts_with(shared))
+            .map(PathBuf::as_path)
     }
 
     fn mkdirs(&mut self, path: &Path) -> std::io::Result<()> {
@@ -317,6 +354,7 @@ impl Plan {
                 Op::Symlink { target, link } => {
                     check(libc::symlink(target.as_ptr(), link.as_ptr()))?
                 }
+                Op::Seal(path) => check(libc::chmod(path.as_ptr(), 0o111))?,
                 Op::Tmpfs {
                     target,
                     options,
@@ -429,4 +467,62 @@ fn interpreter_dirs(python: &Path) -> Vec<PathBuf> {
         );
     }
     dirs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn session_at(dir: &str) -> SessionMounts {
+        let dir = PathBuf::from(dir);
+        SessionMounts {
+            workspace: dir.join("code_workspace"),
+            packages_dir: dir.join("site-packages"),
+            attachments_dir: dir.join("code_workspace/attachments"),
+            dir,
+        }
+    }
+
+    fn sealed(plan: &Plan) -> Vec<String> {
+        plan.ops
+            .iter()
+            .filter_map(|op| match op {
+                Op::Seal(path) => Some(path.to_string_lossy().into_owned()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_session_view_seals_the_sessions_root_but_never_a_folder_the_system_part_holds() {
+        let mut system = Plan::default();
+        system.tmpfs(Path::new("/tmp"), "mode=1777").unwrap();
+        system
+            .bind_dir(Path::new("/srv/tools"), Path::new("/srv/tools"), false)
+            .unwrap();
+        let plan = system
+            .with_session(&session_at("/srv/sessions/alice"))
+            .unwrap();
+        assert_eq!(sealed(&plan), ["/newroot/srv/sessions"]);
+        // The system plan is left as it was: the next session starts from it.
+        assert!(sealed(&system).is_empty());
+        // The private /tmp, and a folder holding the tools, stay usable.
+        assert!(sealed(&system.with_session(&session_at("/tmp/alice")).unwrap()).is_empty());
+        assert!(sealed(&system.with_session(&session_at("/srv/alice")).unwrap()).is_empty());
+        let targets: Vec<String> = plan
+            .ops
+            .iter()
+            .filter_map(|op| match op {
+                Op::Bind {
+                    target, writable, ..
+                } => Some(format!("{} {writable}", target.to_string_lossy())),
+                _ => None,
+            })
+            .collect();
+        assert!(
+            targets.contains(&"/newroot/srv/sessions/alice/code_workspace true".to_string())
+                && targets.contains(&"/newroot/srv/sessions/alice/site-packages true".to_string()),
+            "{targets:?}"
+        );
+    }
 }

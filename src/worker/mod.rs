@@ -34,7 +34,7 @@ use crate::protocol::{
     encode_frame, write_frame, CallContext, CallbackReply, FrameReader, Message, ProtocolError,
     RemoteError, ReplyValue, Request, PROTOCOL_VERSION,
 };
-use crate::sandbox::WorkerCgroup;
+use crate::sandbox::{SessionMounts, WorkerCgroup};
 
 /// The fd on which the worker's `faulthandler` writes stack dumps.
 const DUMP_FD: i32 = 3;
@@ -380,6 +380,54 @@ impl WorkerSpec {
         }
     }
 
+    /// This spec for a worker started for session `id` (under `--sandbox`,
+    /// where a worker's mount view holds one session's directories): its
+    /// boot config, working directory, packages directory and sandbox name
+    /// that session instead of the pool's. The quarantine so far is copied.
+    pub fn for_session(
+        &self,
+        id: &str,
+        session: &SessionMounts,
+    ) -> Result<WorkerSpec, crate::sandbox::SandboxError> {
+        let sandbox = match &self.sandbox {
+            Some(sandbox) => Some(Arc::new(sandbox.for_session(session)?)),
+            None => None,
+        };
+        let boot = BootConfig {
+            session_dir: session.dir.clone(),
+            workspace: session.workspace.clone(),
+            session_id: id.to_string(),
+            extra_sys_path: vec![session.packages_dir.clone()],
+            packages_dir: session.packages_dir.clone(),
+            sandbox: sandbox.as_ref().map(|s| s.shim_config()),
+            ..self.boot.clone()
+        };
+        Ok(WorkerSpec {
+            python: self.python.clone(),
+            boot_script: self.boot_script.clone(),
+            boot,
+            workspace: session.workspace.clone(),
+            env: self.env.clone(),
+            memory_limit_bytes: self.memory_limit_bytes,
+            max_frame: self.max_frame,
+            start_timeout: self.start_timeout,
+            human_timeout: self.human_timeout,
+            quarantined: Mutex::new(
+                self.quarantined
+                    .lock()
+                    .map(|q| q.clone())
+                    .unwrap_or_default(),
+            ),
+            functions_dir: self.functions_dir.clone(),
+            sandbox,
+        })
+    }
+
+    /// The session folder this spec's workers are started for.
+    pub fn session_dir(&self) -> &Path {
+        &self.boot.session_dir
+    }
+
     /// Forgets the quarantine (the code may have been fixed: a reload).
     pub fn clear_quarantine(&self) {
         if let Ok(mut quarantined) = self.quarantined.lock() {
@@ -690,6 +738,11 @@ impl Worker {
         self.process
             .as_ref()
             .map_or(self.guardian.raw(), |p| p.pid.raw())
+    }
+
+    /// What it was started with (under `--sandbox`, for one session).
+    pub fn spec(&self) -> &Arc<WorkerSpec> {
+        &self.spec
     }
 
     pub fn calls_served(&self) -> u64 {
