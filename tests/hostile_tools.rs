@@ -329,9 +329,14 @@ async fn a_tool_that_writes_garbage_after_returning_fails_no_other_call() {
 
 #[tokio::test]
 async fn a_tool_that_closes_the_channel_after_returning_fails_no_other_call() {
-    // The main thread was already reading when the fd was closed: that read
-    // completes, so the first `add` runs; the next read fails.
-    damage_then_call("close_channel_after_returning", "add").await;
+    // The worker's watcher sees its channel gone and ends it: the first
+    // `add` finds it dead before it starts, runs on a fresh worker, and the
+    // death is put down to the tool that closed the channel.
+    damage_then_call(
+        "close_channel_after_returning",
+        "close_channel_after_returning",
+    )
+    .await;
 }
 
 type Progress = (Option<u64>, Option<u64>);
