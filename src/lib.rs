@@ -21,6 +21,7 @@ mod http_conn;
 pub mod logging;
 pub mod mcp;
 pub mod metrics;
+mod node_calls;
 pub mod pool;
 pub mod process;
 pub mod protocol;
