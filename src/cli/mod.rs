@@ -5,21 +5,22 @@
 //! 1 the call failed, 124 the call timed out, 2 bad command line, setup or
 //! workflow file.
 
+mod bench_command;
+mod commands;
+
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use serde_json::{json, Value};
 
-use crate::config::{nodes_json, ToolFormat, Workflow, WorkflowError};
-use crate::content::{result_text, ContentBlock};
-use crate::context::{PromptInput, TerminalPrompt};
+use crate::config::WorkflowError;
+use crate::content::ContentBlock;
 use crate::duration_text::parse_seconds;
 use crate::error::PoolError;
-use crate::pool::{CallReport, InvokeOptions, Pool, PoolBuilder, SessionIsolation};
+use crate::pool::{CallReport, Pool, PoolBuilder};
 use crate::signals::{StopSignal, StopSignals};
 
 /// What `toolpool --help` says after the options.
@@ -354,37 +355,7 @@ pub enum Command {
     },
     /// Serve the tools over MCP (stdio by default) until stdin closes or SIGTERM
     #[command(next_help_heading = "Serve options")]
-    Serve {
-        /// Offer only one node's tools from this workflow file (with --node)
-        #[arg(long, value_name = "WORKFLOW.yaml", requires = "node")]
-        config: Option<PathBuf>,
-        /// The node whose tools to offer (with --config)
-        #[arg(long, value_name = "ID", requires = "config")]
-        node: Option<String>,
-        /// Serve streamable HTTP at ADDR (PORT or HOST:PORT; a bare port is loopback) instead of stdio
-        #[arg(long, value_name = "ADDR", value_parser = crate::mcp::parse_http_addr)]
-        http: Option<std::net::SocketAddr>,
-        #[command(flatten)]
-        http_access: crate::mcp::HttpArgs,
-        /// Seconds calls in flight may run on at shutdown before they are killed
-        #[arg(long, value_name = "SECS", default_value = "10", value_parser = parse_seconds)]
-        grace: Duration,
-        /// Serve Prometheus metrics at http://ADDR/metrics (PORT or HOST:PORT; a bare port is loopback)
-        #[arg(long, value_name = "ADDR", value_parser = crate::mcp::parse_http_addr)]
-        metrics: Option<std::net::SocketAddr>,
-        /// Rebuild the catalog and recycle the workers when a tool module changes
-        #[arg(long)]
-        watch: bool,
-        /// Answer a call still running after SECS with a task the client polls (protocol 2026-07-28, clients that declare the tasks extension)
-        #[arg(long, value_name = "SECS", value_parser = parse_seconds)]
-        task_after: Option<Duration>,
-        /// Seconds a finished or cancelled task is kept for `tasks/get` (with --task-after)
-        #[arg(long, value_name = "SECS", default_value = "300", value_parser = parse_seconds, requires = "task_after")]
-        task_keep: Duration,
-        /// shared: any worker serves any session; process: a worker serves one session and is recycled before it serves another [default: process with --http, else shared]
-        #[arg(long, value_enum, value_name = "MODE")]
-        session_isolation: Option<IsolationArg>,
-    },
+    Serve(ServeArgs),
     /// Interpreter, codec, kill mechanism, subreaper and limits in force
     Doctor,
     /// Print a shell completion script: toolpool completions bash > /etc/bash_completion.d/toolpool
@@ -395,6 +366,40 @@ pub enum Command {
     },
 }
 
+/// `serve`'s options.
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// Offer only one node's tools from this workflow file (with --node)
+    #[arg(long, value_name = "WORKFLOW.yaml", requires = "node")]
+    pub config: Option<PathBuf>,
+    /// The node whose tools to offer (with --config)
+    #[arg(long, value_name = "ID", requires = "config")]
+    pub node: Option<String>,
+    /// Serve streamable HTTP at ADDR (PORT or HOST:PORT; a bare port is loopback) instead of stdio
+    #[arg(long, value_name = "ADDR", value_parser = crate::mcp::parse_http_addr)]
+    pub http: Option<std::net::SocketAddr>,
+    #[command(flatten)]
+    pub http_access: crate::mcp::HttpArgs,
+    /// Seconds calls in flight may run on at shutdown before they are killed
+    #[arg(long, value_name = "SECS", default_value = "10", value_parser = parse_seconds)]
+    pub grace: Duration,
+    /// Serve Prometheus metrics at http://ADDR/metrics (PORT or HOST:PORT; a bare port is loopback)
+    #[arg(long, value_name = "ADDR", value_parser = crate::mcp::parse_http_addr)]
+    pub metrics: Option<std::net::SocketAddr>,
+    /// Rebuild the catalog and recycle the workers when a tool module changes
+    #[arg(long)]
+    pub watch: bool,
+    /// Answer a call still running after SECS with a task the client polls (protocol 2026-07-28, clients that declare the tasks extension)
+    #[arg(long, value_name = "SECS", value_parser = parse_seconds)]
+    pub task_after: Option<Duration>,
+    /// Seconds a finished or cancelled task is kept for `tasks/get` (with --task-after)
+    #[arg(long, value_name = "SECS", default_value = "300", value_parser = parse_seconds, requires = "task_after")]
+    pub task_keep: Duration,
+    /// shared: any worker serves any session; process: a worker serves one session and is recycled before it serves another [default: process with --http, else shared]
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub session_isolation: Option<IsolationArg>,
+}
+
 /// 4 PiB: more than any address space, far below where MB → bytes overflows.
 const MAX_MEMORY_LIMIT_MB: u64 = 1 << 32;
 
@@ -403,7 +408,7 @@ const EXIT_USAGE: u8 = 2;
 
 /// Runs a parsed command line; returns the process exit code.
 pub async fn run(cli: Cli) -> ExitCode {
-    match run_command(cli).await {
+    match commands::run_command(&cli).await {
         Ok(code) => code,
         Err(CliError::Usage(message)) => {
             eprintln!("toolpool: {message}");
@@ -488,306 +493,6 @@ fn builder(cli: &Cli, one_shot_workers: Option<usize>) -> PoolBuilder {
     }
 }
 
-async fn run_command(cli: Cli) -> Result<ExitCode, CliError> {
-    // Listening from the start, so that a stop signal never kills the
-    // process half-way; `serve` handles its own, and `bench` keeps the
-    // default action (Ctrl-C ends it).
-    let mut signals = match &cli.command {
-        Command::Catalog { .. }
-        | Command::List { .. }
-        | Command::Call { .. }
-        | Command::Resolve { .. }
-        | Command::Check { .. }
-        | Command::Doctor => StopSignals::new().ok(),
-        _ => None,
-    };
-    if !matches!(cli.command, Command::Bench { .. })
-        && cli.workers.as_ref().is_some_and(|w| w.0.len() > 1)
-    {
-        return Err(CliError::Usage(
-            "--workers takes one number (a list of pool sizes is for bench)".into(),
-        ));
-    }
-    // Read-only commands keep their session (nothing a tool writes: they
-    // make no call, or only bench's) in a temporary directory, removed
-    // afterwards, unless one is given: they leave nothing in the current
-    // directory.
-    let scratch_session = match (&cli.command, &cli.session_dir) {
-        (
-            Command::Catalog { .. }
-            | Command::List { .. }
-            | Command::Resolve { .. }
-            | Command::Check { .. }
-            | Command::Bench { .. },
-            None,
-        ) => Some(
-            tempfile::Builder::new()
-                .prefix("toolpool-session-")
-                .tempdir()
-                .map_err(|e| {
-                    CliError::Usage(format!("cannot make a temporary session directory: {e}"))
-                })?,
-        ),
-        _ => None,
-    };
-    let pool_builder = |one_shot_workers: Option<usize>| {
-        let builder = builder(&cli, one_shot_workers);
-        match &scratch_session {
-            Some(dir) => builder.session_dir(dir.path()),
-            None => builder,
-        }
-    };
-    match &cli.command {
-        Command::Completions { shell } => {
-            // Into memory first: clap_complete panics on a failed write,
-            // and a closed stdout (`| head`) is not an error.
-            let mut script = Vec::new();
-            clap_complete::generate(*shell, &mut command(), "toolpool", &mut script);
-            print_out(&String::from_utf8_lossy(&script));
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Bench {
-            tool,
-            args,
-            calls,
-            concurrency,
-            json,
-        } => {
-            run_bench(
-                &cli,
-                pool_builder(Some(1)),
-                tool.as_deref(),
-                args.as_deref(),
-                *calls,
-                *concurrency,
-                *json,
-            )
-            .await
-        }
-        Command::Catalog { format } => {
-            let pool = build_unless_stopped(pool_builder(Some(1)), &mut signals).await?;
-            let catalog = pool.catalog();
-            let text = match format {
-                CatalogFormat::Json => pretty(&catalog.to_json()),
-                CatalogFormat::Openai => pretty(&catalog.to_openai()),
-                CatalogFormat::Table => catalog.to_table_within(terminal_width()),
-            };
-            print_out(&text);
-            pool.shutdown().await;
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::List { json } => {
-            let pool = build_unless_stopped(pool_builder(Some(1)), &mut signals).await?;
-            let options = pool.catalog().list_options();
-            let text = if *json {
-                pretty(&serde_json::to_value(&options).unwrap_or(Value::Null))
-            } else {
-                options
-                    .iter()
-                    .map(|o| o.label.as_str())
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            };
-            print_out(&text);
-            pool.shutdown().await;
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Call {
-            name,
-            args,
-            args_file,
-            json,
-            grace,
-        } => {
-            let args = read_args(args.as_deref(), args_file.as_ref())?;
-            // Tools that ask a human (call_user) ask here: the answer is a
-            // line of stdin, or of /dev/tty when stdin carried the arguments.
-            let input = match args_file {
-                Some(file) if file.as_os_str() == "-" => PromptInput::Terminal,
-                _ => PromptInput::Stdin,
-            };
-            let builder = pool_builder(Some(1)).human_prompt(Arc::new(TerminalPrompt::new(input)));
-            let pool = build_unless_stopped(builder, &mut signals).await?;
-            // `call NAME --timeout S` is the global --timeout: for one call
-            // the pool's default and the call's timeout are the same thing.
-            let options = InvokeOptions::default();
-            let report = call_draining_on_signal(
-                &pool,
-                pool.invoke_report(name, args, options),
-                &mut signals,
-                *grace,
-            )
-            .await;
-            let code = match &report.result {
-                Ok(_) => ExitCode::SUCCESS,
-                Err(e) if e.is_timeout() => ExitCode::from(124),
-                Err(_) => ExitCode::from(1),
-            };
-            let text = match &report.result {
-                Ok(value) => result_text(value, report.content.as_deref()),
-                Err(error) => error.to_string(),
-            };
-            if *json {
-                let mut envelope = json!({"ok": report.result.is_ok()});
-                match &report.result {
-                    Ok(value) => envelope["result"] = value.clone(),
-                    Err(error) => envelope["error"] = error.to_json(),
-                }
-                if let Some(blocks) = &report.content {
-                    envelope["attachments"] = attachments_json(blocks);
-                }
-                envelope["text"] = Value::String(text);
-                envelope["elapsed_ms"] = json!((report.elapsed.as_secs_f64() * 1e4).round() / 10.0);
-                envelope["worker_pid"] = json!(report.worker_pid);
-                print_out(&pretty(&envelope));
-            } else {
-                print_out(&text);
-            }
-            Ok(code)
-        }
-        Command::Resolve {
-            workflow,
-            node,
-            format,
-        } => {
-            // The file is read before any worker starts: a missing file or
-            // broken YAML needs no Python to be reported.
-            let workflow = Workflow::load(workflow)?;
-            let pool = build_unless_stopped(pool_builder(Some(1)), &mut signals).await?;
-            let resolved = workflow.resolve(&pool.catalog());
-            let default_timeout = pool.default_timeout();
-            pool.shutdown().await;
-            let resolved = resolved?;
-            let format = match format {
-                ResolveFormat::Json => ToolFormat::Json,
-                ResolveFormat::Openai => ToolFormat::OpenAi,
-            };
-            let value = match node {
-                Some(id) => nodes_json(
-                    std::iter::once(resolved.node_tools(id)?),
-                    default_timeout,
-                    format,
-                ),
-                None => resolved.to_json(default_timeout, format),
-            };
-            print_out(&pretty(&value));
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Serve {
-            config,
-            node,
-            http,
-            http_access,
-            grace,
-            metrics,
-            watch,
-            task_after,
-            task_keep,
-            session_isolation,
-        } => {
-            // Checked before any worker starts: a public address without a
-            // token is refused here.
-            let http = http
-                .map(|addr| {
-                    let token = std::env::var(crate::mcp::AUTH_TOKEN_ENV).ok();
-                    crate::mcp::HttpOptions::new(addr, http_access, token)
-                })
-                .transpose()
-                .map_err(CliError::Usage)?;
-            if http.is_some() && cli.sandbox.is_some() {
-                // Each HTTP session's directory is made after the workers
-                // are, outside the view their mount namespace was given: a
-                // tool's files would go nowhere the next call can see.
-                return Err(CliError::Usage(
-                    "--sandbox cannot serve --http yet: each MCP session's own directory is outside \
-                     the sandbox's view; serve over stdio (one session), or without --sandbox"
-                        .into(),
-                ));
-            }
-            // The workflow file is read before any worker starts, as in `resolve`.
-            let workflow = config.as_ref().map(Workflow::load).transpose()?;
-            // HTTP serves many clients: by default none sees another's
-            // worker memory. stdio has one.
-            let isolation = match (session_isolation, &http) {
-                (Some(IsolationArg::Shared), _) | (None, None) => SessionIsolation::Shared,
-                (Some(IsolationArg::Process), _) | (None, Some(_)) => SessionIsolation::Process,
-            };
-            let pool = pool_builder(None)
-                .session_isolation(isolation)
-                .build()
-                .await?;
-            let reloads = watch.then(|| crate::watch::spawn(&pool));
-            let _metrics = match metrics {
-                Some(addr) => {
-                    let listener = match tokio::net::TcpListener::bind(addr).await {
-                        Ok(listener) => listener,
-                        Err(e) => {
-                            pool.shutdown_with_grace(Duration::ZERO).await;
-                            return Err(CliError::Usage(format!(
-                                "--metrics {addr}: cannot listen: {e}"
-                            )));
-                        }
-                    };
-                    let endpoint = tokio::spawn(crate::metrics::serve(listener, pool.clone()));
-                    Some(tokio_util::task::AbortOnDropHandle::new(endpoint))
-                }
-                None => None,
-            };
-            let tools = match (&workflow, node) {
-                (Some(workflow), Some(node)) => {
-                    let resolved = workflow
-                        .resolve(&pool.catalog())
-                        .and_then(|resolved| resolved.node_tools(node).cloned());
-                    match resolved {
-                        Ok(node) => crate::mcp::ToolSet::Node(node),
-                        Err(error) => {
-                            pool.shutdown_with_grace(Duration::ZERO).await;
-                            return Err(error.into());
-                        }
-                    }
-                }
-                _ => crate::mcp::ToolSet::Catalog,
-            };
-            let options = crate::mcp::ServeOptions {
-                tools,
-                http,
-                grace: *grace,
-                reloads,
-                workflow,
-                task_after: *task_after,
-                task_keep: *task_keep,
-            };
-            crate::mcp::serve(pool, options)
-                .await
-                .map_err(|e| CliError::Usage(e.to_string()))?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Doctor => {
-            let pool = build_unless_stopped(builder(&cli, Some(1)), &mut signals).await?;
-            let report = crate::doctor::report(&pool);
-            pool.shutdown().await;
-            print_out(&report);
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Check { workflow } => {
-            let workflow = Workflow::load(workflow)?;
-            let pool = build_unless_stopped(pool_builder(Some(1)), &mut signals).await?;
-            let resolved = workflow.resolve(&pool.catalog());
-            pool.shutdown().await;
-            let resolved = resolved?;
-            let tools: usize = resolved.nodes.iter().map(|n| n.tools.len()).sum();
-            let nodes = resolved.nodes.len();
-            print_out(&format!(
-                "{}: ok ({nodes} agent {} with function tooling, {tools} {})",
-                resolved.source,
-                if nodes == 1 { "node" } else { "nodes" },
-                if tools == 1 { "tool" } else { "tools" },
-            ));
-            Ok(ExitCode::SUCCESS)
-        }
-    }
-}
-
 /// The next SIGTERM or SIGINT; never, when nothing listens for them (the
 /// signals then keep their default action).
 async fn next_stop_signal(signals: &mut Option<StopSignals>) -> StopSignal {
@@ -840,8 +545,6 @@ async fn call_draining_on_signal(
     }
 }
 
-/// A result as the agent sees it: a string as is, anything else as JSON
-/// (indent 2, non-ASCII kept).
 /// `call --json`'s `attachments`: one entry per block that refers to a file.
 fn attachments_json(blocks: &[ContentBlock]) -> Value {
     let attachments = blocks.iter().filter_map(|block| {
@@ -924,109 +627,4 @@ fn json_kind(value: &Value) -> &'static str {
         Value::Array(_) => "an array",
         Value::Object(_) => "an object",
     }
-}
-
-/// `bench`'s progress on stderr: one bar per pool size, started when its
-/// measured calls start (so the rate and the time left are those of the
-/// calls, not of starting Python), and left in place when it is done.
-/// The bars share one `MultiProgress`, so each new one is drawn below the
-/// finished ones.
-#[derive(Default)]
-struct SizeProgress {
-    bars: indicatif::MultiProgress,
-    current: std::sync::Mutex<Option<indicatif::ProgressBar>>,
-}
-
-impl SizeProgress {
-    fn tell(&self, event: crate::bench::Progress) {
-        use crate::bench::Progress;
-        let Ok(mut bar) = self.current.lock() else {
-            return;
-        };
-        match event {
-            Progress::Measuring { workers, calls } => {
-                let new = indicatif::ProgressBar::new(calls as u64);
-                let style = indicatif::ProgressStyle::with_template(
-                    "{prefix} {bar:30} {pos}/{len} calls ({rate}, {eta} left)",
-                )
-                .map(|style| {
-                    style.with_key(
-                        "rate",
-                        |state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
-                            let _ = write!(w, "{:.0} calls/s", state.per_sec());
-                        },
-                    )
-                })
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
-                new.set_style(style);
-                new.set_prefix(format!(
-                    "{workers} {}",
-                    if workers == 1 { "worker " } else { "workers" }
-                ));
-                *bar = Some(self.bars.add(new));
-            }
-            Progress::Called => {
-                if let Some(bar) = bar.as_ref() {
-                    bar.inc(1);
-                }
-            }
-            Progress::Measured { .. } => {
-                if let Some(bar) = bar.take() {
-                    bar.finish();
-                }
-            }
-        }
-    }
-}
-
-async fn run_bench(
-    cli: &Cli,
-    base: PoolBuilder,
-    tool: Option<&str>,
-    args: Option<&str>,
-    calls: u64,
-    concurrency: u64,
-    json: bool,
-) -> Result<ExitCode, CliError> {
-    use crate::bench::{BenchPlan, BUILTIN_NOOP};
-
-    let args = read_args(args, None)?;
-    let builtin =
-        match tool {
-            Some(_) => None,
-            None => Some(crate::bench::builtin_functions_dir().map_err(|e| {
-                CliError::Usage(format!("cannot write the built-in bench tool: {e}"))
-            })?),
-        };
-    let spares = cli.spare_workers.map_or(1, |n| n as usize);
-    let mut base = base.spare_workers(spares);
-    if let Some(dir) = &builtin {
-        base = base.functions_dir(dir.path());
-    }
-    let plan = BenchPlan {
-        tool: tool.unwrap_or(BUILTIN_NOOP).to_string(),
-        args,
-        calls: calls as usize,
-        concurrency: concurrency as usize,
-        pool_sizes: cli
-            .workers
-            .clone()
-            .map_or_else(|| vec![1, 2, 4, 8], |sizes| sizes.0),
-    };
-    let progress = SizeProgress::default();
-    let rows = crate::bench::run(&base, &plan, move |event| progress.tell(event)).await?;
-    if json {
-        let report = crate::bench::BenchReport::new(&plan, &rows);
-        print_out(&pretty(
-            &serde_json::to_value(&report).unwrap_or(Value::Null),
-        ));
-    } else {
-        print_out(&crate::bench::table(&plan.tool, plan.concurrency, &rows));
-    }
-    let failed: usize = rows.iter().map(|r| r.failed).sum();
-    Ok(if failed == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
 }
