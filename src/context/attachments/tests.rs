@@ -312,3 +312,50 @@ fn reads_stay_beneath_the_workspace_while_a_directory_is_swapped_for_a_link() {
     );
     assert!(inside > 0, "no read succeeded at all");
 }
+
+#[test]
+fn a_callback_parameter_of_the_wrong_type_is_a_type_error_naming_it() {
+    use crate::context::methods;
+    let (_dir, store) = store();
+    let call = |method: &str, params: Value| {
+        let Value::Object(params) = params else {
+            panic!("an object")
+        };
+        let error = store.handle(method, params).unwrap_err();
+        (error.type_name(), error.to_string())
+    };
+    assert_eq!(
+        call(methods::REGISTER_FILE, serde_json::json!({"path": 5})),
+        (
+            "TypeError",
+            "attachments.register_file: path: invalid type: integer `5`, expected a string".into()
+        )
+    );
+    // The options the registrations share are named too.
+    assert_eq!(
+        call(
+            methods::REGISTER_BYTES,
+            serde_json::json!({"data_base64": "aGk=", "persist": "yes"})
+        ),
+        (
+            "TypeError",
+            "attachments.register_bytes: persist: invalid type: string \"yes\", expected a boolean"
+                .into()
+        )
+    );
+    assert_eq!(
+        call(methods::GET, serde_json::json!({})),
+        (
+            "TypeError",
+            "attachments.get: missing field `attachment_id`".into()
+        )
+    );
+    assert_eq!(
+        call(
+            methods::INGEST_RECORD,
+            serde_json::json!({"record": {"ref": {}}, "copy_file": 1})
+        )
+        .0,
+        "TypeError"
+    );
+}
