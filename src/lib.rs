@@ -24,6 +24,7 @@ pub mod metrics;
 mod node_calls;
 pub mod pool;
 pub mod process;
+mod procfs;
 pub mod protocol;
 pub mod reaper;
 pub mod sandbox;
