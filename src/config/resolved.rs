@@ -162,8 +162,8 @@ impl NodeTools {
 
     /// The tool an agent calls by the name it sees, or the error it gets
     /// back when the node has no such tool (with the closest name there is).
-    /// Calling it through a pool is [`crate::node_calls`]' job, so that this
-    /// module does not depend on the pool.
+    /// Calling it through a pool is `NodeTools::invoke`'s job (in
+    /// `node_calls`), so that this module does not depend on the pool.
     pub fn route(&self, name: &str) -> Result<&ToolSpec, ToolError> {
         self.tool(name).ok_or_else(|| {
             let mut message = format!("tool '{name}' is not configured for node '{}'", self.id);
