@@ -12,6 +12,7 @@
 //! frames, see `docs/protocol.md`) for one call.
 
 pub mod attachments;
+mod params;
 pub mod sessions;
 mod terminal;
 
@@ -279,6 +280,16 @@ pub mod methods {
     pub const HUMAN_PROMPT: &str = "human_prompt.request";
 }
 
+/// The parameters of `human_prompt` (docs/protocol.md, "Callbacks"); null
+/// is the same as absent.
+#[derive(Deserialize)]
+struct HumanPromptParams {
+    task_description: Option<String>,
+    node_id: Option<String>,
+    inputs: Option<String>,
+    metadata: Option<Map<String, Value>>,
+}
+
 impl CallbackService for CallbackHandler {
     /// The human prompt waits for a human: the call's timer is paused while it runs.
     fn waits_for_human(&self, method: &str) -> bool {
@@ -348,7 +359,7 @@ impl CallbackHandler {
     async fn human_prompt(
         &self,
         tool: &str,
-        mut params: Map<String, Value>,
+        params: Map<String, Value>,
     ) -> Result<Value, CallbackError> {
         let Some(prompt) = &self.prompt else {
             return Err(PromptError::Unavailable(
@@ -356,31 +367,15 @@ impl CallbackHandler {
             )
             .into());
         };
-        let text =
-            |params: &mut Map<String, Value>, key: &str| -> Result<Option<String>, CallbackError> {
-                match params.remove(key) {
-                    None | Some(Value::Null) => Ok(None),
-                    Some(Value::String(s)) => Ok(Some(s)),
-                    Some(other) => Err(CallbackError::new(
-                        "TypeError",
-                        format!("{key} must be a string, got {other}"),
-                    )),
-                }
-            };
-        let node_id = text(&mut params, "node_id")?.unwrap_or_default();
-        let task_description = text(&mut params, "task_description")?
+        let params: HumanPromptParams = params::from_params(&params).map_err(|e| {
+            CallbackError::new("TypeError", format!("{}: {e}", methods::HUMAN_PROMPT))
+        })?;
+        let task_description = params
+            .task_description
             .ok_or_else(|| CallbackError::new("TypeError", "task_description is required"))?;
-        let inputs = text(&mut params, "inputs")?;
-        let metadata = match params.remove("metadata") {
-            None | Some(Value::Null) => Map::new(),
-            Some(Value::Object(map)) => map,
-            Some(other) => {
-                return Err(CallbackError::new(
-                    "TypeError",
-                    format!("metadata must be a dict, got {other}"),
-                ))
-            }
-        };
+        let node_id = params.node_id.unwrap_or_default();
+        let inputs = params.inputs;
+        let metadata = params.metadata.unwrap_or_default();
         let request = PromptRequest {
             session_id: self.services.session_id.clone(),
             node_id,
@@ -391,5 +386,82 @@ impl CallbackHandler {
         };
         let answer = prompt.request(request).await?;
         Ok(json!({"text": answer.text, "metadata": answer.metadata}))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A handler whose prompt answers "yes" and echoes what it was asked
+    /// in the answer's metadata.
+    fn handler(dir: &Path) -> CallbackHandler {
+        let prompt = prompt_fn(|request: PromptRequest| async move {
+            let mut metadata = Map::new();
+            metadata.insert("node_id".into(), json!(request.node_id));
+            metadata.insert("task".into(), json!(request.task_description));
+            metadata.insert("inputs".into(), json!(request.inputs));
+            metadata.insert("tool".into(), json!(request.tool));
+            metadata.insert("metadata".into(), Value::Object(request.metadata));
+            Ok(PromptAnswer {
+                text: "yes".into(),
+                metadata,
+            })
+        });
+        let services = SessionServices {
+            session_id: "s1".into(),
+            attachments: Arc::new(AttachmentStore::open(dir, dir)),
+            human_prompt: Some(prompt),
+        };
+        CallbackHandler::new(Arc::new(services), None)
+    }
+
+    async fn ask(params: Value) -> Result<Value, CallbackError> {
+        let dir = tempfile::tempdir().unwrap();
+        let workspace = dir.path().canonicalize().unwrap();
+        handler(&workspace)
+            .serve("ask", methods::HUMAN_PROMPT, params)
+            .await
+    }
+
+    #[tokio::test]
+    async fn a_human_prompt_gets_its_parameters_and_null_is_absent() {
+        let answer = ask(json!({"task_description": "colour?", "node_id": "n1",
+                                "inputs": null, "metadata": {"k": 1}, "newer": true}))
+        .await
+        .unwrap();
+        assert_eq!(answer["text"], "yes");
+        assert_eq!(
+            answer["metadata"],
+            json!({"node_id": "n1", "task": "colour?", "inputs": null, "tool": "ask",
+                   "metadata": {"k": 1}})
+        );
+    }
+
+    #[tokio::test]
+    async fn a_bad_human_prompt_parameter_is_a_type_error_naming_it() {
+        let error = ask(json!({"task_description": "colour?", "node_id": 5}))
+            .await
+            .unwrap_err();
+        assert_eq!(error.kind, "TypeError");
+        assert_eq!(
+            error.message,
+            "human_prompt.request: node_id: invalid type: integer `5`, expected a string"
+        );
+        let error = ask(json!({"task_description": "x", "metadata": [1]}))
+            .await
+            .unwrap_err();
+        assert!(
+            error
+                .message
+                .starts_with("human_prompt.request: metadata: invalid type: sequence"),
+            "{}",
+            error.message
+        );
+        let error = ask(json!({"node_id": "n1"})).await.unwrap_err();
+        assert_eq!(
+            (error.kind.as_str(), error.message.as_str()),
+            ("TypeError", "task_description is required")
+        );
     }
 }

@@ -72,18 +72,18 @@ impl Tracked {
         // The guardian is single-threaded: its main thread's children are
         // all of them. Without that file (CONFIG_PROC_CHILDREN), scan /proc.
         let listed = std::fs::read_to_string(format!("/proc/{guardian}/task/{guardian}/children"));
-        let children: Vec<crate::reaper::Stat> = match listed {
+        let children: Vec<crate::procfs::Stat> = match listed {
             Ok(text) => text
                 .split_whitespace()
-                .filter_map(|pid| crate::reaper::stat(pid.parse().ok()?))
+                .filter_map(|pid| crate::procfs::stat(pid.parse().ok()?))
                 .collect(),
-            Err(_) => crate::reaper::children_of(guardian.raw()),
+            Err(_) => crate::procfs::children_of(guardian.raw()),
         };
         let oldest = children.iter().min_by_key(|c| c.start_time)?;
         let pid = ProcessId::new(oldest.pid)?;
         let pidfd = pidfd_open(pid);
         // Opened after the pid was read: check it still names the guardian's child.
-        if crate::reaper::parent_of(pid.raw()) != Some(guardian.raw()) {
+        if crate::procfs::parent_of(pid.raw()) != Some(guardian.raw()) {
             return None;
         }
         Some(Tracked {
@@ -159,7 +159,7 @@ impl std::fmt::Display for KillMechanism {
 pub fn kill_descendants(root: ProcessId) -> usize {
     let mut signalled = 0;
     for _ in 0..20 {
-        let found = crate::reaper::descendants_of(root.raw());
+        let found = crate::procfs::descendants_of(root.raw());
         let alive: Vec<i32> = found
             .into_iter()
             .filter(|s| s.state != 'Z')

@@ -23,6 +23,8 @@ use nix::sys::wait::{waitpid, WaitPidFlag};
 use nix::unistd::Pid;
 use tokio::sync::watch;
 
+use crate::procfs::{children_of, stat};
+
 /// How often leftovers are looked for while a subreaper pool runs.
 const SWEEP_EVERY: Duration = Duration::from_millis(250);
 
@@ -162,81 +164,4 @@ pub fn sweep() -> usize {
         }
     }
     handled
-}
-
-pub(crate) struct Stat {
-    pub pid: i32,
-    pub parent: i32,
-    pub state: char,
-    pub start_time: u64,
-    pub command: String,
-}
-
-pub(crate) fn stat(pid: i32) -> Option<Stat> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let open = text.find('(')?;
-    let close = text.rfind(')')?;
-    let command = text.get(open + 1..close)?.to_string();
-    let fields: Vec<&str> = text.get(close + 1..)?.split_whitespace().collect();
-    // After the name: state (field 3), ppid (4), ..., starttime (22).
-    Some(Stat {
-        pid,
-        state: fields.first()?.chars().next()?,
-        parent: fields.get(1)?.parse().ok()?,
-        start_time: fields.get(19)?.parse().ok()?,
-        command,
-    })
-}
-
-/// The parent of `pid`, from /proc.
-pub(crate) fn parent_of(pid: i32) -> Option<i32> {
-    stat(pid).map(|s| s.parent)
-}
-
-fn every_process() -> Vec<Stat> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter_map(stat)
-        .collect()
-}
-
-pub(crate) fn children_of(parent: i32) -> Vec<Stat> {
-    every_process()
-        .into_iter()
-        .filter(|s| s.parent == parent)
-        .collect()
-}
-
-/// Every process below `root` (children, their children, ...), from one
-/// reading of /proc.
-pub(crate) fn descendants_of(root: i32) -> Vec<Stat> {
-    let mut rest = every_process();
-    let mut found: Vec<Stat> = Vec::new();
-    let mut parents = vec![root];
-    while let Some(parent) = parents.pop() {
-        let (children, others): (Vec<Stat>, Vec<Stat>) =
-            rest.into_iter().partition(|s| s.parent == parent);
-        rest = others;
-        parents.extend(children.iter().map(|c| c.pid));
-        found.extend(children);
-    }
-    found
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn own_stat_is_read() {
-        let me = stat(std::process::id() as i32).unwrap();
-        // The main thread's state: running, or sleeping while test threads run.
-        assert!("RS".contains(me.state), "state {}", me.state);
-        assert_eq!(me.parent, nix::unistd::getppid().as_raw());
-        assert!(me.start_time > 0);
-        assert!(!me.command.is_empty());
-    }
 }

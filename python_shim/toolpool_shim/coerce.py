@@ -17,7 +17,7 @@ from typing import get_args
 
 from .schema import enum_value, json_value
 from .slots import struct_slots
-from .typeinfo import NoneType, class_of, is_optional, kind_of, param_meta, strip_annotated, unwrap_alias
+from .typeinfo import NoneType, class_of, is_optional, Kind, kind_of, param_meta, strip_annotated, unwrap_alias
 
 _INTEGER = re.compile(r"[+-]?\d+")
 _BOOLEANS = {"true": True, "1": True, "false": False, "0": False}
@@ -73,28 +73,28 @@ def _describe(value) -> str:
 def _label(tp) -> str:
     """What a type is called in messages: "integer", "date-time string", "object (Point)"."""
     kind = kind_of(tp)
-    if kind == "alias":
+    if kind is Kind.ALIAS:
         return _label(unwrap_alias(tp))
-    if kind == "annotated":
+    if kind is Kind.ANNOTATED:
         return _label(strip_annotated(tp)[0])
-    if kind == "union":
+    if kind is Kind.UNION:
         return " or ".join(_label(member) for member in get_args(tp))
-    if kind == "literal":
+    if kind is Kind.LITERAL:
         return _one_of(get_args(tp))
-    if kind == "enum":
+    if kind is Kind.ENUM:
         return _one_of(list(tp))
-    if kind in ("dataclass", "typeddict", "pydantic"):
+    if kind in (Kind.DATACLASS, Kind.TYPEDDICT, Kind.PYDANTIC):
         return f"object ({class_of(tp).__name__})"
     return _LABELS[kind]
 
 
 _LABELS = {
-    "unannotated": "any value", "any": "any value", "unknown": "any value", "none": "null",
-    "bool": "boolean", "int": "integer", "float": "number", "str": "string",
-    "bytes": "base64 string", "datetime": "date-time string (ISO 8601)",
-    "date": "date string (ISO 8601)", "time": "time string (ISO 8601)",
-    "uuid": "UUID string", "path": "path string", "decimal": "decimal string",
-    "array": "array", "set": "array", "tuple": "array", "mapping": "object",
+    Kind.UNANNOTATED: "any value", Kind.ANY: "any value", Kind.UNKNOWN: "any value", Kind.NONE: "null",
+    Kind.BOOL: "boolean", Kind.INT: "integer", Kind.FLOAT: "number", Kind.STR: "string",
+    Kind.BYTES: "base64 string", Kind.DATETIME: "date-time string (ISO 8601)",
+    Kind.DATE: "date string (ISO 8601)", Kind.TIME: "time string (ISO 8601)",
+    Kind.UUID: "UUID string", Kind.PATH: "path string", Kind.DECIMAL: "decimal string",
+    Kind.ARRAY: "array", Kind.SET: "array", Kind.TUPLE: "array", Kind.MAPPING: "object",
 }
 
 
@@ -333,7 +333,7 @@ def _struct(value, tp, lax):
             fields[slot.name] = _at(f".{slot.name}", obj[slot.name], slot.annotation, lax)
         elif not slot.may_omit:
             fields[slot.name] = None
-    if kind_of(cls) == "typeddict":
+    if kind_of(cls) is Kind.TYPEDDICT:
         return fields
     try:
         return cls(**fields)
@@ -351,31 +351,31 @@ def _pydantic(value, tp, lax):
 
 
 _COERCERS = {
-    "unannotated": _as_is,
-    "any": _as_is,
-    "unknown": _as_is,
-    "none": _none,
-    "alias": _alias,
-    "annotated": _annotated,
-    "union": _union,
-    "literal": _literal,
-    "enum": _enum,
-    "bool": _bool,
-    "int": _int,
-    "float": _float,
-    "str": _str,
-    "bytes": _bytes,
-    "datetime": _from_string(_iso),
-    "date": _from_string(_iso),
-    "time": _from_string(_iso),
-    "uuid": _from_string(lambda text, cls: cls(text)),
-    "path": _from_string(lambda text, cls: cls(text)),
-    "decimal": _decimal,
-    "array": _array,
-    "set": _set,
-    "tuple": _tuple,
-    "mapping": _mapping,
-    "dataclass": _struct,
-    "typeddict": _struct,
-    "pydantic": _pydantic,
+    Kind.UNANNOTATED: _as_is,
+    Kind.ANY: _as_is,
+    Kind.UNKNOWN: _as_is,
+    Kind.NONE: _none,
+    Kind.ALIAS: _alias,
+    Kind.ANNOTATED: _annotated,
+    Kind.UNION: _union,
+    Kind.LITERAL: _literal,
+    Kind.ENUM: _enum,
+    Kind.BOOL: _bool,
+    Kind.INT: _int,
+    Kind.FLOAT: _float,
+    Kind.STR: _str,
+    Kind.BYTES: _bytes,
+    Kind.DATETIME: _from_string(_iso),
+    Kind.DATE: _from_string(_iso),
+    Kind.TIME: _from_string(_iso),
+    Kind.UUID: _from_string(lambda text, cls: cls(text)),
+    Kind.PATH: _from_string(lambda text, cls: cls(text)),
+    Kind.DECIMAL: _decimal,
+    Kind.ARRAY: _array,
+    Kind.SET: _set,
+    Kind.TUPLE: _tuple,
+    Kind.MAPPING: _mapping,
+    Kind.DATACLASS: _struct,
+    Kind.TYPEDDICT: _struct,
+    Kind.PYDANTIC: _pydantic,
 }

@@ -6,26 +6,26 @@ import pathlib
 from typing import get_args
 
 from .slots import struct_slots
-from .typeinfo import EMPTY, NoneType, class_of, kind_of, param_meta, strip_annotated, unwrap_alias
+from .typeinfo import EMPTY, NoneType, class_of, Kind, kind_of, param_meta, strip_annotated, unwrap_alias
 
 NOT_JSON = object()  # json_value's answer for a value JSON cannot represent
 
 _PLAIN = {
-    "unannotated": {"type": "string"},
-    "any": {},
-    "unknown": {},
-    "none": {"type": "null"},
-    "bool": {"type": "boolean"},
-    "int": {"type": "integer"},
-    "float": {"type": "number"},
-    "str": {"type": "string"},
-    "bytes": {"type": "string", "contentEncoding": "base64"},
-    "datetime": {"type": "string", "format": "date-time"},
-    "date": {"type": "string", "format": "date"},
-    "time": {"type": "string", "format": "time"},
-    "uuid": {"type": "string", "format": "uuid"},
-    "path": {"type": "string", "format": "path"},
-    "decimal": {"type": "string", "format": "decimal"},
+    Kind.UNANNOTATED: {"type": "string"},
+    Kind.ANY: {},
+    Kind.UNKNOWN: {},
+    Kind.NONE: {"type": "null"},
+    Kind.BOOL: {"type": "boolean"},
+    Kind.INT: {"type": "integer"},
+    Kind.FLOAT: {"type": "number"},
+    Kind.STR: {"type": "string"},
+    Kind.BYTES: {"type": "string", "contentEncoding": "base64"},
+    Kind.DATETIME: {"type": "string", "format": "date-time"},
+    Kind.DATE: {"type": "string", "format": "date"},
+    Kind.TIME: {"type": "string", "format": "time"},
+    Kind.UUID: {"type": "string", "format": "uuid"},
+    Kind.PATH: {"type": "string", "format": "path"},
+    Kind.DECIMAL: {"type": "string", "format": "decimal"},
 }
 
 
@@ -184,24 +184,24 @@ def _struct(tp, expanding):
     }
     # A pydantic model ignores unknown keys unless it forbids them; the shim
     # refuses them for dataclasses and TypedDicts.
-    if kind_of(cls) != "pydantic" or cls.model_config.get("extra") == "forbid":
+    if kind_of(cls) is not Kind.PYDANTIC or cls.model_config.get("extra") == "forbid":
         schema["additionalProperties"] = False
     return schema
 
 
 _BUILDERS = {
-    "alias": _alias,
-    "annotated": _annotated,
-    "union": _union,
-    "literal": _literal,
-    "enum": _enum,
-    "array": _array,
-    "set": _set,
-    "tuple": _tuple,
-    "mapping": _mapping,
-    "dataclass": _struct,
-    "typeddict": _struct,
-    "pydantic": _struct,
+    Kind.ALIAS: _alias,
+    Kind.ANNOTATED: _annotated,
+    Kind.UNION: _union,
+    Kind.LITERAL: _literal,
+    Kind.ENUM: _enum,
+    Kind.ARRAY: _array,
+    Kind.SET: _set,
+    Kind.TUPLE: _tuple,
+    Kind.MAPPING: _mapping,
+    Kind.DATACLASS: _struct,
+    Kind.TYPEDDICT: _struct,
+    Kind.PYDANTIC: _struct,
 }
 
 

@@ -9,7 +9,7 @@ import sys
 import typing
 from typing import Annotated, Any
 
-from .typeinfo import EMPTY, is_optional, kind_of
+from .typeinfo import EMPTY, is_optional, Kind, kind_of
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,9 +67,9 @@ def describe(func) -> Signature:
 def struct_slots(cls) -> tuple:
     """The fields of a dataclass, TypedDict or pydantic model (computed once per class)."""
     kind = kind_of(cls)
-    if kind == "dataclass":
+    if kind is Kind.DATACLASS:
         return _dataclass_slots(cls)
-    if kind == "typeddict":
+    if kind is Kind.TYPEDDICT:
         return _typeddict_slots(cls)
     return _pydantic_slots(cls)
 

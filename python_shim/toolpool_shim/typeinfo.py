@@ -1,6 +1,6 @@
 """What a type annotation means for the agent: shared by the schema builder and the argument coercion.
 
-`kind_of` sorts an annotation into one of a fixed set of kinds; both
+`kind_of` sorts an annotation into one `Kind`; both
 schema.py and coerce.py dispatch on that kind, so they can never disagree on
 what an annotation is.
 """
@@ -26,6 +26,44 @@ _PRESENCE_WRAPPERS = tuple(
     wrapper for wrapper in (getattr(typing, "Required", None), getattr(typing, "NotRequired", None)) if wrapper
 )
 
+
+class Kind(str, enum.Enum):
+    """What an annotation is, as far as the agent is concerned.
+
+    A str mixin for speed only: the dispatch tables are looked up once per
+    value converted, and str's hash is C where Enum's is Python code. Compare
+    kinds with `is`.
+    """
+
+    UNANNOTATED = "unannotated"
+    ANY = "any"  # Any, object
+    NONE = "none"
+    ALIAS = "alias"  # NewType, Required[T], NotRequired[T]: see unwrap_alias
+    ANNOTATED = "annotated"
+    UNION = "union"
+    LITERAL = "literal"
+    ENUM = "enum"
+    BOOL = "bool"
+    INT = "int"
+    FLOAT = "float"
+    STR = "str"
+    BYTES = "bytes"  # bytes, bytearray
+    DATETIME = "datetime"
+    DATE = "date"
+    TIME = "time"
+    UUID = "uuid"
+    DECIMAL = "decimal"
+    PATH = "path"  # any pathlib.PurePath
+    ARRAY = "array"  # list and the sequence ABCs
+    SET = "set"
+    TUPLE = "tuple"
+    MAPPING = "mapping"
+    DATACLASS = "dataclass"
+    TYPEDDICT = "typeddict"
+    PYDANTIC = "pydantic"  # a pydantic v2 model
+    UNKNOWN = "unknown"  # a TypeVar, an unresolved string, any other class
+
+
 _ARRAY_ORIGINS = {
     list, collections.abc.Sequence, collections.abc.MutableSequence,
     collections.abc.Iterable, collections.abc.Collection,
@@ -35,64 +73,59 @@ _MAPPING_ORIGINS = {dict, collections.abc.Mapping, collections.abc.MutableMappin
 # Exact classes only: a subclass of str or int is some other type the
 # function expects to receive, which the agent cannot send.
 _SCALAR_KINDS = {
-    bool: "bool", int: "int", float: "float", str: "str",
-    bytes: "bytes", bytearray: "bytes",
-    datetime.datetime: "datetime", datetime.date: "date", datetime.time: "time",
-    uuid.UUID: "uuid", decimal.Decimal: "decimal",
+    bool: Kind.BOOL, int: Kind.INT, float: Kind.FLOAT, str: Kind.STR,
+    bytes: Kind.BYTES, bytearray: Kind.BYTES,
+    datetime.datetime: Kind.DATETIME, datetime.date: Kind.DATE, datetime.time: Kind.TIME,
+    uuid.UUID: Kind.UUID, decimal.Decimal: Kind.DECIMAL,
 }
 
 
-def kind_of(tp) -> str:
-    """One of: unannotated, any, none, alias, annotated, union, literal, enum,
-    bool, int, float, str, bytes, datetime, date, time, uuid, decimal, path,
-    array, set, tuple, mapping, dataclass, typeddict, pydantic, unknown.
-
-    "alias" (NewType, Required[T], NotRequired[T]) means: look at unwrap_alias(tp).
-    """
+def kind_of(tp) -> "Kind":
+    """The Kind of an annotation; Kind.ALIAS means: look at unwrap_alias(tp)."""
     if tp is EMPTY:
-        return "unannotated"
+        return Kind.UNANNOTATED
     if tp is Any or tp is object:
-        return "any"
+        return Kind.ANY
     if tp is None or tp is NoneType:
-        return "none"
+        return Kind.NONE
     origin = get_origin(tp)
     if hasattr(tp, "__supertype__") or (origin is not None and origin in _PRESENCE_WRAPPERS):
-        return "alias"
+        return Kind.ALIAS
     if origin is Annotated:
-        return "annotated"
+        return Kind.ANNOTATED
     if origin is Union or origin is types.UnionType:
-        return "union"
+        return Kind.UNION
     if origin is Literal:
-        return "literal"
+        return Kind.LITERAL
     cls = origin or tp
     if not isinstance(cls, type):
-        return "unknown"  # a TypeVar, a string that could not be resolved, ...
+        return Kind.UNKNOWN  # a TypeVar, a string that could not be resolved, ...
     if issubclass(cls, enum.Enum):
-        return "enum"
+        return Kind.ENUM
     if cls in _SCALAR_KINDS:
         return _SCALAR_KINDS[cls]
     if issubclass(cls, pathlib.PurePath):
-        return "path"
+        return Kind.PATH
     if cls in _ARRAY_ORIGINS:
-        return "array"
+        return Kind.ARRAY
     if cls in _SET_ORIGINS:
-        return "set"
+        return Kind.SET
     if cls is tuple:
-        return "tuple"
+        return Kind.TUPLE
     if dataclasses.is_dataclass(cls):
-        return "dataclass"
+        return Kind.DATACLASS
     if issubclass(cls, dict) and hasattr(cls, "__required_keys__"):
-        return "typeddict"
+        return Kind.TYPEDDICT
     if cls in _MAPPING_ORIGINS:
-        return "mapping"
+        return Kind.MAPPING
     if _is_pydantic_model(cls):
-        return "pydantic"
-    return "unknown"
+        return Kind.PYDANTIC
+    return Kind.UNKNOWN
 
 
 def unwrap_alias(tp):
     """Strip what does not change the value: NewType, Required[...] and NotRequired[...]."""
-    while kind_of(tp) == "alias":
+    while kind_of(tp) is Kind.ALIAS:
         tp = tp.__supertype__ if hasattr(tp, "__supertype__") else get_args(tp)[0]
     return tp
 
@@ -119,7 +152,7 @@ def param_meta(metadata):
 def is_optional(tp) -> bool:
     """True for Optional[T], T | None, Union[..., None], also inside Annotated[...]."""
     base = unwrap_alias(strip_annotated(unwrap_alias(tp))[0])
-    return kind_of(base) == "union" and NoneType in get_args(base)
+    return kind_of(base) is Kind.UNION and NoneType in get_args(base)
 
 
 def class_of(tp) -> type:

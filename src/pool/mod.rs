@@ -655,17 +655,6 @@ pub struct WorkerStats {
     pub rss_bytes: Option<u64>,
 }
 
-/// Resident set size of a process, from `/proc/<pid>/statm`.
-fn rss_bytes(pid: i32) -> Option<u64> {
-    let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
-    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
-    let page_size = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
-        .ok()
-        .flatten()
-        .unwrap_or(4096) as u64;
-    Some(pages * page_size)
-}
-
 /// A snapshot of the pool for operators.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct PoolStats {
@@ -1786,7 +1775,7 @@ impl Pool {
             .unwrap_or_default();
         // Read /proc outside the lock.
         for worker in &mut workers {
-            worker.rss_bytes = rss_bytes(worker.pid);
+            worker.rss_bytes = crate::procfs::rss_bytes(worker.pid);
         }
         workers.sort_by_key(|w| w.pid);
         let live = workers.len();

@@ -1248,7 +1248,7 @@ impl Worker {
             process.signal(signal);
             let _ = process.pid.group().signal(signal);
         }
-        for found in crate::reaper::descendants_of(self.guardian.raw()) {
+        for found in crate::procfs::descendants_of(self.guardian.raw()) {
             if let Some(pid) = ProcessId::new(found.pid) {
                 let _ = pid.signal(signal);
             }

@@ -1,6 +1,9 @@
 //! The store's side of the `attachments.*` callbacks (docs/protocol.md,
 //! "Callbacks"): one parameter struct per method, checked by serde, so a
-//! worker's malformed parameters are a `TypeError` naming what is wrong.
+//! worker's malformed parameters are a `TypeError` naming what is wrong. The
+//! registrations' shared options are a struct of their own, read from the
+//! same parameters (not flattened in: a flattened field's error would not
+//! name it).
 
 use std::path::Path;
 
@@ -10,6 +13,7 @@ use serde_json::{Map, Value};
 
 use super::{AttachmentError, AttachmentRecord, AttachmentStore, RegisterOptions};
 use crate::context::methods;
+use crate::context::params::from_params;
 
 /// What `register_file`, `register_bytes`, `register_remote_file` share.
 #[derive(Deserialize)]
@@ -46,23 +50,17 @@ impl Options {
 #[derive(Deserialize)]
 struct RegisterFile {
     path: String,
-    #[serde(flatten)]
-    options: Options,
 }
 
 #[derive(Deserialize)]
 struct RegisterBytes {
     data_base64: String,
-    #[serde(flatten)]
-    options: Options,
 }
 
 #[derive(Deserialize)]
 struct RegisterRemoteFile {
     remote_file_id: String,
     size: Option<u64>,
-    #[serde(flatten)]
-    options: Options,
 }
 
 #[derive(Deserialize)]
@@ -85,10 +83,19 @@ struct IngestRecord {
 
 fn parse<T: DeserializeOwned>(
     method: &str,
-    params: Map<String, Value>,
+    params: &Map<String, Value>,
 ) -> Result<T, AttachmentError> {
-    serde_json::from_value(Value::Object(params))
-        .map_err(|e| AttachmentError::WrongType(format!("{method}: {e}")))
+    from_params(params).map_err(|e| AttachmentError::WrongType(format!("{method}: {e}")))
+}
+
+/// A registration's parameters: its own, and the options every one shares.
+fn parse_registration<T: DeserializeOwned>(
+    method: &str,
+    params: &Map<String, Value>,
+) -> Result<(T, RegisterOptions), AttachmentError> {
+    let own = parse(method, params)?;
+    let options: Options = parse(method, params)?;
+    Ok((own, options.into_register()))
 }
 
 impl AttachmentStore {
@@ -101,33 +108,31 @@ impl AttachmentStore {
         let record = |r: AttachmentRecord| r.to_json();
         match method {
             methods::REGISTER_FILE => {
-                let p: RegisterFile = parse(method, params)?;
-                self.register_file(Path::new(&p.path), p.options.into_register())
-                    .map(record)
+                let (p, options): (RegisterFile, _) = parse_registration(method, &params)?;
+                self.register_file(Path::new(&p.path), options).map(record)
             }
             methods::REGISTER_BYTES => {
                 use base64::Engine as _;
-                let p: RegisterBytes = parse(method, params)?;
+                let (p, options): (RegisterBytes, _) = parse_registration(method, &params)?;
                 let data = base64::engine::general_purpose::STANDARD
                     .decode(p.data_base64.as_bytes())
                     .map_err(|e| {
                         AttachmentError::InvalidArgument(format!("data_base64 is not base64: {e}"))
                     })?;
-                self.register_bytes(&data, p.options.into_register())
-                    .map(record)
+                self.register_bytes(&data, options).map(record)
             }
             methods::REGISTER_REMOTE_FILE => {
-                let p: RegisterRemoteFile = parse(method, params)?;
-                self.register_remote_file(&p.remote_file_id, p.size, p.options.into_register())
+                let (p, options): (RegisterRemoteFile, _) = parse_registration(method, &params)?;
+                self.register_remote_file(&p.remote_file_id, p.size, options)
                     .map(record)
             }
             methods::UPDATE_REMOTE_FILE_ID => {
-                let p: UpdateRemoteFileId = parse(method, params)?;
+                let p: UpdateRemoteFileId = parse(method, &params)?;
                 self.update_remote_file_id(&p.attachment_id, &p.remote_file_id)?;
                 Ok(Value::Null)
             }
             methods::INGEST_RECORD => {
-                let p: IngestRecord = parse(method, params)?;
+                let p: IngestRecord = parse(method, &params)?;
                 let defaults = RegisterOptions::default();
                 self.ingest_record(
                     p.record,
@@ -137,7 +142,7 @@ impl AttachmentStore {
                 .map(record)
             }
             methods::GET => {
-                let p: ById = parse(method, params)?;
+                let p: ById = parse(method, &params)?;
                 Ok(self
                     .get(&p.attachment_id)
                     .map(record)

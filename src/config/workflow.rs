@@ -1,0 +1,174 @@
+//! The typed workflow: the nodes of a file and the tooling of its agent
+//! nodes, as [`Workflow::parse`] reads them.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use super::error::WorkflowError;
+use super::reader::Reader;
+use super::resolved::ResolvedWorkflow;
+use super::validate::validate;
+use super::yaml::parse_yaml;
+use super::ConfigError;
+use crate::catalog::Catalog;
+
+/// A value with the line it came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Located<T> {
+    pub value: T,
+    pub line: Option<usize>,
+}
+
+/// A workflow file, as far as toolpool reads it: its nodes, and the tooling of
+/// its agent nodes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Workflow {
+    /// The file name used in messages.
+    pub source: String,
+    /// Every node, in document order (inline subgraphs flattened after their
+    /// parent node).
+    pub nodes: Vec<NodeConfig>,
+    /// Problems of shape found while reading (unknown keys, wrong types);
+    /// [`validate`] reports them together with its own.
+    pub problems: Vec<ConfigError>,
+}
+
+/// One node of the workflow.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeConfig {
+    /// e.g. `nodes[2]` or `graph.nodes[2]`.
+    pub path: String,
+    pub line: Option<usize>,
+    /// The node id; inside an inline subgraph `<subgraph id>/<id>`.
+    pub id: Option<Located<String>>,
+    pub node_type: Option<String>,
+    /// `config.tooling`, read only for agent nodes; a single mapping in the
+    /// file is a one-element list here.
+    pub tooling: Vec<ToolingConfig>,
+}
+
+impl NodeConfig {
+    pub fn is_agent(&self) -> bool {
+        self.node_type.as_deref() == Some("agent")
+    }
+
+    /// Whether any of its tooling entries is `type: function`.
+    pub fn has_function_tooling(&self) -> bool {
+        self.tooling
+            .iter()
+            .any(|t| matches!(t.kind, ToolingKind::Function(_)))
+    }
+}
+
+/// One entry of `config.tooling`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolingConfig {
+    /// e.g. `nodes[0].config.tooling[1]` (no index for the single-mapping form).
+    pub path: String,
+    pub line: Option<usize>,
+    pub kind: ToolingKind,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ToolingKind {
+    /// `type: function`.
+    Function(FunctionTooling),
+    /// `mcp_remote`, `mcp_local`: the runtime's business, not validated here.
+    Other(String),
+    /// No usable `type` (already reported as a problem).
+    Invalid,
+}
+
+/// `{type: function, config: {...}, prefix?}`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FunctionTooling {
+    pub config: FunctionToolConfig,
+    /// Renames every tool to `<prefix>_<name>`.
+    pub prefix: Option<Located<String>>,
+}
+
+/// `config` of a function tooling: `{tools: [...], timeout?, auto_load?}`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FunctionToolConfig {
+    /// e.g. `nodes[0].config.tooling[0].config`.
+    pub path: String,
+    pub line: Option<usize>,
+    pub tools: Vec<FunctionToolEntryConfig>,
+    /// Seconds; `None` (absent or null) → the pool's default.
+    pub timeout: Option<f64>,
+    /// Accepted for compatibility with the original runtime; the catalog is
+    /// always loaded.
+    pub auto_load: Option<bool>,
+}
+
+/// One entry of `tools`: `{name, description?, parameters?, auto_fill?}`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FunctionToolEntryConfig {
+    /// e.g. `nodes[0].config.tooling[0].config.tools[3]`.
+    pub path: String,
+    pub line: Option<usize>,
+    /// The function name (whitespace trimmed), or `module:All`.
+    pub name: Option<Located<String>>,
+    /// `None` when absent or null.
+    pub description: Option<String>,
+    /// `None` when absent or null.
+    pub parameters: Option<Value>,
+    /// `None` when absent or null (→ true).
+    pub auto_fill: Option<bool>,
+    /// Which of `description`, `parameters`, `auto_fill` are written in the
+    /// entry at all (even as null): a `module:All` entry may carry none.
+    pub overrides_present: Vec<&'static str>,
+}
+
+impl Workflow {
+    /// Reads and parses a workflow file.
+    pub fn load(path: impl AsRef<Path>) -> Result<Workflow, WorkflowError> {
+        let path = path.as_ref();
+        let file = path.display().to_string();
+        let bytes = std::fs::read(path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => WorkflowError::NotFound { file: file.clone() },
+            _ if path.is_dir() => WorkflowError::Unreadable {
+                file: file.clone(),
+                reason: "it is a directory".to_string(),
+            },
+            _ => WorkflowError::Unreadable {
+                file: file.clone(),
+                reason: e.to_string(),
+            },
+        })?;
+        let text = String::from_utf8(bytes).map_err(|e| WorkflowError::Unreadable {
+            file: file.clone(),
+            reason: format!(
+                "it is not UTF-8 text (invalid byte at offset {})",
+                e.utf8_error().valid_up_to()
+            ),
+        })?;
+        Workflow::parse(&text, &file)
+    }
+
+    /// Parses a workflow from text; `source` names it in messages.
+    pub fn parse(text: &str, source: &str) -> Result<Workflow, WorkflowError> {
+        let root = parse_yaml(text).map_err(|(line, column, message)| WorkflowError::Yaml {
+            file: source.to_string(),
+            line,
+            column,
+            message,
+        })?;
+        let mut reader = Reader::default();
+        reader.read_root(&root);
+        Ok(Workflow {
+            source: source.to_string(),
+            nodes: reader.nodes,
+            problems: reader.problems,
+        })
+    }
+
+    /// Validates against `catalog` (see [`validate`]), naming the file in the error.
+    pub fn resolve(&self, catalog: &Catalog) -> Result<ResolvedWorkflow, WorkflowError> {
+        validate(self, catalog).map_err(|errors| WorkflowError::Invalid {
+            file: self.source.clone(),
+            errors,
+        })
+    }
+}
