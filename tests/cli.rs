@@ -392,17 +392,7 @@ fn catalog_table_has_a_row_per_function_and_the_load_errors() {
 fn sandbox_serves_http() {
     use std::io::{BufRead, Read, Write};
 
-    let doctor = Command::new(env!("CARGO_BIN_EXE_toolpool"))
-        .args(["--sandbox", "doctor"])
-        .output()
-        .unwrap();
-    if !doctor.status.success() {
-        let why = String::from_utf8_lossy(&doctor.stderr);
-        assert!(
-            std::env::var_os("TOOLPOOL_TEST_SANDBOX").is_none(),
-            "TOOLPOOL_TEST_SANDBOX is set but the kernel lacks a sandbox piece: {why}"
-        );
-        eprintln!("skipped: this kernel cannot run --sandbox: {why}");
+    if common::kernel_cannot_sandbox() {
         return;
     }
     let session = tempfile::tempdir().unwrap();

@@ -7,6 +7,8 @@
 //! with a notice, except in CI (`CI` set) or when the variable is set, where
 //! they are required.
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -165,17 +167,7 @@ fn fastmcp_tasks_client_drives_tasks_over_stdio_and_http() {
 /// scripts/test-sandboxed (`TOOLPOOL_TEST_SANDBOX`), which requires it.
 #[test]
 fn python_client_sandboxed_http_sessions() {
-    let doctor = Command::new(env!("CARGO_BIN_EXE_toolpool"))
-        .args(["--sandbox", "doctor"])
-        .output()
-        .expect("toolpool runs");
-    if !doctor.status.success() {
-        let why = String::from_utf8_lossy(&doctor.stderr);
-        assert!(
-            std::env::var_os("TOOLPOOL_TEST_SANDBOX").is_none(),
-            "TOOLPOOL_TEST_SANDBOX is set but the kernel lacks a sandbox piece: {why}"
-        );
-        eprintln!("skipped: this kernel cannot run --sandbox: {why}");
+    if common::kernel_cannot_sandbox() {
         return;
     }
     run_python_module("test_sandbox_http");

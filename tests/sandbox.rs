@@ -513,6 +513,11 @@ async fn call_in(
     pool.invoke(name, args, options).await
 }
 
+/// A sessions root (`--sessions-root`) in `dir`, sweeping after an hour.
+fn sessions_in(dir: &std::path::Path) -> SessionsRoot {
+    SessionsRoot::new(&dir.join("sessions"), Duration::from_secs(3600), &[]).unwrap()
+}
+
 /// Sessions of their own (as each MCP session over HTTP has): a sandboxed
 /// worker is started for one session and sees its folders only; a call of
 /// another session gets a worker of its own (the one worker of the pool is
@@ -520,12 +525,7 @@ async fn call_in(
 #[tokio::test]
 async fn each_session_gets_workers_that_see_its_folders_only() {
     let host = host_dir();
-    let root = SessionsRoot::new(
-        &host.path().join("sessions"),
-        Duration::from_secs(3600),
-        &[],
-    )
-    .unwrap();
+    let root = sessions_in(host.path());
     let own = host_dir();
     let pool = start(sandboxed(&own)).await;
     let (alice, bob) = (root.open("alice").unwrap(), root.open("bob").unwrap());
@@ -594,12 +594,7 @@ async fn a_session_inside_a_folder_every_worker_sees_is_refused() {
             std::fs::copy(&path, tools.path().join(path.file_name().unwrap())).unwrap();
         }
     }
-    let root = SessionsRoot::new(
-        &tools.path().join("sessions"),
-        Duration::from_secs(3600),
-        &[],
-    )
-    .unwrap();
+    let root = sessions_in(tools.path());
     let own = host_dir();
     let pool = start(sandboxed(&own).functions_dir(tools.path())).await;
     let inside = root.open("inside").unwrap();
@@ -627,12 +622,7 @@ async fn a_session_inside_a_folder_every_worker_sees_is_refused() {
 #[tokio::test]
 async fn a_call_given_up_during_its_sessions_cold_start_leaves_the_pool_whole() {
     let host = host_dir();
-    let root = SessionsRoot::new(
-        &host.path().join("sessions"),
-        Duration::from_secs(3600),
-        &[],
-    )
-    .unwrap();
+    let root = sessions_in(host.path());
     let own = host_dir();
     let pool = start(sandboxed(&own)).await;
     let alice = root.open("alice").unwrap();

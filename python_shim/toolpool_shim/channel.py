@@ -134,15 +134,20 @@ class Channel:
                 if self._reading:
                     self._state.wait()
                     continue
-                self._reading = True
-                self._state.release()  # read without holding the state: others may queue calls
-                try:
-                    message = self._read_message()
-                finally:
-                    self._state.acquire()
-                    self._reading = False
-                self._route(message)
-                self._state.notify_all()
+                self._read_and_route()
+
+    def _read_and_route(self) -> None:
+        """Read one frame and route it; called with the state held, which is
+        released during the read (others may queue calls meanwhile)."""
+        self._reading = True
+        self._state.release()
+        try:
+            message = self._read_message()
+        finally:
+            self._state.acquire()
+            self._reading = False
+        self._route(message)
+        self._state.notify_all()
 
     def _read_message(self) -> dict:
         try:
@@ -200,15 +205,7 @@ class Channel:
             with self._state:
                 while (self._running and self._started_count == count and not self._reading
                        and readable.poll(0)):
-                    self._reading = True
-                    self._state.release()
-                    try:
-                        message = self._read_message()
-                    finally:
-                        self._state.acquire()
-                        self._reading = False
-                    self._route(message)
-                    self._state.notify_all()
+                    self._read_and_route()
 
 
 def _fatal(reason: str) -> None:

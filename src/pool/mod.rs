@@ -1687,13 +1687,8 @@ impl Pool {
         let deadline = Instant::now() + timeout;
         // Boxed: the exchange's state is large, and a call's future is moved
         // whenever a task is spawned around it.
-        let outcome = match queued {
-            Some(id) => {
-                Box::pin(worker.invoke_queued(id, name, args, context, deadline, Some(callbacks)))
-                    .await
-            }
-            None => Box::pin(worker.invoke(name, args, context, deadline, Some(callbacks))).await,
-        };
+        let outcome =
+            Box::pin(worker.invoke(queued, name, args, context, deadline, Some(callbacks))).await;
         drop(listed);
         drop(busy);
         let closing = shared.is_closed.load(Ordering::Acquire);

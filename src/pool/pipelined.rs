@@ -112,6 +112,9 @@ impl Shared {
             if !worker.takes_more || !admits || !worker.slot.has_room() {
                 continue;
             }
+            // Encoded and queued while the worker is listed busy: once its
+            // call ends (and it leaves the list) nothing would write the
+            // request or hand the worker over.
             let id = worker.slot.take_id();
             let frame = encode(id)?;
             let Some(handover) = worker.slot.queue(id, frame) else {

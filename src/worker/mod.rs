@@ -793,38 +793,19 @@ impl Worker {
     /// Runs one tool call; on `TimedOut` or `Died` the worker is gone.
     /// `callbacks` serves the tool's context services while it runs (without
     /// it every callback fails in the tool); time spent waiting for a human
-    /// pushes `deadline` back by as much.
+    /// pushes `deadline` back by as much. `queued`: the id the call's request
+    /// was written under behind the call before (pipelining), already on the
+    /// wire.
     pub async fn invoke(
         &mut self,
+        queued: Option<u64>,
         name: &str,
         args: &Value,
         context: &CallContext,
         deadline: Instant,
         callbacks: Option<&Arc<dyn CallbackService>>,
     ) -> CallOutcome {
-        let id = self.take_id();
-        self.calls_served += 1;
-        let request = Request::Invoke {
-            id,
-            name,
-            args,
-            context,
-        };
-        self.run(id, &request, name, deadline, callbacks, false)
-            .await
-    }
-
-    /// Runs the call whose request `id` was queued behind the call before
-    /// (pipelining) and is on the wire already; as [`Worker::invoke`].
-    pub async fn invoke_queued(
-        &mut self,
-        id: u64,
-        name: &str,
-        args: &Value,
-        context: &CallContext,
-        deadline: Instant,
-        callbacks: Option<&Arc<dyn CallbackService>>,
-    ) -> CallOutcome {
+        let id = queued.unwrap_or_else(|| self.take_id());
         let request = Request::Invoke {
             id,
             name,
@@ -832,7 +813,7 @@ impl Worker {
             context,
         };
         let outcome = self
-            .run(id, &request, name, deadline, callbacks, true)
+            .run(id, &request, name, deadline, callbacks, queued.is_some())
             .await;
         if !matches!(outcome, CallOutcome::Withdrawn) {
             self.calls_served += 1;

@@ -34,6 +34,26 @@ pub fn sandbox_from_env(builder: PoolBuilder) -> PoolBuilder {
     }
 }
 
+/// True (with a notice) when this kernel cannot run `--sandbox`, by
+/// `toolpool --sandbox doctor`; a test then skips, unless
+/// `TOOLPOOL_TEST_SANDBOX` is set (scripts/test-sandboxed), which requires it.
+pub fn kernel_cannot_sandbox() -> bool {
+    let doctor = std::process::Command::new(env!("CARGO_BIN_EXE_toolpool"))
+        .args(["--sandbox", "doctor"])
+        .output()
+        .expect("toolpool runs");
+    if doctor.status.success() {
+        return false;
+    }
+    let why = String::from_utf8_lossy(&doctor.stderr);
+    assert!(
+        std::env::var_os("TOOLPOOL_TEST_SANDBOX").is_none(),
+        "TOOLPOOL_TEST_SANDBOX is set but the kernel lacks a sandbox piece: {why}"
+    );
+    eprintln!("skipped: this kernel cannot run --sandbox: {why}");
+    true
+}
+
 pub fn sandboxed_by_env() -> bool {
     std::env::var_os("TOOLPOOL_TEST_SANDBOX").is_some_and(|v| v == "1")
 }
