@@ -173,33 +173,47 @@ async fn throughput(session: &Path, calls: usize, in_flight: usize) -> f64 {
     rate
 }
 
-/// P3 and P4 on a 1-worker pool: how late a 200 ms timeout is reported (ms),
+/// One timeout round on `pool`: how late a 200 ms timeout is reported (ms),
 /// and how soon the next call is answered after the kill (ms).
-async fn timeouts(session: &Path, rounds: usize, sandbox: SandboxMode) -> (Vec<f64>, Vec<f64>) {
-    let pool = pool_on("python3", 1, session, sandbox).await;
-    noop(&pool).await;
-    let mut late = Vec::new();
-    let mut next = Vec::new();
+async fn timeout_round(pool: &Pool) -> (f64, f64) {
+    let options = InvokeOptions {
+        timeout: Some(Duration::from_millis(200)),
+        ..Default::default()
+    };
+    let started = Instant::now();
+    let error = pool
+        .invoke("sleep", json!({"seconds": 10}), options)
+        .await
+        .expect_err("times out");
+    assert!(error.is_timeout(), "{error}");
+    let late = (started.elapsed().as_secs_f64() - 0.2) * 1e3;
+    let started = Instant::now();
+    noop(pool).await;
+    (late, started.elapsed().as_secs_f64() * 1e3)
+}
+
+/// P3 and P4 on a 1-worker pool, and P10's next call after a kill on a
+/// sandboxed one, in alternating rounds: whatever else the machine does
+/// meanwhile weighs on both sides of P10's ratio alike.
+/// Returns (P3 late, P4 next, P10 next), in ms.
+async fn timeouts(session: &Path, rounds: usize) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let plain = pool_on("python3", 1, session, SandboxMode::Off).await;
+    let sandboxed = pool_on("python3", 1, session, SandboxMode::Strict).await;
+    noop(&plain).await;
+    noop(&sandboxed).await;
+    let (mut late, mut next, mut next_sandboxed) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..rounds {
         // Let the replacement (or spare) be ready, as between real calls.
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let options = InvokeOptions {
-            timeout: Some(Duration::from_millis(200)),
-            ..Default::default()
-        };
-        let started = Instant::now();
-        let error = pool
-            .invoke("sleep", json!({"seconds": 10}), options)
-            .await
-            .expect_err("times out");
-        assert!(error.is_timeout(), "{error}");
-        late.push((started.elapsed().as_secs_f64() - 0.2) * 1e3);
-        let started = Instant::now();
-        noop(&pool).await;
-        next.push(started.elapsed().as_secs_f64() * 1e3);
+        let (l, n) = timeout_round(&plain).await;
+        late.push(l);
+        next.push(n);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        next_sandboxed.push(timeout_round(&sandboxed).await.1);
     }
-    pool.shutdown().await;
-    (late, next)
+    plain.shutdown().await;
+    sandboxed.shutdown().await;
+    (late, next, next_sandboxed)
 }
 
 /// P5 (and P10 sandboxed): time until a pool of `workers` is ready, from cold (ms).
@@ -283,7 +297,7 @@ async fn main() {
         5 => 10,
         _ => 1,
     };
-    let (mut late, next) = timeouts(session, timeout_rounds, SandboxMode::Off).await;
+    let (mut late, next, next_sandboxed) = timeouts(session, timeout_rounds).await;
     let mut one = Vec::new();
     let mut four = Vec::new();
     let mut four_sandboxed = Vec::new();
@@ -292,8 +306,6 @@ async fn main() {
         four.push(cold_start(session, 4, SandboxMode::Off).await);
         four_sandboxed.push(cold_start(session, 4, SandboxMode::Strict).await);
     }
-    // P10: the same under --sandbox, in the same run.
-    let (_, next_sandboxed) = timeouts(session, timeout_rounds, SandboxMode::Strict).await;
     let p7 = big_catalog(session).await;
     let payload_calls = (50 / scale).max(3);
     let (p8, p9) = payloads("python3", session, payload_calls).await;
