@@ -21,7 +21,6 @@ use std::time::Duration;
 use nix::sys::signal::{kill, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag};
 use nix::unistd::Pid;
-use tokio::sync::watch;
 
 use crate::procfs::{children_of, stat};
 
@@ -71,7 +70,7 @@ pub fn spawn_known(
 /// Makes this process the child subreaper and sweeps for leftovers until
 /// `closed` turns true (or its pool is dropped); the last pool to stop turns
 /// the subreaper off again. Must be called inside a tokio runtime.
-pub fn start(mut closed: watch::Receiver<bool>) -> std::io::Result<()> {
+pub fn start(closed: tokio_util::sync::CancellationToken) -> std::io::Result<()> {
     {
         let mut active = ACTIVE.lock().unwrap_or_else(|e| e.into_inner());
         if *active == 0 {
@@ -83,10 +82,7 @@ pub fn start(mut closed: watch::Receiver<bool>) -> std::io::Result<()> {
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(SWEEP_EVERY) => {}
-                changed = closed.wait_for(|closed| *closed) => {
-                    let _ = changed;
-                    break;
-                }
+                () = closed.cancelled() => break,
             }
             let _ = tokio::task::spawn_blocking(sweep).await;
         }

@@ -117,3 +117,35 @@ fn fingerprint_changes_with_the_modules_only() {
     write_module(tools.path(), 11, true);
     assert_ne!(changed, toolpool::watch::fingerprint(tools.path()));
 }
+
+#[tokio::test]
+async fn reload_does_not_wait_behind_calls_queued_for_a_worker() {
+    let tools = tempfile::tempdir().unwrap();
+    let session = tempfile::tempdir().unwrap();
+    write_module(tools.path(), 1, false);
+    let pool = versioned_pool(tools.path(), session.path()).await;
+    // Both workers busy for 6 s, and more calls than they can queue in
+    // line for the next free worker.
+    let mut calls = Vec::new();
+    for _ in 0..8 {
+        let pool = pool.clone();
+        calls.push(tokio::spawn(async move {
+            call(&pool, "nap", json!({"seconds": 6.0})).await
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(pool.stats().queued > 0, "{:?}", pool.stats());
+    write_module(tools.path(), 2, true);
+    let catalog = pool.reload().await.unwrap();
+    assert!(catalog.get("added_later").is_some());
+    // The reload finished while the first calls still run.
+    assert!(
+        calls.iter().all(|c| !c.is_finished()),
+        "a call finished before the reload returned"
+    );
+    assert_eq!(pool.stats().busy, 2, "{:?}", pool.stats());
+    for c in calls {
+        c.abort();
+    }
+    pool.shutdown().await;
+}

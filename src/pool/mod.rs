@@ -1,13 +1,14 @@
 //! The pool: a set of workers, a queue in front of them, timeouts, replacement
 //! of dead workers, recycling, stats and shutdown.
 //!
-//! Idle workers wait in a channel; a call takes one out (waiting in FIFO
-//! order behind a fair mutex), owns it for the call, and gives it back. A
+//! Idle workers wait in the dispatcher (`dispatch`); a call takes one out
+//! (waiting in FIFO order, no lock held), owns it for the call, and gives it
+//! back, or is queued behind a busy one (`pipelined`). A
 //! worker that timed out or died is already reaped when the call returns; a
 //! replacement is started in the background with exponential back-off, so a
 //! worker that cannot start never turns into a spawn loop.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -15,12 +16,13 @@ use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::{json, Value};
-use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+mod dispatch;
 mod pipelined;
 
+use self::dispatch::Dispatcher;
 use self::pipelined::{Queueing, Ticket, TicketEnd};
 use crate::catalog::Catalog;
 use crate::content::ContentBlock;
@@ -34,9 +36,7 @@ use crate::protocol::{
     encode_frame, CallContext, Request, SessionDirs, WireBlock, DEFAULT_MAX_FRAME,
 };
 use crate::sandbox::{Sandbox, SandboxMode, SandboxOptions, SandboxPaths};
-use crate::worker::{
-    BootConfig, CallOutcome, Spawner, StartError, Worker, WorkerInfo, WorkerKiller, WorkerSpec,
-};
+use crate::worker::{BootConfig, CallOutcome, Spawner, StartError, Worker, WorkerInfo, WorkerSpec};
 
 /// The tracing target of the log line of each failed call (and, at debug
 /// level, its traceback).
@@ -434,8 +434,6 @@ impl PoolBuilder {
             tracing::warn!(module = %error.module, "tool module not loaded: {}", error.error);
         }
 
-        let (idle_tx, idle_rx) = mpsc::unbounded_channel();
-        let (closed_tx, _) = watch::channel(false);
         let shared = Arc::new(Shared {
             spec,
             spawner,
@@ -445,25 +443,18 @@ impl PoolBuilder {
                 human_prompt: self.human_prompt.clone(),
             }),
             session,
-            idle_tx,
-            idle_rx: tokio::sync::Mutex::new(idle_rx),
-            closed: closed_tx,
-            is_closed: AtomicBool::new(false),
+            workers: Dispatcher::new(),
             draining: AtomicBool::new(false),
             default_timeout: self.timeout,
             queue_wait: self.queue_wait,
             max_calls_per_worker: self.max_calls_per_worker,
             size: self.workers,
             catalog: RwLock::new(Arc::new(catalog)),
-            generation: AtomicU64::new(0),
             counters: Counters::default(),
             queueing: Queueing::default(),
-            live: Mutex::new(HashMap::new()),
-            left: tokio::sync::Notify::new(),
             start_failure: Mutex::new(None),
             start_failed: tokio::sync::Notify::new(),
             restart_failures: AtomicU64::new(0),
-            spares: Mutex::new(Vec::new()),
             dying: tokio_util::task::TaskTracker::new(),
             info,
             import_timeout: self.import_timeout,
@@ -472,7 +463,7 @@ impl PoolBuilder {
         });
         let missing = self.workers - workers.len();
         for worker in workers {
-            shared.register(&worker, 0);
+            shared.workers.register(&worker, 0);
             shared.make_idle(worker);
         }
         for _ in 0..missing {
@@ -483,7 +474,7 @@ impl PoolBuilder {
             shared.start_worker(Destination::Spare, Duration::ZERO);
         }
         if self.subreaper {
-            if let Err(e) = crate::reaper::start(shared.closed.subscribe()) {
+            if let Err(e) = crate::reaper::start(shared.workers.closed_token()) {
                 tracing::warn!("cannot become the child subreaper: {e}");
             }
         }
@@ -719,10 +710,9 @@ struct Shared {
     session: SessionPaths,
     /// The attachment store and default human prompt the tools call back to.
     services: Arc<SessionServices>,
-    idle_tx: mpsc::UnboundedSender<Worker>,
-    idle_rx: tokio::sync::Mutex<mpsc::UnboundedReceiver<Worker>>,
-    closed: watch::Sender<bool>,
-    is_closed: AtomicBool,
+    /// Idle workers and spares, every live worker's record, the reload
+    /// generation, whether the pool closed.
+    workers: Dispatcher,
     /// Set by [`Pool::drain`]: the pool is about to shut down.
     draining: AtomicBool,
     default_timeout: Duration,
@@ -731,22 +721,14 @@ struct Shared {
     size: usize,
     /// Replaced as a whole by [`Pool::reload`].
     catalog: RwLock<Arc<Catalog>>,
-    /// Bumped by every reload; a worker started before it runs old code.
-    generation: AtomicU64,
     counters: Counters,
     /// Calls queued behind busy workers' running calls (pipelining).
     queueing: Queueing,
-    /// Live workers (spares included), by pid.
-    live: Mutex<HashMap<i32, LiveWorker>>,
-    /// Notified whenever a worker leaves `live` (shutdown waits on it).
-    left: tokio::sync::Notify,
     /// Why the last attempt to start a worker failed, while none is running.
     start_failure: Mutex<Option<String>>,
     /// Wakes queued calls when a start fails, to fail fast if none can run.
     start_failed: tokio::sync::Notify,
     restart_failures: AtomicU64,
-    /// Started workers waiting to replace one that is killed or retired.
-    spares: Mutex<Vec<Worker>>,
     /// Killed workers whose trees are being finished off and reaped;
     /// shutdown waits for them, so no process of a call outlives the pool.
     dying: tokio_util::task::TaskTracker,
@@ -757,44 +739,7 @@ struct Shared {
     isolation: SessionIsolation,
 }
 
-/// What the pool tracks of each live worker.
-#[derive(Debug, Clone)]
-struct LiveWorker {
-    calls_served: u64,
-    /// The reload generation whose code it imported.
-    generation: u64,
-    /// Kills it at the end of a shutdown's grace period.
-    killer: WorkerKiller,
-    /// The session whose calls it has served (none yet: `None`).
-    session: Option<String>,
-}
-
 impl Shared {
-    fn register(&self, worker: &Worker, generation: u64) {
-        if let Ok(mut live) = self.live.lock() {
-            let calls_served = worker.calls_served();
-            live.insert(
-                worker.pid(),
-                LiveWorker {
-                    calls_served,
-                    generation,
-                    killer: worker.killer(),
-                    session: None,
-                },
-            );
-        }
-    }
-
-    /// True when the worker imported the tools before the latest reload.
-    fn is_stale(&self, pid: i32) -> bool {
-        let current = self.generation.load(Ordering::Acquire);
-        self.live
-            .lock()
-            .ok()
-            .and_then(|live| live.get(&pid).map(|w| w.generation < current))
-            .unwrap_or(false)
-    }
-
     /// Under [`SessionIsolation::Process`]: whether the worker of `lease`
     /// may serve a call of `session`. One that served another session is
     /// recycled instead (a warm spare takes its place) and the call checks
@@ -804,19 +749,16 @@ impl Shared {
             return true;
         }
         let pid = lease.worker().pid();
-        let admitted = self.live.lock().ok().is_none_or(|mut live| {
-            let Some(entry) = live.get_mut(&pid) else {
-                return true;
-            };
-            match &entry.session {
-                Some(served) if served != session => false,
-                Some(_) => true,
+        let admitted = self
+            .workers
+            .with_live(pid, |entry| match &entry.session {
+                Some(served) => served == session,
                 None => {
                     entry.session = Some(session.to_string());
                     true
                 }
-            }
-        });
+            })
+            .unwrap_or(true);
         if !admitted {
             if let Some(worker) = lease.worker.take() {
                 tracing::debug!(
@@ -828,32 +770,12 @@ impl Shared {
                     .session_recycles
                     .fetch_add(1, Ordering::Relaxed);
                 self.lose_queued(&worker);
-                self.unregister(pid);
+                self.workers.unregister(pid);
                 tokio::spawn(worker.retire());
                 self.replace();
             }
         }
         admitted
-    }
-
-    fn unregister(&self, pid: i32) {
-        if let Ok(mut live) = self.live.lock() {
-            live.remove(&pid);
-        }
-        self.left.notify_waiters();
-    }
-
-    /// Waits until no worker is live, or `deadline`.
-    async fn all_gone_by(&self, deadline: Instant) {
-        loop {
-            // Registered before the check, so a worker leaving in between wakes it.
-            let left = self.left.notified();
-            tokio::pin!(left);
-            left.as_mut().enable();
-            if self.live_workers() == 0 || tokio::time::timeout_at(deadline, left).await.is_err() {
-                return;
-            }
-        }
     }
 
     /// Finishes killing a worker in the background (its guardian's clean-up,
@@ -872,34 +794,19 @@ impl Shared {
         }
     }
 
-    fn live_workers(&self) -> usize {
-        self.live.lock().map(|l| l.len()).unwrap_or(0)
-    }
-
     fn make_idle(self: &Arc<Self>, worker: Worker) {
-        // One lock per returning worker: record its calls, read its generation.
-        let current = self.generation.load(Ordering::Acquire);
-        let stale = self
-            .live
-            .lock()
-            .ok()
-            .and_then(|mut live| {
-                let entry = live.get_mut(&worker.pid())?;
-                entry.calls_served = worker.calls_served();
-                Some(entry.generation < current)
-            })
-            .unwrap_or(false);
-        let closed = self.is_closed.load(Ordering::Acquire);
+        let stale = self.workers.returned_stale(&worker);
+        let closed = self.workers.is_closed();
         if stale && !closed {
             // Runs code from before a reload: new calls go to fresh workers.
             self.counters.recycled.fetch_add(1, Ordering::Relaxed);
-            self.unregister(worker.pid());
+            self.workers.unregister(worker.pid());
             tokio::spawn(worker.retire());
             self.replace();
             return;
         }
         if closed {
-            self.unregister(worker.pid());
+            self.workers.unregister(worker.pid());
             tokio::spawn(worker.retire());
             return;
         }
@@ -907,11 +814,10 @@ impl Shared {
         let Some(worker) = self.rescue(worker) else {
             return;
         };
-        // The receiver lives as long as `self`, so this cannot fail.
-        let _ = self.idle_tx.send(worker);
-        if self.is_closed.load(Ordering::Acquire) {
-            // Closed meanwhile: shutdown takes it from the channel.
-            self.left.notify_waiters();
+        self.workers.put_idle(worker);
+        if self.workers.is_closed() {
+            // Closed meanwhile: shutdown takes it from the queue.
+            self.workers.nudge();
         }
     }
 
@@ -920,8 +826,7 @@ impl Shared {
     /// else a newly started worker.
     fn replace(self: &Arc<Self>) {
         self.counters.respawns.fetch_add(1, Ordering::Relaxed);
-        let spare = self.spares.lock().ok().and_then(|mut spares| spares.pop());
-        match spare {
+        match self.workers.pop_spare() {
             Some(worker) => {
                 self.make_idle(worker);
                 // Not urgent: let the call the spare is about to take start
@@ -955,7 +860,7 @@ impl Shared {
                 tokio::time::sleep(delay).await;
             }
             loop {
-                if shared.is_closed.load(Ordering::Acquire) {
+                if shared.workers.is_closed() {
                     return;
                 }
                 let failures = shared.restart_failures.load(Ordering::Relaxed);
@@ -965,7 +870,7 @@ impl Shared {
                         .min(MAX_RESTART_BACKOFF);
                     tokio::time::sleep(backoff).await;
                 }
-                let generation = shared.generation.load(Ordering::Acquire);
+                let generation = shared.workers.generation();
                 // Not quarantining: the catalog lists every module these
                 // workers must serve; one that breaks them now is a failed start.
                 match Worker::start(&shared.spawner, spec.clone()).await {
@@ -982,7 +887,7 @@ impl Shared {
                         if let Ok(mut failure) = shared.start_failure.lock() {
                             *failure = None;
                         }
-                        shared.register(&worker, generation);
+                        shared.workers.register(&worker, generation);
                         match destination {
                             Destination::Idle => shared.make_idle(worker),
                             Destination::Spare => shared.add_spare(worker),
@@ -1002,29 +907,17 @@ impl Shared {
         });
     }
 
-    /// Every waiting spare, removed from the pool's reserve.
-    fn take_spares(&self) -> Vec<Worker> {
-        self.spares
-            .lock()
-            .map(|mut spares| std::mem::take(&mut *spares))
-            .unwrap_or_default()
-    }
-
     fn add_spare(self: &Arc<Self>, worker: Worker) {
-        let closed = self.is_closed.load(Ordering::Acquire);
-        if self.is_stale(worker.pid()) && !closed {
+        if self.workers.is_stale(worker.pid()) && !self.workers.is_closed() {
             // Started before a reload finished: start a spare on the new code.
-            self.unregister(worker.pid());
+            self.workers.unregister(worker.pid());
             tokio::spawn(worker.retire());
             self.start_worker(Destination::Spare, Duration::ZERO);
             return;
         }
-        match self.spares.lock() {
-            Ok(mut spares) if !closed => spares.push(worker),
-            _ => {
-                self.unregister(worker.pid());
-                tokio::spawn(worker.retire());
-            }
+        if let Some(worker) = self.workers.keep_spare(worker) {
+            self.workers.unregister(worker.pid());
+            tokio::spawn(worker.retire());
         }
     }
 
@@ -1120,12 +1013,12 @@ impl Shared {
     ) -> Result<Option<Got>, ToolError> {
         let closed_error =
             || ToolError::new(tool, ErrorKind::PoolClosed, "the pool is shutting down");
-        if self.is_closed.load(Ordering::Acquire) {
+        if self.workers.is_closed() {
             return Err(closed_error());
         }
         let fail_fast = || {
             let reason = self.start_failure.lock().ok()?.clone()?;
-            (self.live_workers() == 0).then(|| {
+            (self.workers.live_count() == 0).then(|| {
                 ToolError::new(
                     tool,
                     ErrorKind::WorkerDied,
@@ -1137,26 +1030,21 @@ impl Shared {
             return Err(error);
         }
         // Nobody waiting and a worker idle: take it without queueing.
-        let idle_now = self
-            .idle_rx
-            .try_lock()
-            .ok()
-            .and_then(|mut idle| idle.try_recv().ok());
-        if let Some(worker) = idle_now {
+        if let Some(worker) = self.workers.try_take_idle() {
             return Ok(Some(Got::Idle(worker)));
         }
         if let Some(ticket) = self.try_queue(session, encode) {
             return Ok(Some(Got::Queued(ticket)));
         }
-        let mut closed = self.closed.subscribe();
         let queued = Gauge::up(&self.counters.queued);
-        // The first caller in line takes the next idle worker, or a running
-        // call's slot as it frees up.
+        // In line for the next idle worker (the place is kept while this
+        // waits), or a running call's slot as it frees up.
         let take = async {
-            let mut idle = self.idle_rx.lock().await;
+            let idle = self.workers.take_idle();
+            tokio::pin!(idle);
             loop {
                 tokio::select! {
-                    worker = idle.recv() => return worker.map(Got::Idle),
+                    worker = &mut idle => return worker.map(Got::Idle),
                     () = self.queueing.slot_freed().notified() => {
                         if let Some(ticket) = self.try_queue(session, encode) {
                             return Some(Got::Queued(ticket));
@@ -1184,7 +1072,7 @@ impl Shared {
         };
         let outcome = tokio::select! {
             waited = waited => waited,
-            _ = closed.wait_for(|closed| *closed) => Some(None),
+            () = self.workers.closed() => Some(None),
             error = cannot_start => return Err(error),
         };
         drop(queued);
@@ -1254,7 +1142,7 @@ impl Shared {
                 ),
             )
         };
-        if self.is_closed.load(Ordering::Acquire) {
+        if self.workers.is_closed() {
             // Handed back, it is retired: no new worker for a closing pool.
             if let Some(worker) = lease.worker.take() {
                 self.make_idle(worker);
@@ -1283,7 +1171,7 @@ impl Shared {
             self.counters
                 .session_recycles
                 .fetch_add(1, Ordering::Relaxed);
-            self.unregister(worker.pid());
+            self.workers.unregister(worker.pid());
             tokio::spawn(worker.retire());
         }
         // Started in a task of its own: if the call is given up meanwhile,
@@ -1291,10 +1179,10 @@ impl Shared {
         let (started_tx, started) = tokio::sync::oneshot::channel();
         let shared = self.clone();
         tokio::spawn(async move {
-            let generation = shared.generation.load(Ordering::Acquire);
+            let generation = shared.workers.generation();
             match Worker::start(&shared.spawner, spec).await {
                 Ok(worker) => {
-                    shared.register(&worker, generation);
+                    shared.workers.register(&worker, generation);
                     if let Err(Ok(worker)) = started_tx.send(Ok(worker)) {
                         shared.make_idle(worker);
                     }
@@ -1395,7 +1283,7 @@ impl Lease {
         if !outcome_kept_worker {
             shared.lose_queued(&worker);
             let spec = worker.spec().clone();
-            shared.unregister(worker.pid());
+            shared.workers.unregister(worker.pid());
             shared.finish_off(worker);
             shared.replace_like(&spec);
             return;
@@ -1410,7 +1298,7 @@ impl Lease {
         if worn_out {
             // Its replacement was started when this last call began.
             shared.counters.recycled.fetch_add(1, Ordering::Relaxed);
-            shared.unregister(worker.pid());
+            shared.workers.unregister(worker.pid());
             tokio::spawn(worker.retire());
         } else {
             shared.make_idle(worker);
@@ -1433,7 +1321,7 @@ impl Drop for Lease {
                 .cancelled
                 .fetch_add(1, Ordering::Relaxed);
             let spec = worker.spec().clone();
-            self.shared.unregister(worker.pid());
+            self.shared.workers.unregister(worker.pid());
             worker.kill_now();
             self.shared.finish_off(worker);
             self.shared.replace_like(&spec);
@@ -1459,13 +1347,13 @@ impl Pool {
 
     /// True once shutdown has begun.
     pub fn is_closed(&self) -> bool {
-        self.shared.is_closed.load(Ordering::Acquire)
+        self.shared.workers.is_closed()
     }
 
     /// Whether the pool can take calls: not shutting down, and some worker
     /// is running (the catalog was loaded when the pool was built).
     pub fn is_ready(&self) -> bool {
-        !self.is_closed() && !self.is_draining() && self.live_workers() > 0
+        !self.is_closed() && !self.is_draining() && self.shared.workers.live_count() > 0
     }
 
     /// Marks the pool as about to shut down (a front end got SIGTERM): it
@@ -1482,7 +1370,7 @@ impl Pool {
 
     /// Live worker processes, spares included.
     pub fn live_workers(&self) -> usize {
-        self.shared.live_workers()
+        self.shared.workers.live_count()
     }
 
     /// The catalog as last built (at start, or by [`Pool::reload`]).
@@ -1691,7 +1579,7 @@ impl Pool {
             Box::pin(worker.invoke(queued, name, args, context, deadline, Some(callbacks))).await;
         drop(listed);
         drop(busy);
-        let closing = shared.is_closed.load(Ordering::Acquire);
+        let closing = shared.workers.is_closed();
         let mut content = None;
         let (result, kept) = match outcome {
             CallOutcome::Reply(Ok(reply)) => {
@@ -1754,28 +1642,22 @@ impl Pool {
 
     pub fn stats(&self) -> PoolStats {
         let c = &self.shared.counters;
+        // /proc is read outside the dispatcher's lock.
         let mut workers: Vec<WorkerStats> = self
             .shared
-            .live
-            .lock()
-            .map(|live| {
-                live.iter()
-                    .map(|(&pid, worker)| WorkerStats {
-                        pid,
-                        calls_served: worker.calls_served,
-                        rss_bytes: None,
-                    })
-                    .collect()
+            .workers
+            .live()
+            .into_iter()
+            .map(|(pid, worker)| WorkerStats {
+                pid,
+                calls_served: worker.calls_served,
+                rss_bytes: crate::procfs::rss_bytes(pid),
             })
-            .unwrap_or_default();
-        // Read /proc outside the lock.
-        for worker in &mut workers {
-            worker.rss_bytes = crate::procfs::rss_bytes(worker.pid);
-        }
+            .collect();
         workers.sort_by_key(|w| w.pid);
         let live = workers.len();
         let busy = c.busy.load(Ordering::Relaxed);
-        let spares = self.shared.spares.lock().map(|s| s.len()).unwrap_or(0);
+        let spares = self.shared.workers.spare_count();
         PoolStats {
             size: self.shared.size,
             live_workers: live,
@@ -1809,7 +1691,7 @@ impl Pool {
     /// when their call returns (calls in flight are not disturbed).
     pub async fn reload(&self) -> Result<Arc<Catalog>, PoolError> {
         let shared = &self.shared;
-        shared.generation.fetch_add(1, Ordering::AcqRel);
+        shared.workers.bump_generation();
         // The modules quarantined may have been fixed: every one is tried again.
         shared.spec.clear_quarantine();
         let mut probe = start_quarantining(&shared.spawner, &shared.spec).await?;
@@ -1820,17 +1702,13 @@ impl Pool {
             Ok(mut current) => *current = catalog.clone(),
             Err(poisoned) => *poisoned.into_inner() = catalog.clone(),
         }
-        for spare in shared.take_spares() {
-            shared.unregister(spare.pid());
+        for spare in shared.workers.take_spares() {
+            shared.workers.unregister(spare.pid());
             tokio::spawn(spare.retire());
             shared.start_worker(Destination::Spare, Duration::ZERO);
         }
         // Idle workers pass through make_idle, which recycles the stale ones.
-        let idle: Vec<Worker> = {
-            let mut idle_rx = shared.idle_rx.lock().await;
-            std::iter::from_fn(|| idle_rx.try_recv().ok()).collect()
-        };
-        for worker in idle {
+        for worker in shared.workers.take_all_idle() {
             shared.make_idle(worker);
         }
         tracing::info!(
@@ -1845,46 +1723,28 @@ impl Pool {
     /// kills what is left and reaps every worker.
     pub async fn shutdown_with_grace(&self, grace: Duration) {
         let shared = &self.shared;
-        shared.is_closed.store(true, Ordering::Release);
-        shared.closed.send_replace(true);
+        shared.workers.close();
         let deadline = Instant::now() + grace;
         let mut retiring = JoinSet::new();
         // Idle workers and spares retire at once; those coming back from
-        // calls retire as they come back (`make_idle` on a closed pool). A
-        // worker made idle just as the pool closed wakes this to retire it.
-        loop {
-            let left = shared.left.notified();
-            tokio::pin!(left);
-            left.as_mut().enable();
-            {
-                let mut idle = shared.idle_rx.lock().await;
-                let mut leaving = shared.take_spares();
-                while let Ok(worker) = idle.try_recv() {
-                    leaving.push(worker);
-                }
-                for worker in leaving {
-                    shared.unregister(worker.pid());
-                    retiring.spawn(worker.retire());
-                }
-            }
-            if shared.live_workers() == 0 || tokio::time::timeout_at(deadline, left).await.is_err()
-            {
-                break;
-            }
-        }
+        // calls retire as they come back (`make_idle` on a closed pool).
+        shared
+            .workers
+            .retire_idle_until_gone(deadline, |worker| {
+                retiring.spawn(worker.retire());
+            })
+            .await;
         // Whatever is still busy after the grace period is killed; its call
         // returns PoolClosed.
-        let remaining: Vec<WorkerKiller> = shared
-            .live
-            .lock()
-            .map(|live| live.values().map(|w| w.killer.clone()).collect())
-            .unwrap_or_default();
-        for killer in remaining {
-            killer.kill();
+        for (_, worker) in shared.workers.live() {
+            worker.killer.kill();
         }
         while retiring.join_next().await.is_some() {}
         // The calls just killed hand their workers to `dying` as they return.
-        shared.all_gone_by(deadline + Duration::from_secs(5)).await;
+        shared
+            .workers
+            .all_gone_by(deadline + Duration::from_secs(5))
+            .await;
         shared.dying.close();
         shared.dying.wait().await;
     }

@@ -76,7 +76,7 @@ impl Shared {
     /// Lists `worker` as busy with a call of `session` until the guard drops:
     /// from then on a call may be queued behind it.
     pub(super) fn mark_busy(&self, worker: &Worker, session: &str) -> BusyGuard<'_> {
-        let generation_ok = !self.is_stale(worker.pid());
+        let generation_ok = !self.workers.is_stale(worker.pid());
         let calls_left = self
             .max_calls_per_worker
             .is_none_or(|max| worker.calls_served() + 2 <= max);
@@ -103,7 +103,7 @@ impl Shared {
     ) -> Option<Ticket> {
         // Under the sandbox a worker's view holds one session's folders and
         // the call's worker is chosen for it after the checkout: no queueing.
-        if self.is_closed.load(Ordering::Acquire) || self.spec.sandbox.is_some() {
+        if self.workers.is_closed() || self.spec.sandbox.is_some() {
             return None;
         }
         let busy = locked(&self.queueing.busy);
@@ -210,7 +210,7 @@ impl Shared {
             worker = worker.pid(),
             "a queued call was abandoned on the wire: replacing its worker"
         );
-        self.unregister(worker.pid());
+        self.workers.unregister(worker.pid());
         worker.kill_now();
         self.finish_off(worker);
         self.replace();
@@ -226,10 +226,9 @@ impl Shared {
     }
 
     fn session_of(&self, pid: i32) -> Option<String> {
-        self.live
-            .lock()
-            .ok()
-            .and_then(|live| live.get(&pid).and_then(|w| w.session.clone()))
+        self.workers
+            .with_live(pid, |worker| worker.session.clone())
+            .flatten()
     }
 }
 

@@ -1,0 +1,243 @@
+//! The pool's workers and who gets them: the idle ones (answering
+//! checkouts in arrival order), the warm spares, every live worker's record,
+//! the reload generation, and whether the pool has closed.
+//!
+//! No lock here is held across an await. A checkout waits on a fair
+//! [`Semaphore`] whose permits count the idle workers, then pops one from
+//! the queue under a plain mutex; closing the pool closes the semaphore,
+//! which wakes every waiter at once.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use tokio::sync::{Notify, Semaphore};
+use tokio::time::Instant;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
+
+use crate::worker::{Worker, WorkerKiller};
+
+/// What the pool tracks of each live worker.
+#[derive(Debug, Clone)]
+pub(super) struct LiveWorker {
+    pub(super) calls_served: u64,
+    /// The reload generation whose code it imported.
+    pub(super) generation: u64,
+    /// Kills it at the end of a shutdown's grace period.
+    pub(super) killer: WorkerKiller,
+    /// The session whose calls it has served (none yet: `None`).
+    pub(super) session: Option<String>,
+}
+
+pub(super) struct Dispatcher {
+    /// Idle workers, the longest idle first.
+    idle: Mutex<VecDeque<Worker>>,
+    /// As many permits as `idle` holds workers; FIFO, so the first caller
+    /// in line gets the next worker that comes back.
+    idle_permits: Semaphore,
+    /// Started workers waiting to replace one that is killed or retired.
+    spares: Mutex<Vec<Worker>>,
+    /// Live workers (spares included), by pid.
+    live: Mutex<HashMap<i32, LiveWorker>>,
+    /// Notified whenever a worker leaves `live` (shutdown waits on it).
+    left: Notify,
+    /// Bumped by every reload; a worker started before it runs old code.
+    generation: AtomicU64,
+    closed: CancellationToken,
+}
+
+fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Nothing panics while holding these; a poisoned lock's data is whole.
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Dispatcher {
+    pub(super) fn new() -> Dispatcher {
+        Dispatcher {
+            idle: Mutex::new(VecDeque::new()),
+            idle_permits: Semaphore::new(0),
+            spares: Mutex::new(Vec::new()),
+            live: Mutex::new(HashMap::new()),
+            left: Notify::new(),
+            generation: AtomicU64::new(0),
+            closed: CancellationToken::new(),
+        }
+    }
+
+    pub(super) fn is_closed(&self) -> bool {
+        self.closed.is_cancelled()
+    }
+
+    /// Resolves once the pool has closed.
+    pub(super) fn closed(&self) -> WaitForCancellationFuture<'_> {
+        self.closed.cancelled()
+    }
+
+    /// A token cancelled when the pool closes (for background tasks).
+    pub(super) fn closed_token(&self) -> CancellationToken {
+        self.closed.clone()
+    }
+
+    /// Closes the pool: every caller waiting for a worker is woken (and
+    /// gets none).
+    pub(super) fn close(&self) {
+        self.closed.cancel();
+        self.idle_permits.close();
+    }
+
+    /// Hands `worker` to the first caller waiting, or keeps it idle.
+    pub(super) fn put_idle(&self, worker: Worker) {
+        locked(&self.idle).push_back(worker);
+        self.idle_permits.add_permits(1);
+    }
+
+    /// An idle worker now, if one is idle and nobody is waiting for it.
+    pub(super) fn try_take_idle(&self) -> Option<Worker> {
+        let permit = self.idle_permits.try_acquire().ok()?;
+        permit.forget();
+        locked(&self.idle).pop_front()
+    }
+
+    /// The next idle worker, in the order callers asked; `None` once the
+    /// pool has closed. Cancel-safe: dropped, it gives its place up, and a
+    /// worker already assigned to it goes to the next in line.
+    pub(super) async fn take_idle(&self) -> Option<Worker> {
+        let permit = self.idle_permits.acquire().await.ok()?;
+        permit.forget();
+        // Every permit was added after its worker was queued.
+        locked(&self.idle).pop_front()
+    }
+
+    /// Every idle worker, taken out of the pool's queue.
+    pub(super) fn take_all_idle(&self) -> Vec<Worker> {
+        std::iter::from_fn(|| self.try_take_idle()).collect()
+    }
+
+    pub(super) fn pop_spare(&self) -> Option<Worker> {
+        locked(&self.spares).pop()
+    }
+
+    /// Keeps `worker` as a spare; gives it back when the pool has closed.
+    pub(super) fn keep_spare(&self, worker: Worker) -> Option<Worker> {
+        let mut spares = locked(&self.spares);
+        if self.is_closed() {
+            return Some(worker);
+        }
+        spares.push(worker);
+        None
+    }
+
+    /// Every waiting spare, removed from the pool's reserve.
+    pub(super) fn take_spares(&self) -> Vec<Worker> {
+        std::mem::take(&mut *locked(&self.spares))
+    }
+
+    pub(super) fn spare_count(&self) -> usize {
+        locked(&self.spares).len()
+    }
+
+    pub(super) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Starts a new reload generation: every live worker is now stale.
+    pub(super) fn bump_generation(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub(super) fn register(&self, worker: &Worker, generation: u64) {
+        locked(&self.live).insert(
+            worker.pid(),
+            LiveWorker {
+                calls_served: worker.calls_served(),
+                generation,
+                killer: worker.killer(),
+                session: None,
+            },
+        );
+    }
+
+    pub(super) fn unregister(&self, pid: i32) {
+        locked(&self.live).remove(&pid);
+        self.left.notify_waiters();
+    }
+
+    /// Runs `f` on the record of the live worker `pid`, if it is live.
+    pub(super) fn with_live<T>(&self, pid: i32, f: impl FnOnce(&mut LiveWorker) -> T) -> Option<T> {
+        locked(&self.live).get_mut(&pid).map(f)
+    }
+
+    /// Records that `worker` came back from a call; whether it runs code
+    /// from before the latest reload.
+    pub(super) fn returned_stale(&self, worker: &Worker) -> bool {
+        let current = self.generation();
+        self.with_live(worker.pid(), |entry| {
+            entry.calls_served = worker.calls_served();
+            entry.generation < current
+        })
+        .unwrap_or(false)
+    }
+
+    /// True when the worker imported the tools before the latest reload.
+    pub(super) fn is_stale(&self, pid: i32) -> bool {
+        let current = self.generation();
+        self.with_live(pid, |entry| entry.generation < current)
+            .unwrap_or(false)
+    }
+
+    pub(super) fn live_count(&self) -> usize {
+        locked(&self.live).len()
+    }
+
+    /// A copy of every live worker's record, by pid.
+    pub(super) fn live(&self) -> Vec<(i32, LiveWorker)> {
+        locked(&self.live)
+            .iter()
+            .map(|(pid, worker)| (*pid, worker.clone()))
+            .collect()
+    }
+
+    /// Runs `retire` on every idle worker and spare until no worker is
+    /// live or `deadline` passes; workers coming back meanwhile are
+    /// retired as they come (the pool is closed: `make_idle` retires them,
+    /// and one that slipped into the queue wakes this).
+    pub(super) async fn retire_idle_until_gone(
+        &self,
+        deadline: Instant,
+        mut retire: impl FnMut(Worker),
+    ) {
+        loop {
+            // Registered before the check, so a worker leaving in between wakes it.
+            let left = self.left.notified();
+            tokio::pin!(left);
+            left.as_mut().enable();
+            let mut leaving = self.take_spares();
+            leaving.extend(locked(&self.idle).drain(..));
+            for worker in leaving {
+                self.unregister(worker.pid());
+                retire(worker);
+            }
+            if self.live_count() == 0 || tokio::time::timeout_at(deadline, left).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Wakes [`Dispatcher::retire_idle_until_gone`] (a worker was queued
+    /// idle after the pool closed).
+    pub(super) fn nudge(&self) {
+        self.left.notify_waiters();
+    }
+
+    /// Waits until no worker is live, or `deadline`.
+    pub(super) async fn all_gone_by(&self, deadline: Instant) {
+        loop {
+            let left = self.left.notified();
+            tokio::pin!(left);
+            left.as_mut().enable();
+            if self.live_count() == 0 || tokio::time::timeout_at(deadline, left).await.is_err() {
+                return;
+            }
+        }
+    }
+}
