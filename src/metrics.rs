@@ -96,6 +96,14 @@ pub fn render(stats: &PoolStats) -> String {
         stats.kills,
     );
 
+    out.push_str("# HELP toolpool_worker_terminations_total Workers that ended, by how.\n# TYPE toolpool_worker_terminations_total counter\n");
+    for (how, count) in &stats.terminations {
+        let _ = writeln!(
+            out,
+            "toolpool_worker_terminations_total{{how=\"{how}\"}} {count}"
+        );
+    }
+
     out.push_str("# HELP toolpool_errors_total Failed calls by error type.\n# TYPE toolpool_errors_total counter\n");
     for (kind, count) in &stats.errors_by_type {
         let _ = writeln!(

@@ -89,6 +89,7 @@ async fn abandoned_call_kills_its_worker_and_the_pool_recovers() {
     assert_serves(&pool).await;
     let stats = pool.stats();
     assert_eq!(stats.cancelled, 1);
+    assert_eq!(stats.terminations["cancelled"], 1, "{stats:?}");
     assert_eq!(
         (stats.busy, stats.queued),
         (0, 0),

@@ -151,6 +151,7 @@ async fn malformed_frames_kill_only_their_worker() {
         );
         assert_echoes(&pool).await;
     }
+    assert_eq!(pool.stats().terminations["broke_protocol"], 3);
     pool.shutdown().await;
 }
 
@@ -252,6 +253,7 @@ async fn worker_closing_its_stdout_fails_its_call_and_is_replaced() {
         started.elapsed()
     );
     assert_echoes(&pool).await;
+    assert_eq!(pool.stats().terminations["hung_up"], 1);
     pool.shutdown().await;
 }
 

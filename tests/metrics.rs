@@ -32,6 +32,15 @@ async fn stats_count_calls_errors_latency_and_workers() {
     assert_eq!(stats.succeeded, 1);
     assert_eq!(stats.timeouts, 1);
     assert_eq!(stats.kills, 1);
+    // Every way a worker ends is listed; only the timeout's happened.
+    assert_eq!(stats.terminations.len(), 9, "{stats:?}");
+    assert_eq!(stats.terminations.get("timed_out"), Some(&1), "{stats:?}");
+    assert_eq!(
+        stats.terminations.values().sum::<u64>(),
+        1,
+        "{:?}",
+        stats.terminations
+    );
     assert_eq!(stats.errors_by_type.get("ValueError"), Some(&1));
     assert_eq!(stats.errors_by_type.get("TimeoutError"), Some(&1));
     assert_eq!(stats.latency.count, 3);
@@ -57,6 +66,14 @@ async fn stats_count_calls_errors_latency_and_workers() {
     );
     // Per-worker series by slot, one per live worker: the timeout's
     // replacement took a slot over instead of adding a series.
+    assert!(
+        text.contains("toolpool_worker_terminations_total{how=\"timed_out\"} 1\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("toolpool_worker_terminations_total{how=\"signalled\"} 0\n"),
+        "{text}"
+    );
     assert!(!text.contains("pid="), "{text}");
     let slots: Vec<&str> = text
         .lines()

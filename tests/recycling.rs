@@ -30,6 +30,7 @@ async fn worker_is_replaced_after_its_call_budget() {
     assert_ne!(pids[5], pids[6]);
     assert!(gone_within(pids[0] as i32, std::time::Duration::from_secs(2)).await);
     assert_eq!(pool.stats().recycled, 2);
+    assert_eq!(pool.stats().terminations["retired"], 2);
     pool.shutdown().await;
 }
 

@@ -23,7 +23,10 @@ async fn os_exit_fails_its_call_with_the_exit_code() {
         "{text}"
     );
     assert_serves(&pool).await;
-    assert_eq!(pool.stats().worker_deaths, 1);
+    let stats = pool.stats();
+    assert_eq!(stats.worker_deaths, 1);
+    assert_eq!(stats.terminations["exited"], 1, "{stats:?}");
+    assert_eq!(stats.kills, 0, "{stats:?}");
     pool.shutdown().await;
 }
 
@@ -34,6 +37,7 @@ async fn segfault_fails_its_call_naming_sigsegv() {
     assert_eq!(error.kind, ErrorKind::WorkerDied, "{error}");
     assert!(error.message.ends_with("was killed by SIGSEGV"), "{error}");
     assert_serves(&pool).await;
+    assert_eq!(pool.stats().terminations["signalled"], 1);
     pool.shutdown().await;
 }
 

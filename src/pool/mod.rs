@@ -36,7 +36,9 @@ use crate::protocol::{
     encode_frame, CallContext, Request, SessionDirs, WireBlock, DEFAULT_MAX_FRAME,
 };
 use crate::sandbox::{Sandbox, SandboxMode, SandboxOptions, SandboxPaths};
-use crate::worker::{BootConfig, CallOutcome, Spawner, StartError, Worker, WorkerInfo, WorkerSpec};
+use crate::worker::{
+    BootConfig, CallOutcome, Spawner, StartError, Termination, Worker, WorkerInfo, WorkerSpec,
+};
 
 /// The tracing target of the log line of each failed call (and, at debug
 /// level, its traceback).
@@ -531,8 +533,8 @@ fn catalog_from(outcome: CallOutcome, functions_dir: PathBuf) -> Result<Catalog,
         CallOutcome::TimedOut { .. } => Err(PoolError::Catalog(
             "the worker did not answer in time".into(),
         )),
-        CallOutcome::Died { reason } | CallOutcome::NotStarted { reason } => {
-            Err(PoolError::Catalog(format!("the worker {reason}")))
+        CallOutcome::Died(how) | CallOutcome::NotStarted(how) => {
+            Err(PoolError::Catalog(format!("the worker {how}")))
         }
         // Only a queued invoke is ever given back.
         CallOutcome::Withdrawn => Err(PoolError::Catalog(
@@ -593,6 +595,14 @@ struct Counters {
     busy: AtomicUsize,
     errors_by_type: Mutex<BTreeMap<String, u64>>,
     latency: Mutex<LatencyHistogram>,
+    /// Workers that ended, by [`Termination::index`].
+    terminations: [AtomicU64; Termination::KINDS.len()],
+}
+
+impl Counters {
+    fn count_end(&self, how: &Termination) {
+        self.terminations[how.index()].fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// Upper bounds (seconds) of the call latency histogram's buckets.
@@ -674,6 +684,10 @@ pub struct PoolStats {
     pub withdrawn: u64,
     /// Workers the supervisor killed: at a timeout, or under an abandoned call.
     pub kills: u64,
+    /// Workers that ended, by how ([`Termination::kind`]: `exited`,
+    /// `signalled`, `timed_out`, `cancelled`, `shut_down`, `retired`,
+    /// `broke_protocol`, `hung_up`, `status_unknown`); every kind is listed.
+    pub terminations: BTreeMap<String, u64>,
     pub errors_by_type: BTreeMap<String, u64>,
     pub latency: LatencyHistogram,
     /// Every live worker (spares included), by pid.
@@ -770,12 +784,19 @@ impl Shared {
                     .session_recycles
                     .fetch_add(1, Ordering::Relaxed);
                 self.lose_queued(&worker);
-                self.workers.unregister(pid);
-                tokio::spawn(worker.retire());
+                self.retire(worker, Termination::Retired);
                 self.replace();
             }
         }
         admitted
+    }
+
+    /// Retires a healthy worker in the background (it exits when its stdin
+    /// closes), counted as having ended `how`.
+    fn retire(&self, worker: Worker, how: Termination) {
+        self.counters.count_end(&how);
+        self.workers.unregister(worker.pid());
+        tokio::spawn(worker.retire());
     }
 
     /// Finishes killing a worker in the background (its guardian's clean-up,
@@ -800,14 +821,12 @@ impl Shared {
         if stale && !closed {
             // Runs code from before a reload: new calls go to fresh workers.
             self.counters.recycled.fetch_add(1, Ordering::Relaxed);
-            self.workers.unregister(worker.pid());
-            tokio::spawn(worker.retire());
+            self.retire(worker, Termination::Retired);
             self.replace();
             return;
         }
         if closed {
-            self.workers.unregister(worker.pid());
-            tokio::spawn(worker.retire());
+            self.retire(worker, Termination::ShutDown);
             return;
         }
         // A call queued behind a running one takes it first.
@@ -910,14 +929,12 @@ impl Shared {
     fn add_spare(self: &Arc<Self>, worker: Worker) {
         if self.workers.is_stale(worker.pid()) && !self.workers.is_closed() {
             // Started before a reload finished: start a spare on the new code.
-            self.workers.unregister(worker.pid());
-            tokio::spawn(worker.retire());
+            self.retire(worker, Termination::Retired);
             self.start_worker(Destination::Spare, Duration::ZERO);
             return;
         }
         if let Some(worker) = self.workers.keep_spare(worker) {
-            self.workers.unregister(worker.pid());
-            tokio::spawn(worker.retire());
+            self.retire(worker, Termination::ShutDown);
         }
     }
 
@@ -1171,8 +1188,7 @@ impl Shared {
             self.counters
                 .session_recycles
                 .fetch_add(1, Ordering::Relaxed);
-            self.workers.unregister(worker.pid());
-            tokio::spawn(worker.retire());
+            self.retire(worker, Termination::Retired);
         }
         // Started in a task of its own: if the call is given up meanwhile,
         // the new worker still takes the retired one's place (idle).
@@ -1247,7 +1263,7 @@ enum Attempt {
     /// The call's result, an attachment result's blocks, the worker's pid.
     Done(Result<Value, ToolError>, Option<Vec<WireBlock>>, i32),
     /// The worker was broken before it started the call.
-    NotStarted { pid: i32, reason: String },
+    NotStarted { pid: i32, how: Termination },
     /// Queued behind the call before, it was given back unstarted.
     Withdrawn,
 }
@@ -1274,13 +1290,15 @@ impl Lease {
             .expect("a lease holds its worker until finished")
     }
 
-    /// Hands the worker back after a call that ended with `outcome`.
-    fn finish(mut self, outcome_kept_worker: bool) {
+    /// Hands the worker back after its call; `ended`: how the call ended
+    /// it (it is gone, and replaced), `None` when it is still sound.
+    fn finish(mut self, ended: Option<Termination>) {
         let Some(worker) = self.worker.take() else {
             return;
         };
         let shared = &self.shared;
-        if !outcome_kept_worker {
+        if let Some(how) = ended {
+            shared.counters.count_end(&how);
             shared.lose_queued(&worker);
             let spec = worker.spec().clone();
             shared.workers.unregister(worker.pid());
@@ -1298,8 +1316,7 @@ impl Lease {
         if worn_out {
             // Its replacement was started when this last call began.
             shared.counters.recycled.fetch_add(1, Ordering::Relaxed);
-            shared.workers.unregister(worker.pid());
-            tokio::spawn(worker.retire());
+            shared.retire(worker, Termination::Retired);
         } else {
             shared.make_idle(worker);
         }
@@ -1320,6 +1337,7 @@ impl Drop for Lease {
                 .counters
                 .cancelled
                 .fetch_add(1, Ordering::Relaxed);
+            self.shared.counters.count_end(&Termination::Cancelled);
             let spec = worker.spec().clone();
             self.shared.workers.unregister(worker.pid());
             worker.kill_now();
@@ -1526,9 +1544,9 @@ impl Pool {
                 // fresh worker, once.
                 Attempt::NotStarted { .. } if !moved => moved = true,
                 Attempt::Withdrawn => {}
-                Attempt::NotStarted { pid, reason } => {
+                Attempt::NotStarted { pid, how } => {
                     let message = format!(
-                        "the worker (pid {pid}) was found broken before it started '{name}', twice: it {reason}"
+                        "the worker (pid {pid}) was found broken before it started '{name}', twice: it {how}"
                     );
                     let error = ToolError::new(name, ErrorKind::WorkerDied, message);
                     return (Err(error), None, Some(pid), queue_wait);
@@ -1581,16 +1599,17 @@ impl Pool {
         drop(busy);
         let closing = shared.workers.is_closed();
         let mut content = None;
-        let (result, kept) = match outcome {
+        // `ended`: how the worker ended, when the call ended it.
+        let (result, ended) = match outcome {
             CallOutcome::Reply(Ok(reply)) => {
                 content = reply.content;
-                (Ok(reply.value), true)
+                (Ok(reply.value), None)
             }
             CallOutcome::Reply(Err(remote)) => {
                 let mut error =
                     ToolError::new(name, ErrorKind::from_remote(&remote.kind), remote.message);
                 error.traceback = remote.traceback;
-                (Err(error), true)
+                (Err(error), None)
             }
             CallOutcome::TimedOut { stuck_at } => {
                 let place = match stuck_at {
@@ -1603,27 +1622,27 @@ impl Pool {
                 );
                 (
                     Err(ToolError::new(name, ErrorKind::Timeout, message)),
-                    false,
+                    Some(Termination::TimedOut),
                 )
             }
-            CallOutcome::Died { .. } if closing => (
+            CallOutcome::Died(_) if closing => (
                 Err(ToolError::new(
                     name,
                     ErrorKind::PoolClosed,
                     "the pool shut down before the call finished; its worker was killed",
                 )),
-                false,
+                Some(Termination::ShutDown),
             ),
-            CallOutcome::NotStarted { reason } => {
-                lease.finish(false);
-                return Attempt::NotStarted { pid, reason };
+            CallOutcome::NotStarted(how) => {
+                lease.finish(Some(how.clone()));
+                return Attempt::NotStarted { pid, how };
             }
             CallOutcome::Withdrawn => {
-                lease.finish(true);
+                lease.finish(None);
                 return Attempt::Withdrawn;
             }
-            CallOutcome::Died { reason } => {
-                let mut message = format!("the worker (pid {pid}) running '{name}' {reason}");
+            CallOutcome::Died(how) => {
+                let mut message = format!("the worker (pid {pid}) running '{name}' {how}");
                 if let Some(bytes) = shared.spec.memory_limit_bytes {
                     message.push_str(&format!(
                         " (workers may use {} MB of address space: --memory-limit)",
@@ -1632,11 +1651,11 @@ impl Pool {
                 }
                 (
                     Err(ToolError::new(name, ErrorKind::WorkerDied, message)),
-                    false,
+                    Some(how),
                 )
             }
         };
-        lease.finish(kept);
+        lease.finish(ended);
         Attempt::Done(result, content, pid)
     }
 
@@ -1676,6 +1695,11 @@ impl Pool {
             pipelined: c.pipelined.load(Ordering::Relaxed),
             withdrawn: c.withdrawn.load(Ordering::Relaxed),
             kills: c.timeouts.load(Ordering::Relaxed) + c.cancelled.load(Ordering::Relaxed),
+            terminations: Termination::KINDS
+                .iter()
+                .zip(&c.terminations)
+                .map(|(kind, count)| (kind.to_string(), count.load(Ordering::Relaxed)))
+                .collect(),
             errors_by_type: c
                 .errors_by_type
                 .lock()
@@ -1703,8 +1727,7 @@ impl Pool {
             Err(poisoned) => *poisoned.into_inner() = catalog.clone(),
         }
         for spare in shared.workers.take_spares() {
-            shared.workers.unregister(spare.pid());
-            tokio::spawn(spare.retire());
+            shared.retire(spare, Termination::Retired);
             shared.start_worker(Destination::Spare, Duration::ZERO);
         }
         // Idle workers pass through make_idle, which recycles the stale ones.
@@ -1731,6 +1754,7 @@ impl Pool {
         shared
             .workers
             .retire_idle_until_gone(deadline, |worker| {
+                shared.counters.count_end(&Termination::ShutDown);
                 retiring.spawn(worker.retire());
             })
             .await;

@@ -10,7 +10,6 @@ use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::future::Future;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::process::{ExitStatus, Stdio};
@@ -27,6 +26,9 @@ use tokio::task::JoinSet;
 use tokio::time::{timeout, timeout_at, Instant};
 
 pub mod pipeline;
+mod termination;
+
+pub use self::termination::{describe_exit, Termination};
 
 use self::pipeline::Slot;
 use crate::process::{kill_descendants, KillMechanism, ProcessId, Tracked};
@@ -506,14 +508,14 @@ pub enum CallOutcome {
         stuck_at: Option<String>,
     },
     /// The worker died or broke the protocol; it is gone.
-    Died { reason: String },
+    Died(Termination),
     /// The request, queued behind the call before (pipelining), was given
     /// back unstarted; the worker is sound and the call may run anywhere.
     Withdrawn,
     /// The worker was found dead or broken before it started the request
     /// (it never acknowledged it): an earlier call damaged it. It is gone;
     /// the request may run elsewhere.
-    NotStarted { reason: String },
+    NotStarted(Termination),
 }
 
 /// What a worker said about itself in its hello, and how it is killed.
@@ -878,44 +880,36 @@ impl Worker {
                 CallOutcome::TimedOut { stuck_at }
             }
             Exchange::NotStarted(e) => {
-                let reason = match e {
-                    ProtocolError::Closed | ProtocolError::Io(_) => {
-                        match self.exited_within(HANGUP_EXIT_WAIT).await {
-                            Some(status) => describe_exit(Some(status), false),
-                            None => {
-                                self.kill().await;
-                                "closed its end of the channel without exiting".into()
-                            }
-                        }
-                    }
-                    e => {
-                        self.kill().await;
-                        format!("broke the protocol ({e})")
-                    }
-                };
+                let termination = self.end_broken(e).await;
                 let after = previous.as_deref().unwrap_or("its start");
                 tracing::warn!(
                     worker = self.pid(),
-                    "the worker was found broken after {after}, before it started {label}: it {reason}"
+                    "the worker was found broken after {after}, before it started {label}: it {termination}"
                 );
-                CallOutcome::NotStarted { reason }
+                CallOutcome::NotStarted(termination)
             }
-            Exchange::Broken(ProtocolError::Closed) | Exchange::Broken(ProtocolError::Io(_)) => {
-                // A worker that died leaves a guardian that exits at once with
-                // its status; one still running closed its channel by itself.
-                let reason = match self.exited_within(HANGUP_EXIT_WAIT).await {
-                    Some(status) => describe_exit(Some(status), false),
+            Exchange::Broken(e) => CallOutcome::Died(self.end_broken(e).await),
+        }
+    }
+
+    /// Ends a worker whose channel failed with `e`, and says how it ended.
+    async fn end_broken(&mut self, e: ProtocolError) -> Termination {
+        match e {
+            // A worker that died leaves a guardian that exits at once with
+            // its status; one still running closed its channel by itself.
+            ProtocolError::Closed | ProtocolError::Io(_) => {
+                match self.exited_within(HANGUP_EXIT_WAIT).await {
+                    Some(status) => Termination::from_status(Some(status)),
                     None => {
                         self.kill().await;
-                        "closed its end of the channel without exiting, and was killed".into()
+                        Termination::HungUp
                     }
-                };
-                CallOutcome::Died { reason }
+                }
             }
-            Exchange::Broken(e) => {
+            e => {
                 self.kill().await;
-                CallOutcome::Died {
-                    reason: format!("broke the protocol ({e}) and was killed"),
+                Termination::BrokeProtocol {
+                    error: e.to_string(),
                 }
             }
         }
@@ -1408,29 +1402,6 @@ enum Event {
     Queue,
 }
 
-/// Describes how a worker ended, for `WorkerDied` messages.
-pub fn describe_exit(status: Option<ExitStatus>, killed_by_us: bool) -> String {
-    let Some(status) = status else {
-        return "ended (its exit status could not be read)".into();
-    };
-    if let Some(code) = status.code() {
-        return format!("exited with code {code}");
-    }
-    match status.signal() {
-        Some(sig) => {
-            let name = Signal::try_from(sig)
-                .map(|s| s.as_str().to_string())
-                .unwrap_or_else(|_| format!("signal {sig}"));
-            if sig == libc::SIGKILL && !killed_by_us {
-                format!("was killed by {name} (possibly out of memory)")
-            } else {
-                format!("was killed by {name}")
-            }
-        }
-        None => format!("ended ({status})"),
-    }
-}
-
 /// Finds where the tool's code was in a `faulthandler` dump: the innermost
 /// frame of the thread running a tool, with the innermost frame of the
 /// functions directory when they differ. Paths under the functions directory
@@ -1520,21 +1491,5 @@ Current thread 0x00007f0000000002 (most recent call first):
     #[test]
     fn empty_dump_locates_nothing() {
         assert_eq!(locate_in_dump("", Path::new("/f")), None);
-    }
-
-    #[test]
-    fn exit_descriptions_name_code_and_signal() {
-        assert_eq!(
-            describe_exit(Some(ExitStatus::from_raw(3 << 8)), false),
-            "exited with code 3"
-        );
-        assert_eq!(
-            describe_exit(Some(ExitStatus::from_raw(libc::SIGSEGV)), false),
-            "was killed by SIGSEGV"
-        );
-        assert_eq!(
-            describe_exit(Some(ExitStatus::from_raw(libc::SIGKILL)), false),
-            "was killed by SIGKILL (possibly out of memory)"
-        );
     }
 }
