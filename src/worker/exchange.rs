@@ -1,0 +1,415 @@
+//! One request's exchange with a worker: the request written, its
+//! callbacks served, requests queued behind it written, its reply read, its
+//! deadline kept (paused while a human is asked).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde_json::Value;
+use tokio::task::JoinSet;
+use tokio::time::{timeout, timeout_at, Instant};
+
+use super::deadline::{Deadline, Fired};
+use super::{
+    CallOutcome, CallbackError, CallbackService, Termination, Worker, DEADLINE_DRAIN,
+    HANGUP_EXIT_WAIT, MAX_OPEN_CALLBACKS,
+};
+use crate::protocol::{
+    encode_frame, write_frame, CallbackReply, Message, ProtocolError, RemoteError, ReplyValue,
+    Request,
+};
+
+impl Worker {
+    pub(super) async fn run(
+        &mut self,
+        id: u64,
+        request: &Request<'_>,
+        label: &str,
+        deadline: Instant,
+        callbacks: Option<&Arc<dyn CallbackService>>,
+        sent: bool,
+    ) -> CallOutcome {
+        let encoded = match sent {
+            // Queued behind the call before: on the wire already.
+            true => Ok(None),
+            false => encode_frame(request, self.spec.max_frame).map(Some),
+        };
+        let frame = match encoded {
+            Ok(frame) => frame,
+            Err(e) => {
+                // Nothing was sent: the worker is still usable.
+                return CallOutcome::Reply(Err(RemoteError {
+                    kind: "InvalidArguments".into(),
+                    message: format!("arguments cannot be sent to the worker: {e}"),
+                    traceback: None,
+                }));
+            }
+        };
+        let call = format!("{label}#{id}");
+        if let Ok(mut tag) = self.call_tag.lock() {
+            *tag = Some(call.clone());
+        }
+        let acknowledged = !matches!(request, Request::Invoke { .. });
+        let outcome = self
+            .exchange(
+                id,
+                frame.as_deref(),
+                deadline,
+                label,
+                callbacks,
+                acknowledged,
+            )
+            .await;
+        if let Ok(mut tag) = self.call_tag.lock() {
+            *tag = None;
+        }
+        let previous = self.last_call.replace(call);
+        match outcome {
+            Exchange::Reply(reply) => CallOutcome::Reply(reply),
+            Exchange::Withdrawn => CallOutcome::Withdrawn,
+            Exchange::Timeout => {
+                let stuck_at = self.stack_dump().await;
+                // Every process of the call dies now (the worker by pidfd,
+                // its group, and in a PID namespace everything in it); the
+                // guardian's clean-up and its reaping are finished by
+                // `kill`, which the pool awaits before it shuts down.
+                self.kill_now();
+                CallOutcome::TimedOut { stuck_at }
+            }
+            Exchange::NotStarted(e) => {
+                let termination = self.end_broken(e).await;
+                let after = previous.as_deref().unwrap_or("its start");
+                tracing::warn!(
+                    worker = self.pid(),
+                    "the worker was found broken after {after}, before it started {label}: it {termination}"
+                );
+                CallOutcome::NotStarted(termination)
+            }
+            Exchange::Broken(e) => CallOutcome::Died(self.end_broken(e).await),
+        }
+    }
+
+    /// Ends a worker whose channel failed with `e`, and says how it ended.
+    async fn end_broken(&mut self, e: ProtocolError) -> Termination {
+        match e {
+            // A worker that died leaves a guardian that exits at once with
+            // its status; one still running closed its channel by itself.
+            ProtocolError::Closed | ProtocolError::Io(_) => {
+                match self.exited_within(HANGUP_EXIT_WAIT).await {
+                    Some(status) => Termination::from_status(Some(status)),
+                    None => {
+                        self.kill().await;
+                        Termination::HungUp
+                    }
+                }
+            }
+            e => {
+                self.kill().await;
+                Termination::BrokeProtocol {
+                    error: e.to_string(),
+                }
+            }
+        }
+    }
+
+    /// Sends a request and reads until its reply, serving the tool's
+    /// callbacks meanwhile. Callbacks run as tasks of their own, concurrently
+    /// with the read: a tool may wait for a human while another of its
+    /// threads registers files, and a worker that dies while a prompt is
+    /// open is noticed at once. While any callback waits for a human the
+    /// deadline is suspended and the worker's processes are stopped; they
+    /// resume, the deadline pushed back by the wait, before the answer is
+    /// written.
+    async fn exchange(
+        &mut self,
+        id: u64,
+        frame: Option<&[u8]>,
+        deadline: Instant,
+        label: &str,
+        callbacks: Option<&Arc<dyn CallbackService>>,
+        acknowledged: bool,
+    ) -> Exchange {
+        // Dropped with the exchange (the call was cancelled): any callback
+        // still running, a human prompt say, is aborted with it. Otherwise
+        // they are over (aborted if need be) before the call returns.
+        let mut pending = JoinSet::new();
+        let mut deadline = Deadline::new(deadline);
+        let outcome = self
+            .exchange_serving(
+                id,
+                frame,
+                &mut deadline,
+                label,
+                callbacks,
+                &mut pending,
+                acknowledged,
+            )
+            .await;
+        if !pending.is_empty() {
+            pending.shutdown().await;
+        }
+        if !deadline.is_running() {
+            // Still stopped for a human when the call ended: let it go (it is
+            // being killed, or it answered meanwhile).
+            self.pause(false);
+        }
+        outcome
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn exchange_serving(
+        &mut self,
+        id: u64,
+        frame: Option<&[u8]>,
+        deadline: &mut Deadline,
+        label: &str,
+        callbacks: Option<&Arc<dyn CallbackService>>,
+        pending: &mut JoinSet<Result<Value, CallbackError>>,
+        mut acknowledged: bool,
+    ) -> Exchange {
+        let Some(stdin) = self.stdin.as_mut() else {
+            return Exchange::Broken(ProtocolError::Closed);
+        };
+        // None: queued behind the call before, and written already.
+        if let Some(frame) = frame {
+            match timeout_at(deadline.at(), write_frame(stdin, frame)).await {
+                Err(_) => return Exchange::Timeout,
+                Ok(Err(e)) if !acknowledged => return Exchange::NotStarted(e),
+                Ok(Err(e)) => return Exchange::Broken(e),
+                Ok(Ok(())) => {}
+            }
+        }
+        let slot = self.slot.clone();
+        // The worker's callback id, and whether it waits for a human, per task.
+        let mut in_flight: HashMap<tokio::task::Id, (u64, bool)> = HashMap::new();
+        loop {
+            let event = tokio::select! {
+                biased;
+                message = self.frames.read_message(&mut self.stdout, self.spec.max_frame) => {
+                    Event::Message(message)
+                }
+                Some(done) = pending.join_next_with_id(), if !pending.is_empty() => {
+                    Event::Answered(done)
+                }
+                () = tokio::time::sleep_until(deadline.at()), if deadline.is_running() => {
+                    Event::Deadline
+                }
+                // Not while the worker is stopped for a human: a write could fill the pipe.
+                () = slot.wake().notified(), if deadline.is_running() => Event::Queue,
+            };
+            let (call_id, result) = match event {
+                Event::Deadline => match deadline.fire(DEADLINE_DRAIN) {
+                    Fired::Expired => return Exchange::Timeout,
+                    // A reply already in the pipe is the call's result: the
+                    // worker finished in time even if this process (stopped,
+                    // or starved of CPU) reads it late.
+                    Fired::Draining => continue,
+                },
+                Event::Queue => {
+                    let frames = match slot.frames_to_write(self.spec.max_frame) {
+                        Ok(frames) => frames,
+                        Err(e) => return Exchange::Broken(e),
+                    };
+                    for frame in frames {
+                        let Some(stdin) = self.stdin.as_mut() else {
+                            return Exchange::Broken(ProtocolError::Closed);
+                        };
+                        match timeout_at(deadline.at(), write_frame(stdin, &frame)).await {
+                            Err(_) => return Exchange::Timeout,
+                            // The worker is gone (its end of the pipe is
+                            // closed) — but this call's reply may be in the
+                            // pipe already, ahead of the end: read on. The
+                            // queued requests are lost with the worker.
+                            Ok(Err(_)) => break,
+                            Ok(Ok(())) => {}
+                        }
+                    }
+                    continue;
+                }
+                Event::Message(Ok(Message::Withdrawn { id: got })) if got == id => {
+                    // This call's own request, queued behind the call before:
+                    // given back unstarted. The worker is sound (it may
+                    // hold requests queued behind this one); the call checks
+                    // out again.
+                    return Exchange::Withdrawn;
+                }
+                Event::Message(Ok(Message::Withdrawn { id: got })) => {
+                    slot.withdrawn(got);
+                    continue;
+                }
+                Event::Message(Err(e)) if !acknowledged => return Exchange::NotStarted(e),
+                Event::Message(Err(e)) => return Exchange::Broken(e),
+                Event::Message(Ok(Message::Started { id: got })) if got == id => {
+                    acknowledged = true;
+                    continue;
+                }
+                Event::Message(Ok(Message::Reply {
+                    id: got,
+                    ok,
+                    value,
+                    error,
+                    value_json,
+                    value_mp,
+                    content,
+                })) if got == id => {
+                    return Exchange::Reply(if ok {
+                        ReplyValue::decode(value, value_json, value_mp, content)
+                    } else {
+                        Err(error.unwrap_or_else(|| RemoteError {
+                            kind: "WorkerDied".into(),
+                            message: "the worker reported a failure without an error".into(),
+                            traceback: None,
+                        }))
+                    });
+                }
+                Event::Message(Ok(Message::Reply { id: got, .. }))
+                | Event::Message(Ok(Message::Started { id: got })) => {
+                    tracing::warn!(
+                        worker = self.pid(),
+                        id = got,
+                        "dropping a reply whose request is not in flight"
+                    );
+                    continue;
+                }
+                Event::Message(Ok(Message::Hello { .. })) => {
+                    let e = ProtocolError::Unexpected("a second hello");
+                    return if acknowledged {
+                        Exchange::Broken(e)
+                    } else {
+                        Exchange::NotStarted(e)
+                    };
+                }
+                Event::Message(Ok(Message::Importing { .. })) => {
+                    let e = ProtocolError::Unexpected("an import after the hello");
+                    return if acknowledged {
+                        Exchange::Broken(e)
+                    } else {
+                        Exchange::NotStarted(e)
+                    };
+                }
+                Event::Message(Ok(Message::Call {
+                    id: call_id,
+                    method,
+                    params,
+                })) => match callbacks {
+                    None => {
+                        let error = CallbackError::new(
+                            "NotImplementedError",
+                            format!("context services are not available here ('{method}')"),
+                        );
+                        (call_id, Err(error))
+                    }
+                    Some(_) if pending.len() >= MAX_OPEN_CALLBACKS => {
+                        let error = CallbackError::new(
+                            "RuntimeError",
+                            format!(
+                                "more than {MAX_OPEN_CALLBACKS} context service calls open at once"
+                            ),
+                        );
+                        (call_id, Err(error))
+                    }
+                    Some(handler) => {
+                        tracing::debug!(worker = self.pid(), call_id, %method, "callback");
+                        let human = handler.waits_for_human(&method);
+                        if human && deadline.pause() {
+                            // The whole frame has arrived: the tool's
+                            // processes stop here, so nothing of the
+                            // tool runs while its timer is paused.
+                            self.pause(true);
+                        }
+                        let (handler, tool) = (handler.clone(), label.to_string());
+                        let limit = self.spec.human_timeout.filter(|_| human);
+                        let task = pending.spawn(async move {
+                            let answer = handler.handle(&tool, &method, params);
+                            match limit {
+                                None => answer.await,
+                                Some(limit) => timeout(limit, answer).await.unwrap_or_else(|_| {
+                                    Err(CallbackError::new(
+                                        "HumanPromptUnavailable",
+                                        format!(
+                                            "no answer within {} s (--human-timeout)",
+                                            crate::duration_text::format_secs(limit)
+                                        ),
+                                    ))
+                                }),
+                            }
+                        });
+                        in_flight.insert(task.id(), (call_id, human));
+                        continue;
+                    }
+                },
+                Event::Answered(done) => {
+                    let (task, result) = match done {
+                        Ok((task, result)) => (task, result),
+                        Err(e) => (
+                            e.id(),
+                            Err(CallbackError::new(
+                                "RuntimeError",
+                                format!("the supervisor failed while serving the callback: {e}"),
+                            )),
+                        ),
+                    };
+                    let Some((call_id, human)) = in_flight.remove(&task) else {
+                        continue;
+                    };
+                    if human && deadline.resume() {
+                        // Running again before the answer is written, so
+                        // the thread waiting for it can read it.
+                        self.pause(false);
+                    }
+                    (call_id, result)
+                }
+            };
+            let reply = match result {
+                Ok(value) => CallbackReply::value(call_id, value),
+                Err(error) => CallbackReply::error(call_id, &error.kind, &error.message),
+            };
+            let frame = match encode_frame(&reply, self.spec.max_frame) {
+                Ok(frame) => frame,
+                Err(e) => {
+                    let message = format!("the answer cannot be sent to the worker: {e}");
+                    match encode_frame(
+                        &CallbackReply::error(call_id, "OverflowError", &message),
+                        self.spec.max_frame,
+                    ) {
+                        Ok(frame) => frame,
+                        Err(e) => return Exchange::Broken(e),
+                    }
+                }
+            };
+            let Some(stdin) = self.stdin.as_mut() else {
+                return Exchange::Broken(ProtocolError::Closed);
+            };
+            // While a human is being asked the deadline is suspended.
+            let written = if deadline.is_running() {
+                timeout_at(deadline.at(), write_frame(stdin, &frame)).await
+            } else {
+                Ok(write_frame(stdin, &frame).await)
+            };
+            match written {
+                Err(_) => return Exchange::Timeout,
+                Ok(Err(e)) => return Exchange::Broken(e),
+                Ok(Ok(())) => {}
+            }
+        }
+    }
+}
+
+enum Exchange {
+    Reply(Result<ReplyValue, RemoteError>),
+    /// The request, queued behind the call before, was given back unstarted.
+    Withdrawn,
+    Timeout,
+    Broken(ProtocolError),
+    /// Broken before it acknowledged the request.
+    NotStarted(ProtocolError),
+}
+
+/// What woke an exchange up.
+enum Event {
+    Message(Result<Message, ProtocolError>),
+    Answered(Result<(tokio::task::Id, Result<Value, CallbackError>), tokio::task::JoinError>),
+    Deadline,
+    /// The pool queued a request behind this call, or wants it back.
+    Queue,
+}
