@@ -1,0 +1,201 @@
+//! What the pool counts, and the snapshot operators read (`Pool::stats`,
+//! the Prometheus endpoint).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::Pool;
+use crate::worker::Termination;
+
+#[derive(Default)]
+pub(super) struct Counters {
+    pub(super) calls: AtomicU64,
+    pub(super) succeeded: AtomicU64,
+    pub(super) timeouts: AtomicU64,
+    pub(super) worker_deaths: AtomicU64,
+    pub(super) respawns: AtomicU64,
+    pub(super) recycled: AtomicU64,
+    /// Workers recycled because a call of another session came to them.
+    pub(super) session_recycles: AtomicU64,
+    pub(super) cancelled: AtomicU64,
+    /// Calls queued behind a running call that ran where they were queued.
+    pub(super) pipelined: AtomicU64,
+    /// Calls queued behind a running call, taken back to run on a worker
+    /// that came free.
+    pub(super) withdrawn: AtomicU64,
+    pub(super) queued: AtomicUsize,
+    pub(super) busy: AtomicUsize,
+    pub(super) errors_by_type: Mutex<BTreeMap<String, u64>>,
+    pub(super) latency: Mutex<LatencyHistogram>,
+    /// Workers that ended, by [`Termination::index`].
+    pub(super) terminations: [AtomicU64; Termination::KINDS.len()],
+}
+
+impl Counters {
+    pub(super) fn count_end(&self, how: &Termination) {
+        self.terminations[how.index()].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Upper bounds (seconds) of the call latency histogram's buckets.
+const LATENCY_BUCKETS: [f64; 14] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 60.0, 300.0,
+];
+
+/// Call latencies (from the call's start, queueing included), cumulative
+/// buckets as Prometheus counts them.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct LatencyHistogram {
+    /// `(upper bound in seconds, calls that took at most that long)`; the
+    /// last bound is infinite and counts every call.
+    pub buckets: Vec<(f64, u64)>,
+    pub sum_seconds: f64,
+    pub count: u64,
+}
+
+impl Default for LatencyHistogram {
+    fn default() -> Self {
+        let mut buckets: Vec<(f64, u64)> = LATENCY_BUCKETS.iter().map(|b| (*b, 0)).collect();
+        buckets.push((f64::INFINITY, 0));
+        LatencyHistogram {
+            buckets,
+            sum_seconds: 0.0,
+            count: 0,
+        }
+    }
+}
+
+impl LatencyHistogram {
+    pub(super) fn record(&mut self, elapsed: Duration) {
+        let secs = elapsed.as_secs_f64();
+        for (bound, count) in &mut self.buckets {
+            if secs <= *bound {
+                *count += 1;
+            }
+        }
+        self.sum_seconds += secs;
+        self.count += 1;
+    }
+}
+
+/// One live worker, for operators.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct WorkerStats {
+    pub pid: i32,
+    /// Calls it had finished when it last came back to the pool.
+    pub calls_served: u64,
+    /// Resident memory of the worker process, when /proc tells it.
+    pub rss_bytes: Option<u64>,
+}
+
+/// A snapshot of the pool for operators.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct PoolStats {
+    pub size: usize,
+    pub live_workers: usize,
+    pub busy: usize,
+    pub idle: usize,
+    pub queued: usize,
+    pub calls: u64,
+    pub succeeded: u64,
+    pub timeouts: u64,
+    pub worker_deaths: u64,
+    pub respawns: u64,
+    pub recycled: u64,
+    /// Workers recycled before serving another session
+    /// ([`SessionIsolation::Process`]).
+    pub session_recycles: u64,
+    /// Warm spares ready to replace a worker.
+    pub spares: usize,
+    pub cancelled: u64,
+    /// Calls whose request was queued behind a busy worker's running call
+    /// and ran there as soon as it ended (pipelining).
+    pub pipelined: u64,
+    /// Calls queued behind a running call that were taken back to run on a
+    /// worker that came free first.
+    pub withdrawn: u64,
+    /// Workers the supervisor killed: at a timeout, or under an abandoned call.
+    pub kills: u64,
+    /// Workers that ended, by how ([`Termination::kind`]: `exited`,
+    /// `signalled`, `timed_out`, `cancelled`, `shut_down`, `retired`,
+    /// `broke_protocol`, `hung_up`, `status_unknown`); every kind is listed.
+    pub terminations: BTreeMap<String, u64>,
+    pub errors_by_type: BTreeMap<String, u64>,
+    pub latency: LatencyHistogram,
+    /// Every live worker (spares included), by pid.
+    pub workers: Vec<WorkerStats>,
+}
+
+/// One unit of a gauge (calls queued, workers busy), given back on drop so
+/// that a call abandoned mid-flight does not leave it counted.
+pub(super) struct Gauge<'a>(&'a AtomicUsize);
+
+impl<'a> Gauge<'a> {
+    pub(super) fn up(gauge: &'a AtomicUsize) -> Gauge<'a> {
+        gauge.fetch_add(1, Ordering::Relaxed);
+        Gauge(gauge)
+    }
+}
+
+impl Drop for Gauge<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Pool {
+    pub fn stats(&self) -> PoolStats {
+        let c = &self.shared.counters;
+        // /proc is read outside the dispatcher's lock.
+        let mut workers: Vec<WorkerStats> = self
+            .shared
+            .workers
+            .live()
+            .into_iter()
+            .map(|(pid, worker)| WorkerStats {
+                pid,
+                calls_served: worker.calls_served,
+                rss_bytes: crate::procfs::rss_bytes(pid),
+            })
+            .collect();
+        workers.sort_by_key(|w| w.pid);
+        let live = workers.len();
+        let busy = c.busy.load(Ordering::Relaxed);
+        let spares = self.shared.workers.spare_count();
+        PoolStats {
+            size: self.shared.size,
+            live_workers: live,
+            busy,
+            idle: live.saturating_sub(busy + spares),
+            queued: c.queued.load(Ordering::Relaxed),
+            calls: c.calls.load(Ordering::Relaxed),
+            succeeded: c.succeeded.load(Ordering::Relaxed),
+            timeouts: c.timeouts.load(Ordering::Relaxed),
+            worker_deaths: c.worker_deaths.load(Ordering::Relaxed),
+            respawns: c.respawns.load(Ordering::Relaxed),
+            recycled: c.recycled.load(Ordering::Relaxed),
+            session_recycles: c.session_recycles.load(Ordering::Relaxed),
+            spares,
+            cancelled: c.cancelled.load(Ordering::Relaxed),
+            pipelined: c.pipelined.load(Ordering::Relaxed),
+            withdrawn: c.withdrawn.load(Ordering::Relaxed),
+            kills: c.timeouts.load(Ordering::Relaxed) + c.cancelled.load(Ordering::Relaxed),
+            terminations: Termination::KINDS
+                .iter()
+                .zip(&c.terminations)
+                .map(|(kind, count)| (kind.to_string(), count.load(Ordering::Relaxed)))
+                .collect(),
+            errors_by_type: c
+                .errors_by_type
+                .lock()
+                .map(|m| m.clone())
+                .unwrap_or_default(),
+            latency: c.latency.lock().map(|h| h.clone()).unwrap_or_default(),
+            workers,
+        }
+    }
+}
