@@ -12,9 +12,10 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use futures_util::StreamExt;
 use serde_json::{json, Value};
-use tokio::io::BufReader;
-use toolpool::protocol::{encode_frame, read_frame, CallContext, Request, DEFAULT_MAX_FRAME};
+use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
+use toolpool::protocol::{encode_frame, CallContext, Request, DEFAULT_MAX_FRAME};
 use toolpool::sandbox::SandboxMode;
 use toolpool::{InvokeOptions, Pool};
 
@@ -118,7 +119,14 @@ async fn floor_round_trip(calls: usize) -> Vec<f64> {
         .spawn()
         .expect("echo starts");
     let mut stdin = child.stdin.take().expect("piped");
-    let mut stdout = BufReader::new(child.stdout.take().expect("piped"));
+    // The same framing as the worker channel's.
+    let mut stdout = FramedRead::new(
+        child.stdout.take().expect("piped"),
+        LengthDelimitedCodec::builder()
+            .length_field_length(4)
+            .max_frame_length(DEFAULT_MAX_FRAME)
+            .new_codec(),
+    );
     let args = json!({});
     let context = CallContext::default();
     let mut samples = Vec::with_capacity(calls);
@@ -134,9 +142,7 @@ async fn floor_round_trip(calls: usize) -> Vec<f64> {
         toolpool::protocol::write_frame(&mut stdin, &frame)
             .await
             .expect("writes");
-        let body = read_frame(&mut stdout, DEFAULT_MAX_FRAME)
-            .await
-            .expect("echo answers");
+        let body = stdout.next().await.expect("echo answers").expect("a frame");
         let _: Value = rmp_serde::from_slice(&body).expect("decodes");
         if i >= 200 {
             samples.push(started.elapsed().as_secs_f64() * 1e6);

@@ -6,9 +6,12 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 
+mod framing;
 pub mod value;
+
+pub use self::framing::{message_reader, next_message, MessageCodec, MessageReader};
 
 /// Version of the wire protocol; the worker's hello must carry the same.
 pub const PROTOCOL_VERSION: u32 = 3;
@@ -289,40 +292,6 @@ pub enum Message {
     },
 }
 
-/// Reads one frame body, refusing lengths over `limit` before allocating.
-pub async fn read_frame<R: AsyncRead + Unpin>(
-    reader: &mut R,
-    limit: usize,
-) -> Result<Vec<u8>, ProtocolError> {
-    let mut len_bytes = [0u8; 4];
-    match reader.read_exact(&mut len_bytes).await {
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-            return Err(ProtocolError::Closed)
-        }
-        Err(e) => return Err(e.into()),
-    }
-    let len = u32::from_be_bytes(len_bytes) as usize;
-    if len > limit {
-        return Err(ProtocolError::TooLarge { len, limit });
-    }
-    let mut body = vec![0u8; len];
-    match reader.read_exact(&mut body).await {
-        Ok(_) => Ok(body),
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Err(ProtocolError::Closed),
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// Reads and decodes one message.
-pub async fn read_message<R: AsyncRead + Unpin>(
-    reader: &mut R,
-    limit: usize,
-) -> Result<Message, ProtocolError> {
-    let body = read_frame(reader, limit).await?;
-    decode_message(&body)
-}
-
 /// Decodes one frame body. The body's structure is checked first (see
 /// [`check_structure`]), so that no body makes the decoder reserve memory
 /// for items it does not hold or recurse deeper than [`MAX_DEPTH`].
@@ -454,66 +423,6 @@ pub async fn write_frame<W: AsyncWrite + Unpin>(
     Ok(())
 }
 
-/// Reads frames so that a read can be cancelled at any await (a branch of
-/// `select!` losing) without losing bytes: what arrived so far stays here,
-/// and the next call goes on from it. The worker needs this while a tool's
-/// callback (a human prompt, say) runs alongside the read.
-#[derive(Debug, Default)]
-pub struct FrameReader {
-    header: [u8; 4],
-    /// Bytes of the header, then of the body, read so far.
-    filled: usize,
-    /// `Some` once the header is complete.
-    body: Option<Vec<u8>>,
-}
-
-impl FrameReader {
-    /// Reads and decodes the next message. Cancel-safe.
-    pub async fn read_message<R: AsyncRead + Unpin>(
-        &mut self,
-        reader: &mut R,
-        limit: usize,
-    ) -> Result<Message, ProtocolError> {
-        let body = self.read_frame(reader, limit).await?;
-        decode_message(&body)
-    }
-
-    /// Reads the next frame body, refusing lengths over `limit` before
-    /// allocating. Cancel-safe: each await is one `read`, which either
-    /// reads nothing or keeps what it read here.
-    pub async fn read_frame<R: AsyncRead + Unpin>(
-        &mut self,
-        reader: &mut R,
-        limit: usize,
-    ) -> Result<Vec<u8>, ProtocolError> {
-        loop {
-            let buf = match &mut self.body {
-                Some(body) if self.filled == body.len() => {
-                    self.filled = 0;
-                    return Ok(self.body.take().unwrap_or_default());
-                }
-                Some(body) => &mut body[self.filled..],
-                None if self.filled == 4 => {
-                    let len = u32::from_be_bytes(self.header) as usize;
-                    if len > limit {
-                        return Err(ProtocolError::TooLarge { len, limit });
-                    }
-                    self.filled = 0;
-                    self.body = Some(vec![0u8; len]);
-                    continue;
-                }
-                None => &mut self.header[self.filled..],
-            };
-            match reader.read(buf).await {
-                Ok(0) => return Err(ProtocolError::Closed),
-                Ok(n) => self.filled += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -576,34 +485,16 @@ mod tests {
             DEFAULT_MAX_FRAME,
         )
         .unwrap();
-        let mut cursor = std::io::Cursor::new(frame);
-        let body = read_frame(&mut cursor, DEFAULT_MAX_FRAME).await.unwrap();
-        let value: Value = rmp_serde::from_slice(&body).unwrap();
+        let (prefix, body) = frame.split_at(4);
+        assert_eq!(
+            u32::from_be_bytes(prefix.try_into().unwrap()) as usize,
+            body.len()
+        );
+        let value: Value = rmp_serde::from_slice(body).unwrap();
         assert_eq!(value["t"], "invoke");
         assert_eq!(value["id"], 7);
         let sent: Value = serde_json::from_str(value["args_json"].as_str().unwrap()).unwrap();
         assert_eq!(sent, args);
-    }
-
-    #[tokio::test]
-    async fn oversized_length_is_refused_before_allocating() {
-        let mut cursor = std::io::Cursor::new(vec![0xff, 0xff, 0xff, 0xff]);
-        match read_frame(&mut cursor, 1024).await {
-            Err(ProtocolError::TooLarge { len, limit }) => {
-                assert_eq!(len, u32::MAX as usize);
-                assert_eq!(limit, 1024);
-            }
-            other => panic!("expected TooLarge, got {other:?}"),
-        }
-    }
-
-    #[tokio::test]
-    async fn truncated_frame_is_closed_not_a_hang() {
-        let mut cursor = std::io::Cursor::new(vec![0, 0, 0, 10, 1, 2]);
-        assert!(matches!(
-            read_frame(&mut cursor, 1024).await,
-            Err(ProtocolError::Closed)
-        ));
     }
 
     #[test]
@@ -668,46 +559,6 @@ mod tests {
         assert!(matches!(
             decode_message(&body),
             Ok(Message::Reply { id: 9, .. })
-        ));
-    }
-
-    #[tokio::test]
-    async fn frame_reader_keeps_a_half_read_frame_across_cancellation() {
-        let frame = encode_frame(
-            &serde_json::json!({"t": "reply", "id": 4, "ok": true, "value": "x".repeat(300)}),
-            DEFAULT_MAX_FRAME,
-        )
-        .unwrap();
-        let (mut worker, mut supervisor) = tokio::io::duplex(64);
-        let mut frames = FrameReader::default();
-        // Half the frame arrives, then the read loses a race and is dropped.
-        let (first, rest) = frame.split_at(150);
-        let writer = tokio::spawn({
-            let (first, rest) = (first.to_vec(), rest.to_vec());
-            async move {
-                worker.write_all(&first).await.unwrap();
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                worker.write_all(&rest).await.unwrap();
-                worker
-            }
-        });
-        tokio::select! {
-            _ = frames.read_message(&mut supervisor, DEFAULT_MAX_FRAME) => panic!("the frame is not complete yet"),
-            () = tokio::time::sleep(std::time::Duration::from_millis(50)) => {}
-        }
-        match frames
-            .read_message(&mut supervisor, DEFAULT_MAX_FRAME)
-            .await
-        {
-            Ok(Message::Reply { id: 4, value, .. }) => assert_eq!(value, "x".repeat(300)),
-            other => panic!("unexpected {other:?}"),
-        }
-        drop(writer.await.unwrap());
-        assert!(matches!(
-            frames
-                .read_message(&mut supervisor, DEFAULT_MAX_FRAME)
-                .await,
-            Err(ProtocolError::Closed)
         ));
     }
 

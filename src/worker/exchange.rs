@@ -15,8 +15,8 @@ use super::{
     HANGUP_EXIT_WAIT, MAX_OPEN_CALLBACKS,
 };
 use crate::protocol::{
-    encode_frame, write_frame, CallbackReply, Message, ProtocolError, RemoteError, ReplyValue,
-    Request,
+    encode_frame, next_message, write_frame, CallbackReply, Message, ProtocolError, RemoteError,
+    ReplyValue, Request,
 };
 
 impl Worker {
@@ -185,7 +185,7 @@ impl Worker {
         loop {
             let event = tokio::select! {
                 biased;
-                message = self.frames.read_message(&mut self.stdout, self.spec.max_frame) => {
+                message = next_message(&mut self.messages) => {
                     Event::Message(message)
                 }
                 Some(done) = pending.join_next_with_id(), if !pending.is_empty() => {

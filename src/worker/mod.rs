@@ -10,7 +10,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
-use tokio::io::BufReader;
 use tokio::net::unix::pipe;
 use tokio::process::{Child, ChildStdin, ChildStdout};
 use tokio::time::{timeout, timeout_at, Instant};
@@ -37,8 +36,8 @@ pub use self::termination::{describe_exit, Termination};
 use self::pipeline::Slot;
 use crate::process::{KillMechanism, ProcessId, Tracked};
 use crate::protocol::{
-    CallContext, FrameReader, Message, ProtocolError, RemoteError, ReplyValue, Request,
-    PROTOCOL_VERSION,
+    message_reader, next_message, CallContext, Message, MessageReader, ProtocolError, RemoteError,
+    ReplyValue, Request, PROTOCOL_VERSION,
 };
 use crate::sandbox::WorkerCgroup;
 
@@ -175,9 +174,8 @@ pub struct Worker {
     last_call: Option<String>,
     /// `None` once the worker is being retired (closing stdin tells it to exit).
     stdin: Option<ChildStdin>,
-    stdout: BufReader<ChildStdout>,
-    /// Frames from `stdout`, read so that a read can race a callback.
-    frames: FrameReader,
+    /// Messages from its stdout; a read can race a callback (cancel-safe).
+    messages: MessageReader<ChildStdout>,
     dump: pipe::Receiver,
     stderr_tail: Arc<Mutex<StderrTail>>,
     call_tag: CallTag,
@@ -232,8 +230,7 @@ impl Worker {
             process: None,
             last_call: None,
             stdin: Some(stdin),
-            stdout: BufReader::new(stdout),
-            frames: FrameReader::default(),
+            messages: message_reader(stdout, spec.max_frame),
             dump,
             stderr_tail,
             call_tag,
@@ -253,13 +250,7 @@ impl Worker {
         let mut importing: Option<(String, String)> = None;
         let deadline = Instant::now() + spec.start_timeout;
         let failure = loop {
-            let message = timeout_at(
-                deadline,
-                worker
-                    .frames
-                    .read_message(&mut worker.stdout, spec.max_frame),
-            )
-            .await;
+            let message = timeout_at(deadline, next_message(&mut worker.messages)).await;
             match message {
                 Ok(Ok(Message::Importing { module, file })) => {
                     importing = Some((module, file));
