@@ -569,7 +569,7 @@ mod tests {
             context: &context,
         };
         let frame = encode_frame(&request, DEFAULT_MAX_FRAME).unwrap();
-        let decoded: rmpv::Value = rmp_serde::from_slice(&frame[4..]).unwrap();
+        let decoded = rmpv::decode::read_value(&mut &frame[4..]).unwrap();
         let field = |name: &str| {
             decoded
                 .as_map()
@@ -602,7 +602,7 @@ mod tests {
         .unwrap();
         let mut cursor = std::io::Cursor::new(frame);
         let body = read_frame(&mut cursor, DEFAULT_MAX_FRAME).await.unwrap();
-        let value: rmpv::Value = rmp_serde::from_slice(&body).unwrap();
+        let value = rmpv::decode::read_value(&mut body.as_slice()).unwrap();
         let field = |name: &str| {
             value
                 .as_map()

@@ -25,15 +25,56 @@ fn float_digits(v: f64) -> String {
     if v.is_infinite() {
         return if v > 0.0 { "inf" } else { "-inf" }.into();
     }
-    // Rust's `{:e}` gives the shortest round-trip digits: "1.5e16", "-2e-7".
-    let scientific = format!("{v:e}");
+    let scientific = shortest_scientific(v);
     let (mantissa, exponent) = scientific.split_once('e').unwrap_or((&scientific, "0"));
     let exponent: i32 = exponent.parse().unwrap_or(0);
-    if v == 0.0 || (-4..16).contains(&exponent) {
-        return format!("{v}"); // positional, no ".0" for an integral value
+    if v == 0.0 {
+        return format!("{v}"); // "0", "-0"
+    }
+    if (-4..16).contains(&exponent) {
+        return positional(mantissa, exponent);
     }
     let sign = if exponent < 0 { '-' } else { '+' };
     format!("{mantissa}e{sign}{:02}", exponent.unsigned_abs())
+}
+
+/// `v` in scientific notation with Python's digits: the fewest that read
+/// back as `v` and, of those, the ones nearest to it. Rust's `{:e}` gives
+/// the fewest, but not always the nearest (`154446623768692.13` where
+/// Python writes `.12`); formatting to that many digits rounds correctly.
+fn shortest_scientific(v: f64) -> String {
+    let shortest = format!("{v:e}"); // "1.5e16", "-2e-7"
+    let mantissa = shortest.split_once('e').map_or(shortest.as_str(), |(m, _)| m);
+    let digits = mantissa.bytes().filter(u8::is_ascii_digit).count();
+    let nearest = format!("{v:.*e}", digits.saturating_sub(1));
+    if nearest.parse::<f64>().ok() == Some(v) {
+        nearest
+    } else {
+        shortest
+    }
+}
+
+/// Digits `mantissa` ("-1.2345") times 10**`exponent` written out: "-12.345",
+/// "0.00012345"; an integral value without ".0" ("12345").
+fn positional(mantissa: &str, exponent: i32) -> String {
+    let (sign, unsigned) = match mantissa.strip_prefix('-') {
+        Some(rest) => ("-", rest),
+        None => ("", mantissa),
+    };
+    let digits: String = unsigned.chars().filter(char::is_ascii_digit).collect();
+    let digits = digits.trim_end_matches('0');
+    let digits = if digits.is_empty() { "0" } else { digits };
+    let point = exponent + 1; // digits before the decimal point
+    if point <= 0 {
+        let zeros = "0".repeat(point.unsigned_abs() as usize);
+        return format!("{sign}0.{zeros}{digits}");
+    }
+    let point = point as usize;
+    if digits.len() <= point {
+        format!("{sign}{digits}{}", "0".repeat(point - digits.len()))
+    } else {
+        format!("{sign}{}.{}", &digits[..point], &digits[point..])
+    }
 }
 
 /// `str(complex)`: `(1+2j)`; a real part of +0 is left out (`2j`, `-1j`),
@@ -190,7 +231,7 @@ mod tests {
         let mut text = String::new();
         str_repr(&[0x27, 0x22, 0x7f, 0xe9, 0xd800], &mut text);
         assert_eq!(text, "'\\'\"\\x7fé\\ud800'");
-        assert_eq!(decimal_digits(&[0, 0, 0, 0, 0, 1]).unwrap(), "1208925819614629174706176");
+        assert_eq!(decimal_digits(&[0, 0, 0, 0, 0, 1]).unwrap(), "37778931862957161709568"); // 2**75
         assert_eq!(decimal_digits(&[]).unwrap(), "0");
         assert!(decimal_digits(&vec![0x7fff; 954]).is_none());
     }
