@@ -166,7 +166,12 @@ async fn every_encoding_of_a_result_gives_what_the_walk_gives() {
     let odd = call(&plain, "result_sample", json!({"name": "odd_keys"}))
         .await
         .unwrap();
-    let keys: Vec<&str> = odd.as_object().unwrap().keys().map(String::as_str).collect();
+    let keys: Vec<&str> = odd
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
     assert_eq!(
         keys,
         [

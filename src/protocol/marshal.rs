@@ -210,6 +210,19 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// The text of the short ASCII string (`z`, `Z`) read before at
+    /// `start..end`, without reading it again: most references are to one
+    /// (a table's keys, its repeated values).
+    fn ascii_at(&self, start: usize, end: usize) -> Option<String> {
+        let object = self.bytes.get(start..end)?;
+        match object {
+            [code, _, text @ ..] if matches!(code & !FLAG_REF, b'z' | b'Z') && text.is_ascii() => {
+                std::str::from_utf8(text).ok().map(str::to_owned)
+            }
+            _ => None,
+        }
+    }
+
     /// Reads the object at `start` again (a reference to it) with `read`.
     fn replay<T>(
         &mut self,
@@ -234,7 +247,10 @@ impl<'a> Reader<'a> {
         let start = self.pos;
         let (code, slot) = match self.head(depth)? {
             Head::Reference { start, end } => {
-                return self.replay(start, end, |reader| reader.value(depth))
+                if let Some(text) = self.ascii_at(start, end) {
+                    return Ok(Value::String(text));
+                }
+                return self.replay(start, end, |reader| reader.value(depth));
             }
             Head::Object { code, slot } => (code, slot),
         };
@@ -259,7 +275,9 @@ impl<'a> Reader<'a> {
                 Value::Array(items)
             }
             b'{' => {
-                let mut object = Map::new();
+                // marshal does not say how many keys follow; most dicts in
+                // a result are records with a few.
+                let mut object = Map::with_capacity(4);
                 while self.bytes.get(self.pos) != Some(&b'0') {
                     let key = self.key(depth + 1)?;
                     let item = self.value(depth + 1)?;
@@ -285,8 +303,7 @@ impl<'a> Reader<'a> {
             }
             b'a' | b'A' | b'z' | b'Z' => {
                 let n = self.length(matches!(code, b'z' | b'Z'), 1)?;
-                // marshal.c reads these as Latin-1; the shim writes ASCII.
-                self.take(n)?.iter().map(|&b| char::from(b)).collect()
+                latin1(self.take(n)?)
             }
             b'y' => {
                 let (real, imag) = (self.float64()?, self.float64()?);
@@ -327,7 +344,9 @@ impl<'a> Reader<'a> {
         let count = self.int32()?;
         let n = usize::try_from(count.unsigned_abs()).unwrap_or(usize::MAX);
         if n.saturating_mul(2) > self.bytes.len() - self.pos {
-            return Err(self.invalid(format!("an integer of {n} digits, more than the bytes left hold")));
+            return Err(self.invalid(format!(
+                "an integer of {n} digits, more than the bytes left hold"
+            )));
         }
         let mut digits = Vec::with_capacity(n);
         for _ in 0..n {
@@ -350,7 +369,10 @@ impl<'a> Reader<'a> {
         let start = self.pos;
         let (code, slot) = match self.head(depth)? {
             Head::Reference { start, end } => {
-                return self.replay(start, end, |reader| reader.key(depth))
+                if let Some(text) = self.ascii_at(start, end) {
+                    return Ok(text);
+                }
+                return self.replay(start, end, |reader| reader.key(depth));
             }
             Head::Object { code, slot } => (code, slot),
         };
@@ -487,7 +509,9 @@ impl<'a> Reader<'a> {
             scratch.clear();
             self.repr(depth, &mut scratch)?;
         }
-        Ok(format!("<code object {name}, file \"{file}\", line {line}>"))
+        Ok(format!(
+            "<code object {name}, file \"{file}\", line {line}>"
+        ))
     }
 }
 
@@ -564,6 +588,15 @@ fn code_points(bytes: &[u8]) -> Option<Vec<u32>> {
         }
     }
     Some(points)
+}
+
+/// `a`, `z` and their interned forms: ASCII as marshal writes them, read as
+/// Latin-1 as `marshal.c` reads them.
+fn latin1(bytes: &[u8]) -> String {
+    match std::str::from_utf8(bytes) {
+        Ok(text) if bytes.is_ascii() => text.to_owned(),
+        _ => bytes.iter().map(|&b| char::from(b)).collect(),
+    }
 }
 
 fn decimal_text(negative: bool, digits: &[u16]) -> Result<String, MarshalError> {
@@ -681,11 +714,17 @@ print(json.dumps({"blob": marshal.dumps("\ud800", 4).hex(), "error": "surrogate"
                             continue;
                         }
                     }
-                    if walk.get("f").is_some_and(|f| f.to_string().contains("code object")) {
+                    if walk
+                        .get("f")
+                        .is_some_and(|f| f.to_string().contains("code object"))
+                    {
                         continue;
                     }
                     if let Some(difference) = first_difference(&value, walk) {
-                        panic!("{difference} (blob {})", &sample["blob"].to_string()[..80.min(sample["blob"].to_string().len())]);
+                        panic!(
+                            "{difference} (blob {})",
+                            &sample["blob"].to_string()[..80.min(sample["blob"].to_string().len())]
+                        );
                     }
                 }
                 (None, Some(error)) if *error == "surrogate" => {
@@ -694,7 +733,11 @@ print(json.dumps({"blob": marshal.dumps("\ud800", 4).hex(), "error": "surrogate"
                     assert_eq!(error.to_string(), "the result cannot be encoded: 'utf-8' codec can't encode character '\\ud800' in position 0: surrogates not allowed");
                 }
                 (None, Some(error)) => {
-                    assert_eq!(decoded.unwrap_err().to_string(), error.as_str().unwrap(), "{sample}");
+                    assert_eq!(
+                        decoded.unwrap_err().to_string(),
+                        error.as_str().unwrap(),
+                        "{sample}"
+                    );
                 }
                 _ => unreachable!(),
             }
@@ -747,14 +790,26 @@ print(json.dumps({"blob": marshal.dumps("\ud800", 4).hex(), "error": "surrogate"
         for (blob, says) in [
             (b"".as_slice(), "1 bytes declared, fewer remain at byte 0"),
             (b"i\x01\x00", "4 bytes declared"),
-            (b"[\x02\x00\x00\x00N", "a length of 2, more than the bytes left hold"),
+            (
+                b"[\x02\x00\x00\x00N",
+                "a length of 2, more than the bytes left hold",
+            ),
             (b"[\x01\x00\x00\x00i\x01", "4 bytes declared"),
             (b"{z\x01a", "1 bytes declared"),
             (b"?", "unknown type code 0x3f ('?') at byte 0"),
-            (b"[\x01\x00\x00\x000", "unknown type code 0x30 ('0') at byte 5"),
+            (
+                b"[\x01\x00\x00\x000",
+                "unknown type code 0x30 ('0') at byte 5",
+            ),
             (b"NN", "trailing bytes after the result at byte 1"),
-            (b"l\x01\x00\x00\x00\x00\x80", "an integer digit out of range"),
-            (b"l\x02\x00\x00\x00\x01\x00\x00\x00", "an integer with a leading zero digit"),
+            (
+                b"l\x01\x00\x00\x00\x00\x80",
+                "an integer digit out of range",
+            ),
+            (
+                b"l\x02\x00\x00\x00\x01\x00\x00\x00",
+                "an integer with a leading zero digit",
+            ),
             (b"u\x02\x00\x00\x00\xff\xfe", "text that is not UTF-8"),
             (b"[\xff\xff\xff\xff", "a negative length"),
         ] {
@@ -772,7 +827,10 @@ print(json.dumps({"blob": marshal.dumps("\ud800", 4).hex(), "error": "surrogate"
             b"l\xff\xff\xff\x7f",
             b"(\xff\xff\xff\x7fN",
         ] {
-            assert!(error(blob).contains("more than the bytes left hold"), "{blob:?}");
+            assert!(
+                error(blob).contains("more than the bytes left hold"),
+                "{blob:?}"
+            );
         }
     }
 
@@ -780,7 +838,10 @@ print(json.dumps({"blob": marshal.dumps("\ud800", 4).hex(), "error": "surrogate"
     fn nesting_is_held_to_the_result_depth() {
         let nested = |levels: usize| [b"[\x01\x00\x00\x00".repeat(levels), b"N".to_vec()].concat();
         assert!(from_marshal(&nested(MAX_RESULT_DEPTH)).is_ok());
-        assert_eq!(from_marshal(&nested(MAX_RESULT_DEPTH + 1)), Err(MarshalError::TooDeep));
+        assert_eq!(
+            from_marshal(&nested(MAX_RESULT_DEPTH + 1)),
+            Err(MarshalError::TooDeep)
+        );
         // Far deeper than the stack would hold if the decoder recursed unchecked.
         assert_eq!(from_marshal(&nested(1_000_000)), Err(MarshalError::TooDeep));
         // Dict keys that are tuples count too.
@@ -799,7 +860,9 @@ print(json.dumps({"blob": marshal.dumps("\ud800", 4).hex(), "error": "surrogate"
             from_marshal(b"\xfbr\x00\x00\x00\x00N0"),
             Err(MarshalError::ContainsItself("dict"))
         );
-        assert!(error(b"[\x01\x00\x00\x00r\x05\x00\x00\x00").contains("object 5, which does not exist"));
+        assert!(
+            error(b"[\x01\x00\x00\x00r\x05\x00\x00\x00").contains("object 5, which does not exist")
+        );
         assert!(error(b"r\xff\xff\xff\xff").contains("does not exist"));
         // Each list holds the one inside it twice, the second time by
         // reference: 2**40 elements from 400 bytes.
@@ -815,7 +878,11 @@ print(json.dumps({"blob": marshal.dumps("\ud800", 4).hex(), "error": "surrogate"
     #[test]
     fn the_writer_gives_what_marshal_dumps_gives_for_json_loads() {
         let value = json!({
-            "rows": [{"id": 1, "name": "item-1", "score": 0.5, "tags": ["a", "b"]}],
+            "rows": [
+                {"id": 1, "name": "item-1", "score": 0.5, "tags": ["a", "b"]},
+                {"id": 2, "name": "id", "score": 1.5, "tags": ["b", "a", "x".repeat(40)]},
+                {"x".repeat(40): "x".repeat(40), "tags": "name"},
+            ],
             "ints": [0, -1, 2147483647, -2147483648, 2147483648u64, i64::MIN, i64::MAX, u64::MAX],
             "floats": [1.5, -0.0, 1e300],
             "text": ["", "ünï \u{2603}", "x".repeat(300), "é".repeat(300)],
@@ -828,6 +895,8 @@ print(json.dumps({"blob": marshal.dumps("\ud800", 4).hex(), "error": "surrogate"
             loaded = marshal.loads(bytes.fromhex(blob))\n\
             assert loaded == json.loads(text), (loaded, json.loads(text))\n\
             assert [type(x) for x in loaded['ints']] == [int] * 8\n\
+            first, second = (list(row)[0] for row in loaded['rows'][:2])\n\
+            assert first is second, 'keys are shared'\n\
             print('same')";
         let output = std::process::Command::new("python3")
             .args(["-c", script, &blob, &value.to_string()])
@@ -850,5 +919,83 @@ print(json.dumps({"blob": marshal.dumps("\ud800", 4).hex(), "error": "surrogate"
             .iter()
             .map(|b| format!("{b:02x}"))
             .collect()
+    }
+}
+
+/// In-process costs of P8's and P9's payloads, printed (not a benchmark:
+/// run by hand with `cargo test --lib measure_table_payloads -- --ignored
+/// --nocapture`).
+#[cfg(test)]
+mod measure {
+    use std::time::Instant;
+
+    fn best_of<T>(runs: usize, mut f: impl FnMut() -> T) -> f64 {
+        (0..runs)
+            .map(|_| {
+                let start = Instant::now();
+                std::hint::black_box(f());
+                start.elapsed().as_secs_f64() * 1000.0
+            })
+            .fold(f64::INFINITY, f64::min)
+    }
+
+    #[test]
+    #[ignore]
+    fn measure_table_payloads() {
+        let script = "import json, marshal, sys\n\
+            rows = [{'id': i, 'name': f'item-{i}', 'score': i * 0.5, 'tags': ['a', 'b']} for i in range(10000)]\n\
+            open(sys.argv[1], 'wb').write(marshal.dumps(rows, 4))\n\
+            open(sys.argv[2], 'w').write(json.dumps(rows, separators=(',', ':')))";
+        let dir = tempfile::tempdir().unwrap();
+        let (blob_path, text_path) = (dir.path().join("blob"), dir.path().join("text"));
+        let status = std::process::Command::new("python3")
+            .args(["-c", script])
+            .arg(&blob_path)
+            .arg(&text_path)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let blob = std::fs::read(&blob_path).unwrap();
+        let text = std::fs::read_to_string(&text_path).unwrap();
+        let marshal_ms = best_of(20, || super::from_marshal(&blob).unwrap());
+        let json_ms = best_of(20, || {
+            serde_json::from_str::<serde_json::Value>(&text).unwrap()
+        });
+        println!("P8 result, 10 000 records: marshal decode {marshal_ms:.2} ms, serde_json parse {json_ms:.2} ms");
+
+        let rows: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let args = serde_json::json!({"rows": rows.as_array().unwrap()[..2000]});
+        let write_ms = best_of(20, || {
+            crate::protocol::marshal_writer::to_marshal(&args).unwrap()
+        });
+        let text_ms = best_of(20, || serde_json::to_string(&args).unwrap());
+        std::fs::write(
+            &blob_path,
+            crate::protocol::marshal_writer::to_marshal(&args).unwrap(),
+        )
+        .unwrap();
+        std::fs::write(&text_path, serde_json::to_string(&args).unwrap()).unwrap();
+        println!("P9 arguments, 2 000 records: marshal write {write_ms:.2} ms, serde_json text {text_ms:.2} ms");
+        let script = "import json, marshal, sys, time\n\
+            blob, text = open(sys.argv[1], 'rb').read(), open(sys.argv[2]).read()\n\
+            def best(f):\n    \
+                times = []\n    \
+                for _ in range(50):\n        \
+                    start = time.perf_counter(); f(); times.append(time.perf_counter() - start)\n    \
+                return min(times) * 1000\n\
+            assert marshal.loads(blob) == json.loads(text)\n\
+            print(f'P9 in the shim: marshal.loads {best(lambda: marshal.loads(blob)):.2f} ms, json.loads {best(lambda: json.loads(text)):.2f} ms')";
+        let output = std::process::Command::new("python3")
+            .args(["-c", script])
+            .arg(&blob_path)
+            .arg(&text_path)
+            .output()
+            .unwrap();
+        print!("{}", String::from_utf8_lossy(&output.stdout));
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
     }
 }

@@ -581,7 +581,7 @@ mod tests {
         let blob = field("args_marshal").expect("args_marshal is sent");
         assert_eq!(
             blob.as_slice().expect("a bin field"),
-            b"{z\x04rows[\x01\x00\x00\x00{z\x02idi\x01\x00\x00\x0000"
+            b"{\xda\x04rows[\x01\x00\x00\x00{\xda\x02idi\x01\x00\x00\x0000"
         );
         assert!(field("args").is_none() && field("args_json").is_none());
     }

@@ -44,7 +44,9 @@ fn float_digits(v: f64) -> String {
 /// Python writes `.12`); formatting to that many digits rounds correctly.
 fn shortest_scientific(v: f64) -> String {
     let shortest = format!("{v:e}"); // "1.5e16", "-2e-7"
-    let mantissa = shortest.split_once('e').map_or(shortest.as_str(), |(m, _)| m);
+    let mantissa = shortest
+        .split_once('e')
+        .map_or(shortest.as_str(), |(m, _)| m);
     let digits = mantissa.bytes().filter(u8::is_ascii_digit).count();
     let nearest = format!("{v:.*e}", digits.saturating_sub(1));
     if nearest.parse::<f64>().ok() == Some(v) {
@@ -231,7 +233,10 @@ mod tests {
         let mut text = String::new();
         str_repr(&[0x27, 0x22, 0x7f, 0xe9, 0xd800], &mut text);
         assert_eq!(text, "'\\'\"\\x7fé\\ud800'");
-        assert_eq!(decimal_digits(&[0, 0, 0, 0, 0, 1]).unwrap(), "37778931862957161709568"); // 2**75
+        assert_eq!(
+            decimal_digits(&[0, 0, 0, 0, 0, 1]).unwrap(),
+            "37778931862957161709568"
+        ); // 2**75
         assert_eq!(decimal_digits(&[]).unwrap(), "0");
         assert!(decimal_digits(&vec![0x7fff; 954]).is_none());
     }
