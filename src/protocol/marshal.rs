@@ -126,7 +126,10 @@ impl<'a> Reader<'a> {
             .pos
             .checked_add(n)
             .filter(|&end| end <= self.bytes.len())
-            .ok_or_else(|| self.invalid(format!("{n} bytes declared, fewer remain")))?;
+            .ok_or_else(|| {
+                let left = self.bytes.len() - self.pos;
+                self.invalid(format!("it ends early ({n} bytes needed, {left} left)"))
+            })?;
         let taken = &self.bytes[self.pos..end];
         self.pos = end;
         Ok(taken)
@@ -788,14 +791,17 @@ print(json.dumps({"blob": marshal.dumps("\ud800", 4).hex(), "error": "surrogate"
     #[test]
     fn truncated_unknown_and_trailing_bytes_are_errors() {
         for (blob, says) in [
-            (b"".as_slice(), "1 bytes declared, fewer remain at byte 0"),
-            (b"i\x01\x00", "4 bytes declared"),
+            (
+                b"".as_slice(),
+                "it ends early (1 bytes needed, 0 left) at byte 0",
+            ),
+            (b"i\x01\x00", "(4 bytes needed, 2 left) at byte 1"),
             (
                 b"[\x02\x00\x00\x00N",
                 "a length of 2, more than the bytes left hold",
             ),
-            (b"[\x01\x00\x00\x00i\x01", "4 bytes declared"),
-            (b"{z\x01a", "1 bytes declared"),
+            (b"[\x01\x00\x00\x00i\x01", "4 bytes needed"),
+            (b"{z\x01a", "1 bytes needed, 0 left"),
             (b"?", "unknown type code 0x3f ('?') at byte 0"),
             (
                 b"[\x01\x00\x00\x000",
