@@ -108,7 +108,7 @@ async fn start_error(mode: &str) -> String {
 async fn wrong_protocol_version_fails_the_start_naming_both_versions() {
     let error = start_error("wrong_protocol").await;
     assert!(
-        error.contains("the worker speaks protocol 99, this supervisor speaks 3"),
+        error.contains("the worker speaks protocol 99, this supervisor speaks 4"),
         "{error}"
     );
 }

@@ -90,9 +90,11 @@ fn python_with_c_extension() -> std::path::PathBuf {
 }
 
 /// Each result sample arrives as the walk converts it, whichever encoding the
-/// shim chose: with the C extension, a MessagePack blob that the supervisor
-/// turns into JSON (number and bytes keys spelled as Python spells them);
-/// without it, JSON text; and the walk for what neither gives exactly.
+/// shim chose (with or without the msgpack C extension, which no longer
+/// matters for results): a marshal blob that the supervisor turns into JSON
+/// (number, bytes and tuple keys spelled as Python spells them), JSON text
+/// where marshal does not take the value, and the walk for what neither
+/// gives exactly.
 #[tokio::test]
 async fn every_encoding_of_a_result_gives_what_the_walk_gives() {
     let c_ext = python_with_c_extension();
@@ -104,15 +106,22 @@ async fn every_encoding_of_a_result_gives_what_the_walk_gives() {
         .unwrap();
     let (plain, _plain_session) = pool(1).await;
     assert_eq!(with_c.worker_info().codec, "msgpack");
-    let packed_samples = [
+    let marshalled_samples = [
         "table",
         "scalars",
         "bytes",
         "number_keys",
         "bytes_keys",
+        "tuple_keys",
+        "wide",
         "shared",
         "nan",
         "nested_99",
+        "complex",
+        "sets",
+        "odd_keys",
+        "singletons",
+        "views",
     ];
     for name in [
         "table",
@@ -128,21 +137,51 @@ async fn every_encoding_of_a_result_gives_what_the_walk_gives() {
         "nan",
         "nested_99",
         "dict_subclass",
+        "complex",
+        "sets",
+        "odd_keys",
+        "singletons",
+        "views",
+        "array",
     ] {
         let args = json!({"name": name});
-        let walked = call(&with_c, "walked_sample", args.clone()).await.unwrap();
-        assert_eq!(
-            walked["packed"],
-            json!(packed_samples.contains(&name)),
-            "{name}"
-        );
         for pool in [&with_c, &plain] {
+            let walked = call(pool, "walked_sample", args.clone()).await.unwrap();
+            assert_eq!(
+                walked["marshalled"],
+                json!(marshalled_samples.contains(&name)),
+                "{name}"
+            );
             let value = call(pool, "result_sample", args.clone())
                 .await
                 .unwrap_or_else(|e| panic!("{name}: {e}"));
             assert_eq!(value, walked["walked"], "{name}");
         }
     }
+    // A numpy-like buffer (array.array) is not sent as its raw bytes.
+    let array = call(&plain, "result_sample", json!({"name": "array"}))
+        .await
+        .unwrap();
+    assert_eq!(array, json!(["array('i', [1, 2])", "b2s="]));
+    let odd = call(&plain, "result_sample", json!({"name": "odd_keys"}))
+        .await
+        .unwrap();
+    let keys: Vec<&str> = odd
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "frozenset({1})",
+            "(1+2j)",
+            "Ellipsis",
+            "(1.5, None, b'x', (\"it's\",))",
+            "1180591620717411303424"
+        ]
+    );
     // What the keys look like, not only that both sides agree.
     let keys = call(&with_c, "result_sample", json!({"name": "number_keys"}))
         .await
@@ -156,4 +195,30 @@ async fn every_encoding_of_a_result_gives_what_the_walk_gives() {
     assert_eq!(keys, ["7", "-2", "2.5", "1e+16", "1.5e-07", "true", "null"]);
     with_c.shutdown().await;
     plain.shutdown().await;
+}
+
+/// A result that cannot be sent is the error the walk gives for it, and
+/// the worker answers the next call.
+#[tokio::test]
+async fn results_inside_themselves_too_deep_or_not_utf8_are_clear_errors() {
+    let (pool, _session) = pool(1).await;
+    for (name, says) in [
+        ("loop", "ValueError: the result contains itself (a list inside itself)"),
+        (
+            "deep",
+            "ValueError: the result is nested deeper than 100 levels of lists and dicts",
+        ),
+        (
+            "surrogate",
+            "UnicodeEncodeError: the result cannot be encoded: 'utf-8' codec can't encode character '\\ud800'",
+        ),
+    ] {
+        let error = call(&pool, "result_error", json!({"name": name}))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains(says), "{name}: {error}");
+        assert_eq!(call(&pool, "return_none", json!({})).await.unwrap(), json!(null));
+    }
+    pool.shutdown().await;
 }

@@ -6,12 +6,13 @@ import dataclasses
 import datetime
 import decimal
 import enum
+import importlib.machinery
 import json
+import marshal
 import pathlib
 import sys
+import sysconfig
 import uuid
-
-from . import codec
 
 _INT_MIN = -(2**63)       # the widest integers MessagePack (and serde_json) carry;
 _UINT_MAX = 2**64 - 1     # anything wider is sent as its decimal string
@@ -22,29 +23,29 @@ MAX_DEPTH = 100
 
 
 class Encoded:
-    """A result ready for its reply, as one blob encoded in C where that gives
-    exactly what to_jsonable gives: MessagePack from the msgpack extension
-    (`packed`), else JSON text from the standard library's C encoder
-    (`json_text`); otherwise the walked value. The supervisor turns either
-    blob into its JSON value in one pass (src/protocol/value.rs)."""
+    """A result ready for its reply, as one blob encoded in C where the
+    supervisor gets exactly what to_jsonable gives from it: `marshal.dumps`
+    (`marshalled`, turned into JSON by src/protocol/marshal.rs), else JSON
+    text from the standard library's C encoder (`json_text`); otherwise the
+    walked value."""
 
-    __slots__ = ("json_text", "packed", "value")
+    __slots__ = ("json_text", "marshalled", "value")
 
-    def __init__(self, json_text=None, value=None, packed=None):
+    def __init__(self, json_text=None, value=None, marshalled=None):
         self.json_text = json_text
-        self.packed = packed
+        self.marshalled = marshalled
         self.value = value
 
     def reply_field(self) -> tuple:
         """(the reply's key for the result, what it holds)."""
-        if self.packed is not None:
-            return "value_mp", self.packed
+        if self.marshalled is not None:
+            return "value_marshal", self.marshalled
         return ("value_json", self.json_text) if self.json_text is not None else ("value", self.value)
 
     def data(self):
         """The JSON-able data any way it was encoded (for tests and logs)."""
-        if self.packed is not None:
-            return codec.unpack(self.packed)
+        if self.marshalled is not None:
+            return to_jsonable(marshal.loads(self.marshalled))
         return json.loads(self.json_text) if self.json_text is not None else self.value
 
 
@@ -56,31 +57,63 @@ def encode(value) -> Encoded:
     to_jsonable gives, else the walked value; raises what to_jsonable raises."""
     if value is None:
         return _NULL  # the result of every tool that returns nothing
-    packed = _packed(value)
-    if packed is not None:
-        return Encoded(packed=packed)
+    marshalled = _marshalled(value)
+    if marshalled is not None:
+        return Encoded(marshalled=marshalled)
     text = _json_text(value)
     return Encoded(json_text=text) if text is not None else Encoded(value=to_jsonable(value))
 
 
-def _refuse(value):
-    raise TypeError(type(value).__name__)
-
-
-def _packed(value):
-    """The value packed by the msgpack C extension when it holds only what
-    MessagePack and JSON share exactly: str, int within 64 bits, float, bool,
-    None, bytes (base64 text to the supervisor), list and dict of those
-    (non-str keys spelled as json spells them, by the supervisor). Anything
-    else — tuples, subclasses, enums, dates, a container inside itself, very
-    deep nesting, wide integers, lone surrogates — returns None: the JSON
-    encoder or the walk converts it."""
-    if codec.msgpack is None:
-        return None
+def _marshalled(value):
+    """`marshal.dumps(value, 4)` when it holds only what marshal writes
+    exactly: None, bool, int, float, complex, str, bytes, bytearray,
+    memoryview, tuple, list, set, frozenset and dict, exact types only
+    (marshal refuses subclasses, enums, dates, dataclasses... with
+    ValueError: the JSON encoder or the walk converts those). marshal also
+    writes any other object with the buffer protocol as bytes (a numpy
+    scalar or array, array.array); where a module that defines such types
+    is loaded and the blob may hold bytes, the blob is read back and
+    compared, and a result that differs takes the other paths."""
     try:
-        return codec.msgpack.packb(value, use_bin_type=True, strict_types=True, default=_refuse)
-    except (TypeError, ValueError, OverflowError):
+        blob = marshal.dumps(value, 4)
+    except ValueError:
         return None
+    if (b"s" in blob or b"\xf3" in blob) and _foreign_buffers_possible():
+        try:
+            if marshal.loads(blob) != value:
+                return None
+        except Exception:  # a comparison that raises (a numpy array), or recurses without end
+            return None
+    return blob
+
+
+# Modules of the standard library whose types have the buffer protocol.
+_BUFFER_MODULES = frozenset({"array", "mmap", "_ctypes"})
+# Third-party extension modules known to define no result-worthy buffer type.
+_NO_BUFFER_PACKAGES = frozenset({"msgpack"})
+_STDLIB_DIRS = tuple(sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib"))
+_EXTENSION_SUFFIXES = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+_buffer_check = [-1, False]  # (len(sys.modules) when checked, the answer)
+
+
+def _foreign_buffers_possible() -> bool:
+    """Whether a loaded module may define a buffer type marshal would write
+    as bytes: array, mmap, ctypes, or any extension module from outside the
+    standard library. Recomputed when the count of loaded modules changes."""
+    count = len(sys.modules)
+    if _buffer_check[0] != count:
+        _buffer_check[:] = [count, any(_may_define_buffers(name, module)
+                                       for name, module in list(sys.modules.items()))]
+    return _buffer_check[1]
+
+
+def _may_define_buffers(name: str, module) -> bool:
+    if name in _BUFFER_MODULES:
+        return True
+    path = getattr(module, "__file__", None)
+    if not isinstance(path, str) or not path.endswith(_EXTENSION_SUFFIXES):
+        return False
+    return not path.startswith(_STDLIB_DIRS) and name.partition(".")[0] not in _NO_BUFFER_PACKAGES
 
 
 _NOT_TEXT = object()

@@ -5,6 +5,7 @@ Started by toolpool_boot.py in the forked child; see docs/protocol.md.
 
 import faulthandler
 import json
+import marshal
 import os
 import signal
 import sys
@@ -16,7 +17,7 @@ from .frames import FrameTooLarge
 from .invoke import Invoker, ToolFailure
 from .results import Encoded
 
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 SHIM_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -135,15 +136,16 @@ def _serve(channel: Channel, toolset, classes, invoker: Invoker) -> None:
 
 
 def _arguments(request: dict):
-    """The call's arguments: JSON text (parsed by the C decoder), or a MessagePack value."""
-    text = request.get("args_json")
-    if text == "{}":
+    """The call's arguments: one marshal blob the supervisor wrote (made into
+    objects in C), or a MessagePack value."""
+    blob = request.get("args_marshal")
+    if blob == b"{0":
         return {}  # a call without arguments: no parse
-    if isinstance(text, str):
+    if isinstance(blob, bytes):
         try:
-            return json.loads(text)
-        except ValueError as exc:
-            raise ToolFailure("InvalidArguments", f"the arguments are not JSON: {exc}") from None
+            return marshal.loads(blob)
+        except (ValueError, EOFError, TypeError) as exc:
+            raise ToolFailure("InvalidArguments", f"the arguments are not a marshal blob: {exc}") from None
     return request.get("args")
 
 

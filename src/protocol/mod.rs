@@ -9,12 +9,14 @@ use serde_json::Value;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 mod framing;
-pub mod value;
+pub mod marshal;
+pub mod marshal_writer;
+mod python_text;
 
 pub use self::framing::{message_reader, next_message, MessageCodec, MessageReader};
 
 /// Version of the wire protocol; the worker's hello must carry the same.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// Default largest frame body either side sends or accepts (64 MiB).
 pub const DEFAULT_MAX_FRAME: usize = 64 * 1024 * 1024;
@@ -78,9 +80,10 @@ pub enum Request<'a> {
     Invoke {
         id: u64,
         name: &'a str,
-        /// Sent as JSON text (`args_json`): the shim parses it with the
-        /// standard library's C decoder, not value by value.
-        #[serde(rename = "args_json", serialize_with = "as_json_text")]
+        /// Sent as one marshal blob (`args_marshal`, see
+        /// [`marshal_writer`]): the shim makes its Python objects with
+        /// `marshal.loads`, in C, not value by value.
+        #[serde(rename = "args_marshal", serialize_with = "as_marshal")]
         args: &'a Value,
         /// JSON text too (`context_json`): parsed in C, and the shim reuses
         /// the parsed context while the text repeats (a session's calls).
@@ -177,15 +180,15 @@ pub struct ReplyValue {
 pub const MAX_RESULT_DEPTH: usize = 100;
 
 impl ReplyValue {
-    /// A reply's value: `value_mp` (one MessagePack blob, see [`value`]) or
-    /// `value_json` (JSON text, parsed here) when the shim sent one, else the
-    /// MessagePack `value`. A result nested deeper than
-    /// [`MAX_RESULT_DEPTH`] or text that is not JSON is the tool's
-    /// `ValueError`, as the shim names it for what it walks.
+    /// A reply's value: `value_marshal` (one marshal blob, see [`marshal`])
+    /// or `value_json` (JSON text, parsed here) when the shim sent one, else
+    /// the MessagePack `value`. A result nested deeper than
+    /// [`MAX_RESULT_DEPTH`], one inside itself, or text that is not JSON is
+    /// the tool's `ValueError`, as the shim names it for what it walks.
     pub fn decode(
         value: Value,
         value_json: Option<String>,
-        value_mp: Option<serde_bytes::ByteBuf>,
+        value_marshal: Option<serde_bytes::ByteBuf>,
         content: Option<Vec<WireBlock>>,
     ) -> Result<ReplyValue, RemoteError> {
         let value_error = |message: String| RemoteError {
@@ -198,11 +201,15 @@ impl ReplyValue {
                 "the result is nested deeper than {MAX_RESULT_DEPTH} levels of lists and dicts"
             ))
         };
-        if let Some(blob) = value_mp {
+        if let Some(blob) = value_marshal {
             // Held to the depth while it is decoded: no second walk.
-            return match value::from_msgpack(&blob) {
+            return match marshal::from_marshal(&blob) {
                 Ok(value) => Ok(ReplyValue { value, content }),
-                Err(e) => Err(value_error(e.to_string())),
+                Err(e) => Err(RemoteError {
+                    kind: e.python_type().into(),
+                    message: e.to_string(),
+                    traceback: None,
+                }),
             };
         }
         let value = match value_json {
@@ -245,6 +252,11 @@ fn as_json_text<T: Serialize, S: serde::Serializer>(
     serializer.serialize_str(&text)
 }
 
+fn as_marshal<S: serde::Serializer>(value: &&Value, serializer: S) -> Result<S::Ok, S::Error> {
+    let blob = marshal_writer::to_marshal(value).map_err(serde::ser::Error::custom)?;
+    serializer.serialize_bytes(&blob)
+}
+
 /// Worker → supervisor.
 #[derive(Debug, Deserialize)]
 #[serde(tag = "t", rename_all = "lowercase")]
@@ -268,9 +280,9 @@ pub enum Message {
         /// The result as JSON text, instead of `value` (see [`ReplyValue::decode`]).
         #[serde(default)]
         value_json: Option<String>,
-        /// The result as one MessagePack blob, instead of `value`.
+        /// The result as one marshal blob, instead of `value`.
         #[serde(default)]
-        value_mp: Option<serde_bytes::ByteBuf>,
+        value_marshal: Option<serde_bytes::ByteBuf>,
         #[serde(default)]
         content: Option<Vec<WireBlock>>,
     },
@@ -456,7 +468,7 @@ mod tests {
     }
 
     #[test]
-    fn invoke_arguments_travel_as_json_text() {
+    fn invoke_arguments_travel_as_one_marshal_blob() {
         let args = serde_json::json!({"rows": [{"id": 1}]});
         let context = CallContext::default();
         let request = Request::Invoke {
@@ -466,9 +478,21 @@ mod tests {
             context: &context,
         };
         let frame = encode_frame(&request, DEFAULT_MAX_FRAME).unwrap();
-        let decoded: Value = rmp_serde::from_slice(&frame[4..]).unwrap();
-        assert_eq!(decoded["args_json"], r#"{"rows":[{"id":1}]}"#);
-        assert!(decoded.get("args").is_none());
+        let decoded = rmpv::decode::read_value(&mut &frame[4..]).unwrap();
+        let field = |name: &str| {
+            decoded
+                .as_map()
+                .unwrap()
+                .iter()
+                .find(|(key, _)| key.as_str() == Some(name))
+                .map(|(_, value)| value.clone())
+        };
+        let blob = field("args_marshal").expect("args_marshal is sent");
+        assert_eq!(
+            blob.as_slice().expect("a bin field"),
+            b"{\xda\x04rows[\x01\x00\x00\x00{\xda\x02idi\x01\x00\x00\x0000"
+        );
+        assert!(field("args").is_none() && field("args_json").is_none());
     }
 
     #[tokio::test]
@@ -490,11 +514,22 @@ mod tests {
             u32::from_be_bytes(prefix.try_into().unwrap()) as usize,
             body.len()
         );
-        let value: Value = rmp_serde::from_slice(body).unwrap();
-        assert_eq!(value["t"], "invoke");
-        assert_eq!(value["id"], 7);
-        let sent: Value = serde_json::from_str(value["args_json"].as_str().unwrap()).unwrap();
-        assert_eq!(sent, args);
+        let value = rmpv::decode::read_value(&mut &body[..]).unwrap();
+        let field = |name: &str| {
+            value
+                .as_map()
+                .unwrap()
+                .iter()
+                .find(|(key, _)| key.as_str() == Some(name))
+                .map(|(_, value)| value.clone())
+        };
+        assert_eq!(field("t").unwrap().as_str(), Some("invoke"));
+        assert_eq!(field("id").unwrap().as_u64(), Some(7));
+        let blob = field("args_marshal").unwrap();
+        assert_eq!(
+            blob.as_slice().unwrap(),
+            marshal_writer::to_marshal(&args).unwrap().as_slice()
+        );
     }
 
     #[test]

@@ -249,11 +249,11 @@ impl Worker {
                     value,
                     error,
                     value_json,
-                    value_mp,
+                    value_marshal,
                     content,
                 })) if got == id => {
                     return Exchange::Reply(if ok {
-                        ReplyValue::decode(value, value_json, value_mp, content)
+                        ReplyValue::decode(value, value_json, value_marshal, content)
                     } else {
                         Err(error.unwrap_or_else(|| RemoteError {
                             kind: "WorkerDied".into(),

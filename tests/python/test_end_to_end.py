@@ -2,6 +2,7 @@
 with this test playing the supervisor. Functions: tests/python/e2e_project."""
 
 import json
+import marshal
 import os
 import queue
 import select
@@ -14,7 +15,7 @@ import time
 import unittest
 
 import support
-from toolpool_shim import codec, frames
+from toolpool_shim import codec, frames, results
 
 MAX_FRAME = 1 << 20
 E2E_TOOLS = os.path.join(support.E2E_FUNCTIONS, "e2e_tools.py")
@@ -30,7 +31,7 @@ class Guardian:
         os.makedirs(self.workspace)
         self.dump_in, dump_out = os.pipe()
         config = {
-            "protocol": 3,
+            "protocol": 4,
             "functions_dir": functions_dir,
             "session_dir": session_dir,
             "workspace": self.workspace,
@@ -86,12 +87,12 @@ class Guardian:
         assert reply is not None and reply["id"] == request_id, reply
         if "value_json" in reply:  # results travel as JSON text
             reply["value"] = json.loads(reply.pop("value_json"))
-        if "value_mp" in reply:  # or, with the msgpack extension, as one MessagePack blob
-            reply["value"] = codec.unpack(reply.pop("value_mp"))
+        if "value_marshal" in reply:  # or as one marshal blob (the supervisor decodes it)
+            reply["value"] = results.to_jsonable(marshal.loads(reply.pop("value_marshal")))
         return reply
 
     def invoke(self, name: str, args: dict, context: dict | None = None) -> dict:
-        return self.request("invoke", name=name, args=args, context_json=json.dumps(
+        return self.request("invoke", name=name, args_marshal=marshal.dumps(args, 4), context_json=json.dumps(
             context or {"session_id": "e2e", "node_id": None, "vars": {}}))
 
     def read_dump(self, wanted: str, timeout: float = 5) -> str:
@@ -152,7 +153,7 @@ class EndToEnd(unittest.TestCase):
     def test_hello_names_the_worker_and_its_python(self):
         hello = self.guardian.hello
         self.assertEqual(set(hello), {"t", "protocol", "pid", "python", "codec", "executable"})
-        self.assertEqual((hello["t"], hello["protocol"]), ("hello", 3))
+        self.assertEqual((hello["t"], hello["protocol"]), ("hello", 4))
         self.assertEqual(hello["python"], sys.version.split()[0])
         self.assertEqual(hello["codec"], codec.NAME)
         self.assertEqual(os.path.realpath(hello["executable"]), os.path.realpath(sys.executable))

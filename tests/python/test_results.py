@@ -1,11 +1,15 @@
 """Result conversion: what a tool returns, as the JSON-able data the reply carries."""
 
+import array
+import collections
 import dataclasses
 import datetime
 import decimal
 import enum
+import marshal
 import math
 import pathlib
+import sys
 import unittest
 import unittest.mock
 import uuid
@@ -129,13 +133,36 @@ class ResultConversion(unittest.TestCase):
         self.assertEqual(to_jsonable(Model(when="2024-01-02", items={1})), {"when": "2024-01-02", "items": [1]})
 
 
+class MarshalledResults(unittest.TestCase):
+    """encode() sends a marshal blob for what marshal writes exactly (the
+    supervisor's decoding of it is compared with the walk in
+    src/protocol/marshal.rs and tests/results.rs)."""
+
+    def test_exact_builtin_values_are_marshalled(self):
+        table = [{"id": i, "name": f"item-{i}", "score": i * 0.5, "tags": ["a", "b"]} for i in range(100)]
+        for value in [table, "text", 2**70, float("nan"), 1 + 2j, (1, {3}), {(1, "t"): b"x"}, bytearray(b"ab")]:
+            encoded = encode(value)
+            self.assertEqual(encoded.reply_field(), ("value_marshal", marshal.dumps(value, 4)), repr(value))
+
+    def test_what_marshal_refuses_or_would_misspell_takes_the_other_paths(self):
+        moment = datetime.datetime(2024, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
+        for value in [Shade.DARK, Rank.ONE, [moment], {"k": Opaque()}, collections.OrderedDict(a=1),
+                      Outer("o", Inner(datetime.date(2024, 1, 2), Shade.DARK), (1, b"\x01"))]:
+            self.assertIsNone(encode(value).marshalled, repr(value))
+        # marshal writes any buffer as bytes; with the array module loaded
+        # (this test imports it) the blob is checked and an array walked.
+        self.assertIn("array", sys.modules)
+        encoded = encode({"a": array.array("i", [1, 2]), "b": b"ok"})
+        self.assertIsNone(encoded.marshalled)
+        self.assertEqual(encoded.data(), {"a": "array('i', [1, 2])", "b": "b2s="})
+
+
 class OneEncodedBlob(unittest.TestCase):
-    """encode() without the msgpack extension: the C encoder's JSON text where
-    it gives exactly what the walk gives, else the walk. (With the extension,
-    tests/results.rs compares what the supervisor decodes with the walk.)"""
+    """encode() where marshal does not take the result: the C encoder's JSON
+    text where it gives exactly what the walk gives, else the walk."""
 
     def setUp(self):
-        patcher = unittest.mock.patch.object(results.codec, "msgpack", None)
+        patcher = unittest.mock.patch.object(results, "_marshalled", lambda value: None)
         patcher.start()
         self.addCleanup(patcher.stop)
 
