@@ -174,6 +174,7 @@ def _run_worker(config: dict, guardian: int) -> None:
             from toolpool_shim.sandbox import lock_down
 
             lock_down(config["sandbox"])
+        _forget_ctypes()
         from toolpool_shim import worker
 
         worker.main(config)
@@ -184,6 +185,15 @@ def _run_worker(config: dict, guardian: int) -> None:
         sys.stderr.flush()
     finally:
         os._exit(1)  # worker.main only ends through os._exit: getting here is a failure
+
+
+def _forget_ctypes() -> None:
+    """Drop the ctypes modules the guardian and the lock-down imported for
+    their system calls, before any tool is imported: the shim reads a loaded
+    `_ctypes` as "a tool may return a ctypes buffer" and then checks every
+    marshalled result (results.py). A tool that imports ctypes loads it again."""
+    for name in [name for name in sys.modules if name == "_ctypes" or name.partition(".")[0] == "ctypes"]:
+        del sys.modules[name]
 
 
 def _parent_pid() -> int:

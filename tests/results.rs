@@ -143,6 +143,7 @@ async fn every_encoding_of_a_result_gives_what_the_walk_gives() {
         "singletons",
         "views",
         "array",
+        "ctypes",
     ] {
         let args = json!({"name": name});
         for pool in [&with_c, &plain] {
@@ -163,6 +164,11 @@ async fn every_encoding_of_a_result_gives_what_the_walk_gives() {
         .await
         .unwrap();
     assert_eq!(array, json!(["array('i', [1, 2])", "b2s="]));
+    // So is a ctypes value, once a tool imported ctypes.
+    let ctypes = call(&plain, "result_sample", json!({"name": "ctypes"}))
+        .await
+        .unwrap();
+    assert_eq!(ctypes, json!(["c_int(5)", "b2s="]));
     let odd = call(&plain, "result_sample", json!({"name": "odd_keys"}))
         .await
         .unwrap();
@@ -220,5 +226,35 @@ async fn results_inside_themselves_too_deep_or_not_utf8_are_clear_errors() {
         assert!(error.contains(says), "{name}: {error}");
         assert_eq!(call(&pool, "return_none", json!({})).await.unwrap(), json!(null));
     }
+    pool.shutdown().await;
+}
+
+/// The guardian's system calls use ctypes; a fresh worker has forgotten it,
+/// so that a result is not read back and compared for fear of a ctypes
+/// buffer no tool made (`_marshalled` in results.py).
+#[tokio::test]
+async fn a_fresh_worker_has_no_buffer_modules_loaded() {
+    let tools = tempfile::tempdir().unwrap();
+    let session = tempfile::tempdir().unwrap();
+    std::fs::write(
+        tools.path().join("probe.py"),
+        "import sys\n\n\ndef modules_loaded(names: list[str]) -> list[str]:\n    \"\"\"Which of these modules the worker has loaded.\"\"\"\n    return [name for name in names if name in sys.modules]\n",
+    )
+    .unwrap();
+    let pool = toolpool::Pool::builder()
+        .functions_dir(tools.path())
+        .session_dir(session.path())
+        .workers(1)
+        .build()
+        .await
+        .unwrap();
+    let loaded = call(
+        &pool,
+        "modules_loaded",
+        json!({"names": ["_ctypes", "ctypes", "array", "mmap"]}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(loaded, json!([]));
     pool.shutdown().await;
 }
