@@ -49,6 +49,10 @@ async fn shutdown_lets_calls_in_flight_finish_then_refuses_new_ones() {
         .await
         .unwrap_err();
     assert_eq!(refused.kind, ErrorKind::PoolClosed, "{refused}");
+    // Both workers (and the spare, if it was ready) ended by the shutdown.
+    let ended = pool.stats().terminations;
+    assert!(ended["shut_down"] >= 2, "{ended:?}");
+    assert_eq!(ended.values().sum::<u64>(), ended["shut_down"], "{ended:?}");
     let left = survivors_after(&pids, Duration::from_secs(2)).await;
     assert!(left.is_empty(), "workers left: {}", describe_pids(&left));
 }
@@ -69,6 +73,10 @@ async fn shutdown_kills_a_call_that_outlasts_the_grace_period() {
     assert!(elapsed < Duration::from_secs(3), "{elapsed:?}");
     let error = in_flight.await.unwrap().unwrap_err();
     assert_eq!(error.kind, ErrorKind::PoolClosed, "{error}");
+    // Killed by the shutdown: not a kill of a timeout or a cancelled call.
+    let stats = pool.stats();
+    assert!(stats.terminations["shut_down"] >= 1, "{stats:?}");
+    assert_eq!(stats.kills, 0, "{stats:?}");
     assert!(
         gone_within(pid, Duration::from_secs(2)).await,
         "worker {pid} survived"

@@ -85,10 +85,19 @@ impl Dispatcher {
         self.idle_permits.close();
     }
 
-    /// Hands `worker` to the first caller waiting, or keeps it idle.
-    pub(super) fn put_idle(&self, worker: Worker) {
-        locked(&self.idle).push_back(worker);
+    /// Hands `worker` to the first caller waiting, or keeps it idle; gives
+    /// it back when the pool has closed. Checked under the queue's lock,
+    /// which [`Dispatcher::take_all_waiting`] takes after closing: a worker
+    /// is either drained by it or given back here, never left behind.
+    pub(super) fn put_idle(&self, worker: Worker) -> Option<Worker> {
+        let mut idle = locked(&self.idle);
+        if self.is_closed() {
+            return Some(worker);
+        }
+        idle.push_back(worker);
+        drop(idle);
         self.idle_permits.add_permits(1);
+        None
     }
 
     /// An idle worker now, if one is idle and nobody is waiting for it.
@@ -117,7 +126,8 @@ impl Dispatcher {
         locked(&self.spares).pop()
     }
 
-    /// Keeps `worker` as a spare; gives it back when the pool has closed.
+    /// Keeps `worker` as a spare; gives it back when the pool has closed
+    /// (checked under the lock, as [`Dispatcher::put_idle`] does).
     pub(super) fn keep_spare(&self, worker: Worker) -> Option<Worker> {
         let mut spares = locked(&self.spares);
         if self.is_closed() {
@@ -197,36 +207,12 @@ impl Dispatcher {
             .collect()
     }
 
-    /// Runs `retire` on every idle worker and spare until no worker is
-    /// live or `deadline` passes; workers coming back meanwhile are
-    /// retired as they come (the pool is closed: `make_idle` retires them,
-    /// and one that slipped into the queue wakes this).
-    pub(super) async fn retire_idle_until_gone(
-        &self,
-        deadline: Instant,
-        mut retire: impl FnMut(Worker),
-    ) {
-        loop {
-            // Registered before the check, so a worker leaving in between wakes it.
-            let left = self.left.notified();
-            tokio::pin!(left);
-            left.as_mut().enable();
-            let mut leaving = self.take_spares();
-            leaving.extend(locked(&self.idle).drain(..));
-            for worker in leaving {
-                self.unregister(worker.pid());
-                retire(worker);
-            }
-            if self.live_count() == 0 || tokio::time::timeout_at(deadline, left).await.is_err() {
-                return;
-            }
-        }
-    }
-
-    /// Wakes [`Dispatcher::retire_idle_until_gone`] (a worker was queued
-    /// idle after the pool closed).
-    pub(super) fn nudge(&self) {
-        self.left.notify_waiters();
+    /// Every idle worker and spare, out of the pool's reserve. After
+    /// [`Dispatcher::close`] none can come back in (see `put_idle`).
+    pub(super) fn take_all_waiting(&self) -> Vec<Worker> {
+        let mut waiting = self.take_spares();
+        waiting.extend(locked(&self.idle).drain(..));
+        waiting
     }
 
     /// Waits until no worker is live, or `deadline`.

@@ -71,10 +71,6 @@ impl Drop for Lease {
                 "call abandoned mid-flight: killing its worker"
             );
             self.shared.lose_queued(&worker);
-            self.shared
-                .counters
-                .cancelled
-                .fetch_add(1, Ordering::Relaxed);
             self.shared.counters.count_end(&Termination::Cancelled);
             let spec = worker.spec().clone();
             self.shared.workers.unregister(worker.pid());

@@ -226,10 +226,9 @@ impl Shared {
         let Some(worker) = self.rescue(worker) else {
             return;
         };
-        self.workers.put_idle(worker);
-        if self.workers.is_closed() {
-            // Closed meanwhile: shutdown takes it from the queue.
-            self.workers.nudge();
+        if let Some(worker) = self.workers.put_idle(worker) {
+            // Closed meanwhile.
+            self.retire(worker, Termination::ShutDown);
         }
     }
 
@@ -735,13 +734,12 @@ impl Pool {
         let mut retiring = JoinSet::new();
         // Idle workers and spares retire at once; those coming back from
         // calls retire as they come back (`make_idle` on a closed pool).
-        shared
-            .workers
-            .retire_idle_until_gone(deadline, |worker| {
-                shared.counters.count_end(&Termination::ShutDown);
-                retiring.spawn(worker.retire());
-            })
-            .await;
+        for worker in shared.workers.take_all_waiting() {
+            shared.counters.count_end(&Termination::ShutDown);
+            shared.workers.unregister(worker.pid());
+            retiring.spawn(worker.retire());
+        }
+        shared.workers.all_gone_by(deadline).await;
         // Whatever is still busy after the grace period is killed; its call
         // returns PoolClosed.
         for (_, worker) in shared.workers.live() {

@@ -21,7 +21,6 @@ pub(super) struct Counters {
     pub(super) recycled: AtomicU64,
     /// Workers recycled because a call of another session came to them.
     pub(super) session_recycles: AtomicU64,
-    pub(super) cancelled: AtomicU64,
     /// Calls queued behind a running call that ran where they were queued.
     pub(super) pipelined: AtomicU64,
     /// Calls queued behind a running call, taken back to run on a worker
@@ -38,6 +37,11 @@ pub(super) struct Counters {
 impl Counters {
     pub(super) fn count_end(&self, how: &Termination) {
         self.terminations[how.index()].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Workers that ended `how` (the variant's data aside).
+    fn ended(&self, how: &Termination) -> u64 {
+        self.terminations[how.index()].load(Ordering::Relaxed)
     }
 }
 
@@ -180,10 +184,10 @@ impl Pool {
             recycled: c.recycled.load(Ordering::Relaxed),
             session_recycles: c.session_recycles.load(Ordering::Relaxed),
             spares,
-            cancelled: c.cancelled.load(Ordering::Relaxed),
+            cancelled: c.ended(&Termination::Cancelled),
             pipelined: c.pipelined.load(Ordering::Relaxed),
             withdrawn: c.withdrawn.load(Ordering::Relaxed),
-            kills: c.timeouts.load(Ordering::Relaxed) + c.cancelled.load(Ordering::Relaxed),
+            kills: c.ended(&Termination::TimedOut) + c.ended(&Termination::Cancelled),
             terminations: Termination::KINDS
                 .iter()
                 .zip(&c.terminations)

@@ -79,18 +79,6 @@ impl Termination {
             Termination::StatusUnknown => 8,
         }
     }
-
-    /// Whether the supervisor ended it (as opposed to it ending by itself).
-    pub fn is_kill(&self) -> bool {
-        matches!(
-            self,
-            Termination::TimedOut
-                | Termination::Cancelled
-                | Termination::ShutDown
-                | Termination::BrokeProtocol { .. }
-                | Termination::HungUp
-        )
-    }
 }
 
 fn signal_name(signal: i32) -> String {
