@@ -149,3 +149,31 @@ async fn reload_does_not_wait_behind_calls_queued_for_a_worker() {
     }
     pool.shutdown().await;
 }
+
+/// A call made after a reload is never queued behind a busy worker that
+/// still runs the old code (pipelining): it waits for a worker on the new.
+#[tokio::test]
+async fn a_call_after_a_reload_is_not_queued_behind_a_worker_on_old_code() {
+    let tools = tempfile::tempdir().unwrap();
+    let session = tempfile::tempdir().unwrap();
+    write_module(tools.path(), 1, false);
+    let pool = Pool::builder()
+        .functions_dir(tools.path())
+        .session_dir(session.path())
+        .workers(1)
+        .spare_workers(0)
+        .build()
+        .await
+        .unwrap();
+    let in_flight = {
+        let pool = pool.clone();
+        tokio::spawn(async move { call(&pool, "nap", json!({"seconds": 1.5})).await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    write_module(tools.path(), 2, false);
+    pool.reload().await.unwrap();
+    assert_eq!(call(&pool, "version", json!({})).await.unwrap(), json!(2));
+    assert_eq!(in_flight.await.unwrap().unwrap(), json!(1));
+    assert_eq!(pool.stats().pipelined, 0, "{:?}", pool.stats());
+    pool.shutdown().await;
+}

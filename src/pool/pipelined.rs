@@ -26,8 +26,12 @@ pub(super) struct BusyWorker {
     slot: Arc<Slot>,
     /// Under [`SessionIsolation::Process`]: the only session it may serve.
     session: Option<String>,
-    /// Whether it may take a call after this one (not about to retire).
+    /// Whether it may take a call after this one (not about to retire
+    /// after `--max-calls-per-worker`).
     takes_more: bool,
+    /// The reload generation whose code it runs: after a reload no call
+    /// is queued behind it (it is recycled when its call ends).
+    generation: u64,
 }
 
 /// A queued call waiting for a worker to come free (see [`Shared::rescue`]).
@@ -76,7 +80,6 @@ impl Shared {
     /// Lists `worker` as busy with a call of `session` until the guard drops:
     /// from then on a call may be queued behind it.
     pub(super) fn mark_busy(&self, worker: &Worker, session: &str) -> BusyGuard<'_> {
-        let generation_ok = !self.workers.is_stale(worker.pid());
         let calls_left = self
             .max_calls_per_worker
             .is_none_or(|max| worker.calls_served() + 2 <= max);
@@ -84,7 +87,11 @@ impl Shared {
             pid: worker.pid(),
             slot: worker.slot().clone(),
             session: (self.isolation == SessionIsolation::Process).then(|| session.to_string()),
-            takes_more: generation_ok && calls_left,
+            takes_more: calls_left,
+            generation: self
+                .workers
+                .with_live(worker.pid(), |live| live.generation)
+                .unwrap_or(0),
         };
         locked(&self.queueing.busy).push(entry);
         self.queueing.slot_freed.notify_one();
@@ -106,10 +113,12 @@ impl Shared {
         if self.workers.is_closed() || self.spec.sandbox.is_some() {
             return None;
         }
+        let current = self.workers.generation();
         let busy = locked(&self.queueing.busy);
         for worker in busy.iter() {
             let admits = worker.session.as_deref().is_none_or(|s| s == session);
-            if !worker.takes_more || !admits || !worker.slot.has_room() {
+            let fresh = worker.generation >= current;
+            if !worker.takes_more || !fresh || !admits || !worker.slot.has_room() {
                 continue;
             }
             // Encoded and queued while the worker is listed busy: once its
