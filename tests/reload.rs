@@ -177,3 +177,31 @@ async fn a_call_after_a_reload_is_not_queued_behind_a_worker_on_old_code() {
     assert_eq!(pool.stats().pipelined, 0, "{:?}", pool.stats());
     pool.shutdown().await;
 }
+
+/// Python trusts a cached `.pyc` whose source has the same mtime (in whole
+/// seconds) and size: an edit like `return 1` → `return 2` within a second
+/// must still reach the workers after a reload.
+#[tokio::test]
+async fn an_edit_keeping_size_and_mtime_is_picked_up_by_a_reload() {
+    let tools = tempfile::tempdir().unwrap();
+    let session = tempfile::tempdir().unwrap();
+    write_module(tools.path(), 1, false);
+    let file = tools.path().join("versioned.py");
+    let mtime = std::fs::metadata(&file).unwrap().modified().unwrap();
+    let pool = versioned_pool(tools.path(), session.path()).await;
+    assert_eq!(call(&pool, "version", json!({})).await.unwrap(), json!(1));
+    write_module(tools.path(), 2, false);
+    std::fs::File::options()
+        .write(true)
+        .open(&file)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+    pool.reload().await.unwrap();
+    for _ in 0..3 {
+        assert_eq!(call(&pool, "version", json!({})).await.unwrap(), json!(2));
+    }
+    // Nothing is written into the user's tool folder.
+    assert!(!tools.path().join("__pycache__").exists());
+    pool.shutdown().await;
+}

@@ -10,6 +10,7 @@ follow that convention, else the functions directory's parent.
 import dataclasses
 import functools
 import importlib
+import importlib.machinery
 import importlib.util
 import inspect
 import keyword
@@ -89,6 +90,44 @@ def _project_root(functions_dir: str) -> str:
     return os.sep.join(parts[:-levels]) or os.sep
 
 
+class _FreshSourceLoader(importlib.machinery.SourceFileLoader):
+    """Compiles a tool file from its source on every import, never from `__pycache__`.
+
+    A cached .pyc is trusted when the source's mtime (whole seconds) and size
+    match: an edit within the same second that keeps the size (`return 1` to
+    `return 2`) would bring the old code back after a reload. Not writing
+    caches also leaves the user's tool folder as it was (and works where it
+    is read-only, as under --sandbox).
+    """
+
+    def get_code(self, fullname):
+        return self.source_to_code(self.get_data(self.path), self.path)
+
+
+_FRESH_DIRS = set()
+
+
+def _compile_fresh_under(functions_dir: str) -> None:
+    """Have every module file below functions_dir load through _FreshSourceLoader."""
+    loaders = (
+        (_FreshSourceLoader, importlib.machinery.SOURCE_SUFFIXES),
+        (importlib.machinery.ExtensionFileLoader, importlib.machinery.EXTENSION_SUFFIXES),
+        (importlib.machinery.SourcelessFileLoader, importlib.machinery.BYTECODE_SUFFIXES),
+    )
+    if functions_dir in _FRESH_DIRS:
+        return
+    _FRESH_DIRS.add(functions_dir)
+    inside = functions_dir.rstrip(os.sep) + os.sep
+
+    def hook(path):
+        if path != functions_dir and not str(path).startswith(inside):
+            raise ImportError("not a tool folder")  # the next hook's finder serves it
+        return importlib.machinery.FileFinder(path, *loaders)
+
+    sys.path_hooks.insert(0, hook)
+    sys.path_importer_cache.clear()
+
+
 def describe_exception(exc: BaseException) -> str:
     """`Type: message`, whatever the exception's __str__ does (raise, exit, return a non-str)."""
     try:
@@ -121,6 +160,7 @@ def load_tools(functions_dir: str, before_import=None, after_import=None, skip=(
         # A worker with no tools at all would look healthy: fail its start instead.
         raise FileNotFoundError(f"the functions directory {functions_dir} does not exist")
     root = _project_root(functions_dir)
+    _compile_fresh_under(functions_dir)
     if root not in sys.path:
         sys.path.insert(1, root)  # ahead of site-packages, behind the shim's own folder
     package = os.path.relpath(functions_dir, root).split(os.sep)
@@ -177,7 +217,7 @@ def _import(parts: list, path: str, by_name: bool):
     # A file or folder name that is not an identifier ("my-tools"): load the
     # file directly under a made-up name. Relative imports do not work there.
     name = ".".join([SYNTHETIC_PACKAGE, *parts])
-    spec = importlib.util.spec_from_file_location(name, path)
+    spec = importlib.util.spec_from_file_location(name, path, loader=_FreshSourceLoader(name, path))
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     try:
