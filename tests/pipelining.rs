@@ -187,3 +187,36 @@ async fn a_call_queued_before_one_that_kills_the_worker_gets_its_own_answer() {
     assert_serves(&pool).await;
     pool.shutdown().await;
 }
+
+/// Under a steady stream of short calls a worker that comes free goes to a
+/// caller waiting in line, not to a call queued behind the other worker:
+/// asking that one back would cost a round trip and mostly come too late
+/// (it has started). Few or no calls are withdrawn.
+#[tokio::test]
+async fn short_calls_in_a_stream_are_not_asked_back_from_busy_workers() {
+    let (pool, _session) = pool(2).await;
+    let calls = 2000;
+    let in_flight = std::sync::Arc::new(tokio::sync::Semaphore::new(32));
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..calls {
+        let permit = in_flight.clone().acquire_owned().await.unwrap();
+        let pool = pool.clone();
+        tasks.spawn(async move {
+            let answer = pool
+                .invoke("add", json!({"a": 1, "b": 2}), InvokeOptions::default())
+                .await;
+            drop(permit);
+            answer
+        });
+    }
+    while let Some(answer) = tasks.join_next().await {
+        assert_eq!(answer.unwrap().unwrap(), json!(3));
+    }
+    let stats = pool.stats();
+    assert!(stats.pipelined > calls / 2, "{stats:?}");
+    assert!(
+        stats.withdrawn < calls / 50,
+        "calls were asked back from busy workers while others waited in line: {stats:?}"
+    );
+    pool.shutdown().await;
+}

@@ -44,12 +44,17 @@ class CallbackError(Exception):
 class Channel:
     def __init__(self, in_fd: int, out_fd: int, max_frame: int):
         self._in_fd = in_fd
-        # Unbuffered: what has arrived stays in the pipe, where the watcher's
-        # poll sees it, not in a buffer only a reading thread knows about.
-        self._in = open(in_fd, "rb", buffering=0)
+        # Every whole frame a read brings in is routed at once (see
+        # _read_and_route): what waits unrouted is in the pipe, where the
+        # watcher's poll sees it, not only in the reader's buffer.
+        self._reader = frames.FrameReader(in_fd, max_frame)
+        self._arrived = select.poll()
+        self._arrived.register(in_fd, select.POLLIN)
         self._out_fd = out_fd
         self.max_frame = max_frame
         self._write_lock = threading.Lock()
+        # A reply not written yet (see reply_later), under the write lock.
+        self._pending = []
         # Guards everything below; notified whenever a frame has been routed.
         self._state = threading.Condition()
         self._reading = False  # a thread is reading a frame right now
@@ -68,9 +73,25 @@ class Channel:
         threading.Thread(target=self._watch, name="toolpool-hangup", daemon=True).start()
 
     def next_request(self) -> dict:
-        """Block until the supervisor sends the next request (catalog, invoke, ...)."""
+        """Block until the supervisor sends the next request (catalog, invoke, ...).
+
+        A reply left for later is written first unless the next request has
+        arrived already: then it goes out with that request's `started`.
+        """
         self._running = False
-        return self._receive(lambda: self._requests.popleft() if self._requests else None)
+
+        def take():
+            return self._requests.popleft() if self._requests else None
+
+        with self._state:
+            request = take()
+            while request is None and not self._reading and self._reader.has_frame_after(self._arrived):
+                self._read_and_route()
+                request = take()
+        if request is None:
+            self._write([])
+            request = self._receive(take)
+        return request
 
     def send(self, message: dict) -> None:
         """Encode and send one message.
@@ -82,9 +103,28 @@ class Channel:
 
     def send_body(self, body: bytes) -> None:
         """Send one message already encoded; raises frames.FrameTooLarge as send does."""
+        self._write([body])
+
+    def reply_later(self, body: bytes) -> None:
+        """Send a reply (encoded) with the next frame written, at the latest
+        before this thread waits for the next request: a pipelined request
+        that has arrived already starts without a system call of its own
+        for the reply. Raises frames.FrameTooLarge as send does."""
+        if len(body) > self.max_frame:
+            raise frames.FrameTooLarge(len(body), self.max_frame)
         with self._write_lock:
+            self._pending.append(body)
+
+    def _write(self, bodies: list) -> None:
+        """Write the replies left for later, then `bodies`, in one system call."""
+        with self._write_lock:
+            if self._pending:
+                bodies = self._pending + bodies
+                self._pending = []
+            if not bodies:
+                return
             try:
-                frames.write_frame(self._out_fd, body, self.max_frame)
+                frames.write_frames(self._out_fd, bodies, self.max_frame)
             except OSError:
                 # The supervisor closed its end: there is nobody left to answer.
                 os._exit(0)
@@ -103,11 +143,7 @@ class Channel:
             body = _STARTED + b"\xcf" + request_id.to_bytes(8, "big")
         else:
             body = codec.pack({"t": "started", "id": request_id})
-        with self._write_lock:
-            try:
-                frames.write_frame(self._out_fd, body, self.max_frame)
-            except OSError:
-                os._exit(0)  # the supervisor closed its end
+        self._write([body])
 
     def call(self, method: str, params: dict):
         """Ask the supervisor to run `method` (a context service) and wait for its answer."""
@@ -137,21 +173,25 @@ class Channel:
                 self._read_and_route()
 
     def _read_and_route(self) -> None:
-        """Read one frame and route it; called with the state held, which is
-        released during the read (others may queue calls meanwhile)."""
+        """Read one frame, and every other whole one the read brought in,
+        and route them; called with the state held, which is released
+        during the read (others may queue calls meanwhile)."""
         self._reading = True
         self._state.release()
         try:
-            message = self._read_message()
+            messages = [self._read_message()]
+            while self._reader.has_frame():
+                messages.append(self._read_message())
         finally:
             self._state.acquire()
             self._reading = False
-        self._route(message)
+        for message in messages:
+            self._route(message)
         self._state.notify_all()
 
     def _read_message(self) -> dict:
         try:
-            body = frames.read_frame(self._in, self.max_frame)
+            body = self._reader.read_frame()
             if body is None:
                 os._exit(0)  # stdin closed: the supervisor is done with us
             message = codec.unpack(body)

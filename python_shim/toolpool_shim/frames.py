@@ -4,6 +4,10 @@ import os
 import struct
 
 _HEADER = struct.Struct(">I")
+# What one read asks the pipe for: a burst of pipelined requests in one call.
+_READ_SIZE = 64 * 1024
+# The most one read asks for while a large frame comes in (a pipe gives less).
+_MAX_READ = 1 << 20
 
 
 class FrameError(Exception):
@@ -17,55 +21,93 @@ class FrameTooLarge(FrameError):
         self.max_frame = max_frame
 
 
-def read_frame(stream, max_frame: int) -> bytes | None:
-    """Read one frame body from a binary stream; None at a clean end of stream.
+class FrameReader:
+    """Reads frames from a file descriptor through a buffer of its own.
 
-    The length is checked against `max_frame` before anything is allocated.
+    One read takes whatever has arrived (often several small frames at
+    once), so a burst of requests costs one system call, not two per frame.
+    Not thread-safe: the channel lets one thread read at a time.
     """
-    header = _read_exactly(stream, _HEADER.size)
-    if not header:
-        return None
-    if len(header) < _HEADER.size:
-        raise FrameError("end of stream inside a frame header")
-    (size,) = _HEADER.unpack(header)
-    if size > max_frame:
-        raise FrameTooLarge(size, max_frame)
-    body = _read_exactly(stream, size)
-    if len(body) < size:
-        raise FrameError(f"end of stream after {len(body)} of {size} frame bytes")
-    return body
+
+    def __init__(self, fd: int, max_frame: int):
+        self._fd = fd
+        self._max_frame = max_frame
+        self._buffer = bytearray()
+
+    def has_frame(self) -> bool:
+        """Whether a whole frame is buffered already (read_frame will not block)."""
+        if len(self._buffer) < _HEADER.size:
+            return False
+        (size,) = _HEADER.unpack_from(self._buffer)
+        # One over the limit is "whole" too: reading it raises at once.
+        return size > self._max_frame or len(self._buffer) - _HEADER.size >= size
+
+    def has_frame_after(self, arrived) -> bool:
+        """has_frame, after taking in what has arrived on the descriptor
+        (`arrived`: a poll object watching it for input), without waiting."""
+        if not self.has_frame() and arrived.poll(0):
+            chunk = os.read(self._fd, _READ_SIZE)
+            if not chunk:
+                return True  # the end of the stream: read_frame reports it
+            self._buffer += chunk
+        return self.has_frame()
+
+    def read_frame(self) -> bytes | None:
+        """The next frame's body; None at a clean end of stream.
+
+        The length is checked against the limit as soon as the header is
+        in, before the body is waited for or room made for it.
+        """
+        if not self._fill(_HEADER.size):
+            if self._buffer:
+                raise FrameError("end of stream inside a frame header")
+            return None
+        (size,) = _HEADER.unpack_from(self._buffer)
+        if size > self._max_frame:
+            raise FrameTooLarge(size, self._max_frame)
+        end = _HEADER.size + size
+        if not self._fill(end):
+            got = len(self._buffer) - _HEADER.size
+            raise FrameError(f"end of stream after {got} of {size} frame bytes")
+        with memoryview(self._buffer) as view:
+            body = bytes(view[_HEADER.size:end])  # one copy, not a slice and then a copy
+        del self._buffer[:end]
+        return body
+
+    def _fill(self, size: int) -> bool:
+        """Read until `size` bytes are buffered; False if the stream ends first."""
+        while len(self._buffer) < size:
+            chunk = os.read(self._fd, max(_READ_SIZE, min(size - len(self._buffer), _MAX_READ)))
+            if not chunk:
+                return False
+            self._buffer += chunk
+        return True
 
 
-def _read_exactly(stream, size: int) -> bytes:
-    """`size` bytes, fewer only at the end of the stream. An unbuffered
-    stream (a pipe) returns what has arrived, so this reads until it has all."""
-    data = stream.read(size)
-    if not data or len(data) == size:
-        return data or b""
-    chunks = [data]
-    got = len(data)
-    while got < size:
-        more = stream.read(size - got)
-        if not more:
-            break
-        chunks.append(more)
-        got += len(more)
-    return b"".join(chunks)
+def write_frames(fd: int, bodies: list, max_frame: int) -> None:
+    """Write frames to a file descriptor in one system call where the pipe
+    takes them; refuse (writing none) if a body is over `max_frame`."""
+    parts = []
+    for body in bodies:
+        if len(body) > max_frame:
+            raise FrameTooLarge(len(body), max_frame)
+        parts.append(_HEADER.pack(len(body)))
+        parts.append(body)
+    # One writev for headers and bodies: no copy of a large body, and small
+    # frames go out in a single system call.
+    written = os.writev(fd, parts)
+    # A pipe takes at most its free space per call: finish what writev left.
+    for part in parts:
+        if written >= len(part):
+            written -= len(part)
+            continue
+        _write_all(fd, memoryview(part)[written:])
+        written = 0
 
 
 def write_frame(fd: int, body: bytes, max_frame: int) -> None:
     """Write one frame to a file descriptor; refuse a body over `max_frame`."""
-    if len(body) > max_frame:
-        raise FrameTooLarge(len(body), max_frame)
-    header = _HEADER.pack(len(body))
-    # One writev for header and body: no copy of a large body, and a small
-    # frame goes out in a single system call.
-    written = os.writev(fd, [header, body])
-    # A pipe takes at most its free space per call: finish what writev left.
-    if written < len(header):
-        _write_all(fd, memoryview(header)[written:])
-        written = len(header)
-    _write_all(fd, memoryview(body)[written - len(header):])
+    write_frames(fd, [body], max_frame)
 
 
 def _write_all(fd: int, data: memoryview) -> None:

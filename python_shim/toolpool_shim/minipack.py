@@ -31,9 +31,26 @@ def pack(obj) -> bytes:
 _REPLY_HEAD = b"\x84\xa1t\xa5reply\xa2id"
 
 
+# The keys a successful reply holds its result under, packed.
+_RESULT_KEYS = {"value_marshal": b"\xadvalue_marshal", "value_json": b"\xaavalue_json"}
+
+
 def reply_body(request_id, key: str, held) -> bytes:
     """The bytes `pack({"t": "reply", "id": request_id, "ok": True, key: held})`
     gives, without walking the map: the reply every successful call sends."""
+    packed_key = _RESULT_KEYS.get(key)
+    if packed_key is not None and type(request_id) is int and request_id >= 0:
+        # The usual reply: a blob for a request of the supervisor's (an
+        # unsigned id), in one join.
+        if type(held) is bytes:
+            header = _sized_header(len(held), None, b"\xc4", b"\xc5", b"\xc6")
+        elif type(held) is str:
+            held = held.encode("utf-8")  # a lone surrogate raises, as pack does
+            header = _sized_header(len(held), 0xA0, b"\xd9", b"\xda", b"\xdb", fix_limit=32)
+        else:
+            header = None
+        if header is not None:
+            return b"".join((_REPLY_HEAD, _int_bytes(request_id), b"\xa2ok\xc3", packed_key, header, held))
     chunks = [_REPLY_HEAD]
     _pack_into(request_id, chunks.append)
     chunks.append(b"\xa2ok\xc3")
@@ -117,10 +134,79 @@ def _sized_header(size, fix_base, marker8, marker16, marker32, fix_limit=16) -> 
 
 def unpack(data: bytes):
     """Decode exactly one MessagePack value filling all of `data`."""
+    if data.startswith(_INVOKE_HEAD):
+        request = _invoke_request(data)
+        if request is not None:
+            return request
     value, end = _decode(data, 0)
     if end != len(data):
         raise ValueError(f"extra data after the MessagePack value ({len(data) - end} bytes)")
     return value
+
+
+# The supervisor's invoke request, {"t": "invoke", "id": ..., "name": ...,
+# "args_marshal": ..., "context_json": ...}, up to the id's encoding.
+_INVOKE_HEAD = b"\x85\xa1t\xa6invoke\xa2id"
+_NAME_KEY = b"\xa4name"
+_ARGS_KEY = b"\xacargs_marshal"
+_CONTEXT_KEY = b"\xaccontext_json"
+# Marker -> bytes of the length that follows it; fix* forms are handled inline.
+_UINT_SIZES = {0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8}
+_STR_SIZES = {0xD9: 1, 0xDA: 2, 0xDB: 4}
+_BIN_SIZES = {0xC4: 1, 0xC5: 2, 0xC6: 4}
+
+
+def _invoke_request(data: bytes):
+    """The invoke request read field by field at the places the supervisor
+    writes them (every call sends one), or None when `data` is laid out any
+    other way, to be decoded in general: the same dict either way."""
+    pos = len(_INVOKE_HEAD)
+    request_id, pos = _sized(data, pos, _UINT_SIZES, 0x00, 0x7F)
+    if request_id is None or not data.startswith(_NAME_KEY, pos):
+        return None
+    pos += len(_NAME_KEY)
+    marker = data[pos] if pos < len(data) else -1
+    if 0xA0 <= marker <= 0xBF:  # a name under 32 bytes, as most are
+        size, pos = marker - 0xA0, pos + 1
+    else:
+        size, pos = _sized(data, pos, _STR_SIZES, 0xA0, 0xBF)
+    if size is None or not data.startswith(_ARGS_KEY, pos + size):
+        return None
+    name = data[pos:pos + size]
+    pos += size + len(_ARGS_KEY)
+    size, pos = _sized(data, pos, _BIN_SIZES, -1, -1)
+    if size is None or not data.startswith(_CONTEXT_KEY, pos + size):
+        return None
+    args = data[pos:pos + size]
+    pos += size + len(_CONTEXT_KEY)
+    size, pos = _sized(data, pos, _STR_SIZES, 0xA0, 0xBF)
+    if size is None or pos + size != len(data):
+        return None
+    try:
+        return {
+            "t": "invoke", "id": request_id, "name": name.decode("utf-8"),
+            "args_marshal": args, "context_json": data[pos:].decode("utf-8"),
+        }
+    except UnicodeDecodeError:
+        return None  # the general decoder raises it as the error it is
+
+
+def _sized(data: bytes, pos: int, sizes: dict, fix_low: int, fix_high: int):
+    """(the number at data[pos] — a fix form between the markers fix_low and
+    fix_high holds it in its low bits, else `sizes[marker]` bytes follow —
+    the position after it), or (None, pos) for any other marker."""
+    if pos >= len(data):
+        return None, pos
+    marker = data[pos]
+    if fix_low <= marker <= fix_high:
+        return marker - fix_low, pos + 1
+    width = sizes.get(marker)
+    end = pos + 1 + width if width is not None else 0
+    if width is None or end > len(data):
+        return None, pos
+    if width == 1:
+        return data[pos + 1], end
+    return int.from_bytes(data[pos + 1:end], "big"), end
 
 
 # Fixed-size payloads after a one-byte marker: marker -> (format, length).

@@ -180,7 +180,7 @@ def _reply_value(channel: Channel, request_id, value: Encoded, blocks=None) -> N
     try:
         if blocks is None and key != "value":
             # The common reply, a blob under its key, encoded by hand.
-            channel.send_body(minipack.reply_body(request_id, key, held))
+            channel.reply_later(minipack.reply_body(request_id, key, held))
         else:
             reply = {"t": "reply", "id": request_id, "ok": True, key: held}
             if blocks is not None:

@@ -98,6 +98,7 @@ impl Shared {
             return Ok(Some(Got::Queued(ticket)));
         }
         let queued = Gauge::up(&self.counters.queued);
+        let _leaving = LeavingTheLine(self);
         // In line for the next idle worker (the place is kept while this
         // waits), or a running call's slot as it frees up.
         let take = async {
@@ -141,6 +142,22 @@ impl Shared {
             Some(Some(got)) => Ok(Some(got)),
             Some(None) => Err(closed_error()),
             None => Ok(None),
+        }
+    }
+}
+
+/// Leaving the line for an idle worker (with one or not): a worker kept
+/// idle for this caller while calls wait queued behind running ones goes to
+/// the first of them (see [`Shared::make_idle`]).
+struct LeavingTheLine<'a>(&'a Arc<Shared>);
+
+impl Drop for LeavingTheLine<'_> {
+    fn drop(&mut self) {
+        let shared = self.0;
+        if shared.has_queued_calls() {
+            if let Some(worker) = shared.workers.try_take_idle() {
+                shared.make_idle(worker);
+            }
         }
     }
 }

@@ -222,9 +222,15 @@ impl Shared {
             self.retire(worker, Termination::ShutDown);
             return;
         }
-        // A call queued behind a running one takes it first.
-        let Some(worker) = self.rescue(worker) else {
-            return;
+        // A caller in line for an idle worker takes it: nothing to ask back.
+        // Else a call queued behind a running one does (a queued call never
+        // waits behind a running one while a worker is idle).
+        let worker = match self.workers.anyone_in_line() {
+            true => worker,
+            false => match self.rescue(worker) {
+                Some(worker) => worker,
+                None => return,
+            },
         };
         if let Some(worker) = self.workers.put_idle(worker) {
             // Closed meanwhile.

@@ -153,6 +153,11 @@ impl Shared {
         None
     }
 
+    /// Whether a call waits queued behind a running one.
+    pub(super) fn has_queued_calls(&self) -> bool {
+        !locked(&self.queueing.rescuers).is_empty()
+    }
+
     /// A worker come free goes to the oldest queued call it may serve, if
     /// any; otherwise it is given back.
     pub(super) fn rescue(&self, mut worker: Worker) -> Option<Worker> {

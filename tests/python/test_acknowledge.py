@@ -16,13 +16,11 @@ class Acknowledge(unittest.TestCase):
             try:
                 channel = Channel(in_read, write_end, 1024)
                 channel.acknowledge(request_id)
-                with open(read_end, "rb", closefd=False) as stream:
-                    body = frames.read_frame(stream, 1024)
+                body = frames.FrameReader(read_end, 1024).read_frame()
                 self.assertEqual(codec.unpack(body), {"t": "started", "id": request_id})
             finally:
-                for fd in (read_end, write_end, in_write):
+                for fd in (read_end, write_end, in_write, in_read):
                     os.close(fd)
-                channel._in.close()
 
 
 if __name__ == "__main__":

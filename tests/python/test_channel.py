@@ -32,9 +32,10 @@ class ChannelCase(unittest.TestCase):
         # self.to_worker stays open: at EOF a reading thread would end the test process.
 
     def _drain(self, fd: int) -> None:
-        with open(fd, "rb") as stream:
-            while (body := frames.read_frame(stream, MAX_FRAME)) is not None:
-                self.from_worker.put(codec.unpack(body))
+        reader = frames.FrameReader(fd, MAX_FRAME)
+        while (body := reader.read_frame()) is not None:
+            self.from_worker.put(codec.unpack(body))
+        os.close(fd)
 
     def send_to_worker(self, message: dict) -> None:
         frames.write_frame(self.to_worker, codec.pack(message), MAX_FRAME)
@@ -89,7 +90,7 @@ class WorkerCalls(ChannelCase):
 class Replies(ChannelCase):
     def setUp(self):
         super().setUp()
-        self.addCleanup(self.channel._in.close)  # no reader thread uses it here
+        self.addCleanup(os.close, self.channel._in_fd)  # no reader thread uses it here
 
     def test_a_value_reply(self):
         worker._reply_value(self.channel, 3, Encoded(value=[1, "a"]))
@@ -148,6 +149,41 @@ class Withdrawals(ChannelCase):
         self.send_to_worker({"t": "withdraw", "id": 4})
         time.sleep(0.3)  # a dozen of the watcher's looks
         self.assertTrue(self.from_worker.empty(), "a started request was answered as withdrawn")
+
+    def test_a_request_and_its_withdraw_read_in_one_go_are_both_routed(self):
+        self.start(5)
+        # One write: the watcher's single read takes both frames in.
+        frames.write_frames(self.to_worker, [
+            codec.pack({"t": "invoke", "id": 6, "name": "nap"}),
+            codec.pack({"t": "withdraw", "id": 6}),
+        ], MAX_FRAME)
+        self.assertEqual(self.read_from_worker(), {"t": "withdrawn", "id": 6})
+
+
+class RepliesLeftForLater(ChannelCase):
+    """A reply goes out with the next request's `started` when that request has arrived."""
+
+    def test_it_goes_out_with_the_started_of_a_request_already_there(self):
+        self.send_to_worker({"t": "invoke", "id": 2, "name": "nap"})
+        time.sleep(0.05)  # request 2 is in the pipe before reply 1 is ready
+        self.channel.reply_later(codec.pack({"t": "reply", "id": 1, "ok": True, "value": None}))
+        self.assertEqual(self.channel.next_request()["id"], 2)
+        self.channel.acknowledge(2)
+        self.assertEqual(self.read_from_worker(), {"t": "reply", "id": 1, "ok": True, "value": None})
+        self.assertEqual(self.read_from_worker(), {"t": "started", "id": 2})
+
+    def test_it_is_written_before_waiting_for_a_request_that_has_not_come(self):
+        self.channel.reply_later(codec.pack({"t": "reply", "id": 1, "ok": True, "value": None}))
+        waiting = threading.Thread(target=self.channel.next_request, daemon=True)
+        waiting.start()
+        self.assertEqual(self.read_from_worker(), {"t": "reply", "id": 1, "ok": True, "value": None})
+        self.send_to_worker({"t": "ping", "id": 2})
+        waiting.join(5)
+        self.assertFalse(waiting.is_alive())
+
+    def test_one_over_the_frame_limit_is_refused_at_once(self):
+        with self.assertRaises(frames.FrameTooLarge):
+            self.channel.reply_later(b"x" * (MAX_FRAME + 1))
 
 
 if __name__ == "__main__":

@@ -160,6 +160,52 @@ class ReplyBody(unittest.TestCase):
                     self.assertEqual(codec.unpack(minipack.reply_body(request_id, key, held)), expected)
 
 
+class InvokeRequest(unittest.TestCase):
+    """The invoke request read at its fixed places gives what the general decoder gives."""
+
+    @staticmethod
+    def general(data: bytes):
+        value, end = minipack._decode(data, 0)
+        if end != len(data):
+            raise ValueError("extra data")
+        return value
+
+    def requests(self):
+        for request_id in (0, 127, 128, 70000, 2**32, 2**64 - 1):
+            for name in ("t", "é" * 20, "n" * 40, "x" * 300):
+                for args in (b"{0", b"a" * 300, b"b" * 70000):
+                    for context in ("{}", "c" * 200, "ü" * 40000):
+                        yield {"t": "invoke", "id": request_id, "name": name,
+                               "args_marshal": args, "context_json": context}
+
+    def test_every_size_of_every_field_takes_the_fast_path(self):
+        for request in self.requests():
+            data = minipack.pack(request)
+            with self.subTest(id=request["id"], name=len(request["name"]), args=len(request["args_marshal"])):
+                self.assertEqual(minipack._invoke_request(data), request)
+                self.assertEqual(minipack.unpack(data), request)
+
+    def test_anything_else_is_decoded_or_refused_as_in_general(self):
+        request = {"t": "invoke", "id": 5, "name": "nap", "args_marshal": b"{0", "context_json": "{}"}
+        data = minipack.pack(request)
+        variants = [data[:cut] for cut in range(len(data))] + [
+            data + b"\x00",
+            minipack.pack({"t": "invoke", "id": 5, "name": "nap", "context_json": "{}", "args_marshal": b"{0"}),
+            minipack.pack({"t": "invoke", "id": -1, "name": "nap", "args_marshal": b"{0", "context_json": "{}"}),
+            minipack.pack({"t": "invoke", "id": 5, "name": "nap", "args_marshal": "{0", "context_json": "{}"}),
+            minipack.pack({"t": "invoke", "id": 5, "name": 7, "args_marshal": b"{0", "context_json": "{}"}),
+            data.replace(b"\xa3nap", b"\xa3n\xffp"),
+        ]
+        for variant in variants:
+            with self.subTest(variant=variant):
+                try:
+                    expected = self.general(variant)
+                except ValueError:
+                    self.assertRaises(ValueError, minipack.unpack, variant)
+                else:
+                    self.assertEqual(minipack.unpack(variant), expected)
+
+
 class MsgpackExtensionCodec(CodecVectors, unittest.TestCase):
     """The vectors against the msgpack extension; runs in the msgpack venv (see below)."""
 

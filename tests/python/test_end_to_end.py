@@ -62,7 +62,8 @@ class Guardian:
             self.worker_pid = self.hello["pid"]
 
     def _read_frames(self):
-        while (body := frames.read_frame(self.process.stdout, MAX_FRAME)) is not None:
+        reader = frames.FrameReader(self.process.stdout.fileno(), MAX_FRAME)
+        while (body := reader.read_frame()) is not None:
             message = codec.unpack(body)
             # Announcements of each import and acknowledgements of each
             # request: the tests here look at the answers.
