@@ -11,8 +11,14 @@ toolpool's own and the project's.
 from . import results
 
 
+# Results that are never attachments.
+_PLAIN = frozenset((type(None), bool, int, float, str, bytes, dict))
+
+
 def blocks_of(value, classes):
     """[block, ...] when `value` is an attachment result, else None."""
+    if type(value) in _PLAIN:
+        return None  # most results: no isinstance checks against the classes
     if isinstance(value, classes.records):
         return [_block(value.as_message_block())]
     if isinstance(value, classes.blocks):

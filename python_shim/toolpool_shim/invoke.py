@@ -43,6 +43,9 @@ class Invoker:
         self._classes = classes or standins.own()
         # One per workspace, made on first use; a store holds no state of its own.
         self._attachment_stores = {}
+        # The last call's parsed context (worker.py reuses it while the text
+        # repeats) and its session paths.
+        self._last_context, self._last_paths = None, None
         # The session packages directory this worker's sys.path holds now.
         self._packages_on_path = config.get("packages_dir")
 
@@ -63,7 +66,7 @@ class Invoker:
             keywords["_context"] = self._context(context)
         try:
             result = tool.func(*positional, **keywords)
-            if inspect.isawaitable(result):
+            if type(result) not in _PLAIN and inspect.isawaitable(result):
                 result = self._run_to_completion(result)
             blocks = content.blocks_of(result, self._classes)
             if blocks is not None:
@@ -101,12 +104,16 @@ class Invoker:
     def _session_paths(self, context: dict) -> tuple:
         """(session dir, workspace, packages dir) of the call: its own session's
         when the supervisor sent them (one MCP session each), else the pool's."""
+        if context is self._last_context:
+            return self._last_paths  # the same parsed context as the last call's
         session = context.get("session") or {}
-        return (
+        paths = (
             session.get("dir") or self._config["session_dir"],
             session.get("workspace") or self._config["workspace"],
             session.get("packages_dir") or self._config.get("packages_dir"),
         )
+        self._last_context, self._last_paths = context, paths
+        return paths
 
     def _enter_session(self, context: dict) -> None:
         """The call runs in its session: its workspace as the current directory,
@@ -167,12 +174,18 @@ class Invoker:
         return self._loop.run_until_complete(awaitable)
 
 
+# Results no coroutine hides behind (checked before inspect.isawaitable, per call).
+_PLAIN = frozenset((type(None), bool, int, float, str, bytes, list, dict, tuple))
+
+
 def _bind(signature, args) -> tuple:
     """(positional, keyword) arguments for the call; every problem at once as InvalidArguments."""
     if not isinstance(args, dict):
         raise ToolFailure(
             "InvalidArguments", f"arguments must be an object (a map of names to values), got {type(args).__name__}"
         )
+    if not args and not signature.visible:
+        return [], {}  # a tool without parameters, called without arguments
     visible = {slot.name: slot for slot in signature.visible}
     missing, unexpected, wrong, hidden = [], [], [], []
     for key in args:

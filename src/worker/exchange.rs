@@ -210,21 +210,20 @@ impl Worker {
                         Ok(frames) => frames,
                         Err(e) => return Exchange::Broken(e),
                     };
-                    for frame in frames {
-                        let Some(stdin) = self.stdin.as_mut() else {
-                            return Exchange::Broken(ProtocolError::Closed);
-                        };
-                        match timeout_at(deadline.at(), write_frame(stdin, &frame)).await {
-                            Err(_) => return Exchange::Timeout,
-                            // The worker is gone (its end of the pipe is
-                            // closed) — but this call's reply may be in the
-                            // pipe already, ahead of the end: read on. The
-                            // queued requests are lost with the worker.
-                            Ok(Err(_)) => break,
-                            Ok(Ok(())) => {}
-                        }
+                    if frames.is_empty() {
+                        continue;
                     }
-                    continue;
+                    let Some(stdin) = self.stdin.as_mut() else {
+                        return Exchange::Broken(ProtocolError::Closed);
+                    };
+                    match timeout_at(deadline.at(), write_frame(stdin, &frames)).await {
+                        Err(_) => return Exchange::Timeout,
+                        // The worker is gone (its end of the pipe is closed)
+                        // — but this call's reply may be in the pipe already,
+                        // ahead of the end: read on. The queued requests are
+                        // lost with the worker.
+                        Ok(Err(_)) | Ok(Ok(())) => continue,
+                    }
                 }
                 Event::Message(Ok(Message::Withdrawn { id: got })) if got == id => {
                     // This call's own request, queued behind the call before:

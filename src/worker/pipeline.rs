@@ -31,7 +31,8 @@ pub const MAX_QUEUED: usize = 4;
 /// The largest request queued behind a running call. A bigger one waits for
 /// a free worker instead: its write could fill the pipe while the worker
 /// is busy (or stopped for a human) and stall the running call's exchange.
-pub const MAX_QUEUED_FRAME: usize = 16 * 1024;
+/// A full slot holds at most 32 KiB, half a pipe's default capacity.
+pub const MAX_QUEUED_FRAME: usize = 8 * 1024;
 
 /// How the queued request of a slot ended, as its caller learns it.
 pub enum Handover {
@@ -147,18 +148,19 @@ impl Slot {
         &self.wake
     }
 
-    /// The frames the running call's exchange is to write now: queued
-    /// requests in order, and withdraws; marked as written.
-    pub(super) fn frames_to_write(&self, max_frame: usize) -> Result<Vec<Vec<u8>>, ProtocolError> {
+    /// The frames the running call's exchange is to write now, one after
+    /// the other in one buffer (one write): queued requests in order, and
+    /// withdraws; marked as written.
+    pub(super) fn frames_to_write(&self, max_frame: usize) -> Result<Vec<u8>, ProtocolError> {
         let mut frames = Vec::new();
         for queued in self.state().iter_mut() {
             if let Some(frame) = queued.unsent.take() {
-                frames.push(frame);
+                frames.extend_from_slice(&frame);
             }
             if queued.withdraw == Some(false) {
                 queued.withdraw = Some(true);
                 let withdraw = Request::Withdraw { id: queued.id };
-                frames.push(encode_frame(&withdraw, max_frame)?);
+                frames.extend_from_slice(&encode_frame(&withdraw, max_frame)?);
             }
         }
         Ok(frames)
