@@ -54,32 +54,104 @@ fn records(count: usize) -> Value {
     )
 }
 
+/// pebble's side of P8 and P9 (`benches/pebble_payloads.py` on the bench
+/// venv's interpreter, which benches/peers passes), one call per request so
+/// that its calls alternate with toolpool's.
+struct PebbleSampler {
+    child: tokio::process::Child,
+    stdin: tokio::process::ChildStdin,
+    answers: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+}
+
+impl PebbleSampler {
+    fn start() -> Option<PebbleSampler> {
+        let python = std::env::var("TOOLPOOL_BENCH_PEBBLE_PYTHON").ok()?;
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/pebble_payloads.py");
+        let mut child = tokio::process::Command::new(python)
+            .arg(script)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("the pebble sampler starts");
+        let stdin = child.stdin.take().expect("piped");
+        let stdout = child.stdout.take().expect("piped");
+        use tokio::io::AsyncBufReadExt;
+        let answers = tokio::io::BufReader::new(stdout).lines();
+        Some(PebbleSampler {
+            child,
+            stdin,
+            answers,
+        })
+    }
+
+    /// One pebble call of `function` (`records` or `take_records`): ms.
+    async fn sample(&mut self, function: &str) -> f64 {
+        use tokio::io::AsyncWriteExt;
+        self.stdin
+            .write_all(format!("{function}\n").as_bytes())
+            .await
+            .expect("the sampler reads");
+        let line = self.answers.next_line().await.expect("the sampler answers");
+        line.and_then(|l| l.parse().ok()).expect("a time in ms")
+    }
+
+    async fn stop(mut self) {
+        drop(self.stdin);
+        let _ = self.child.wait().await;
+    }
+}
+
+/// Serial p50s (ms) of P8 and P9 for toolpool and, alongside, for pebble.
+struct Payloads {
+    p8: f64,
+    p9: f64,
+    pebble: Option<(f64, f64)>,
+}
+
 /// P8 and P9 on `python`: serial p50 (ms) of a 10 000-record result and of a
-/// 2 000-record argument, one worker.
-async fn payloads(python: &str, session: &Path, calls: usize) -> (f64, f64) {
+/// 2 000-record argument, one worker; with pebble's calls (when the sampler
+/// runs) alternating with toolpool's, one each.
+async fn payloads(python: &str, session: &Path, calls: usize) -> Payloads {
     let pool = pool_on(python, 1, session, SandboxMode::Off).await;
+    let mut pebble = PebbleSampler::start();
     let result_args = json!({"count": 10_000});
     let argument = json!({"rows": records(2_000)});
-    let time = |name: &'static str, args: Value| {
-        let pool = &pool;
-        async move {
-            let mut samples = Vec::with_capacity(calls);
-            for i in 0..(calls + 5) {
-                let started = Instant::now();
-                pool.invoke(name, args.clone(), InvokeOptions::default())
-                    .await
-                    .expect("payload call succeeds");
+    let mut time = async |name: &'static str, args: &Value| {
+        let mut ours = Vec::with_capacity(calls);
+        let mut theirs = Vec::with_capacity(calls);
+        for i in 0..(calls + 5) {
+            // The copy is the benchmark's own (a caller builds its
+            // arguments once), as pebble's side passes the same rows each time.
+            let args = args.clone();
+            let started = Instant::now();
+            pool.invoke(name, args, InvokeOptions::default())
+                .await
+                .expect("payload call succeeds");
+            let elapsed = started.elapsed().as_secs_f64() * 1e3;
+            if let Some(pebble) = pebble.as_mut() {
+                let pebble_ms = pebble.sample(name).await;
                 if i >= 5 {
-                    samples.push(started.elapsed().as_secs_f64() * 1e3);
+                    theirs.push(pebble_ms);
                 }
             }
-            median(samples)
+            if i >= 5 {
+                ours.push(elapsed);
+            }
         }
+        (median(ours), (!theirs.is_empty()).then(|| median(theirs)))
     };
-    let p8 = time("records", result_args).await;
-    let p9 = time("take_records", argument).await;
+    let (p8, pebble_p8) = time("records", &result_args).await;
+    let (p9, pebble_p9) = time("take_records", &argument).await;
+    if let Some(pebble) = pebble {
+        pebble.stop().await;
+    }
     pool.shutdown().await;
-    (p8, p9)
+    Payloads {
+        p8,
+        p9,
+        pebble: pebble_p8.zip(pebble_p9),
+    }
 }
 
 async fn noop(pool: &Pool) {
@@ -274,6 +346,26 @@ fn median(mut samples: Vec<f64>) -> f64 {
     percentile(&mut samples, 0.5)
 }
 
+/// P8's or P9's JSON: toolpool's p50s (without and with the C extension),
+/// pebble's measured alongside each, and the ratios.
+fn payload_figure(
+    plain: &Payloads,
+    c_ext: Option<&Payloads>,
+    ours: impl Fn(&Payloads) -> f64,
+    theirs: impl Fn((f64, f64)) -> f64,
+) -> Value {
+    let pebble = plain.pebble.map(&theirs);
+    let pebble_c_ext = c_ext.and_then(|c| c.pebble).map(&theirs);
+    json!({
+        "toolpool_p50_ms": ours(plain),
+        "pebble_p50_ms": pebble,
+        "ratio_vs_pebble": pebble.map(|p| ours(plain) / p),
+        "toolpool_p50_ms_c_ext": c_ext.map(&ours),
+        "pebble_p50_ms_c_ext": pebble_c_ext,
+        "ratio_vs_pebble_c_ext": c_ext.map(&ours).zip(pebble_c_ext).map(|(o, p)| o / p),
+    })
+}
+
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -314,7 +406,7 @@ async fn main() {
     }
     let p7 = big_catalog(session).await;
     let payload_calls = (50 / scale).max(3);
-    let (p8, p9) = payloads("python3", session, payload_calls).await;
+    let plain = payloads("python3", session, payload_calls).await;
     // With the msgpack C extension: the interpreter of a venv that has it
     // (benches/peers passes the bench venv's).
     let c_ext = match std::env::var("TOOLPOOL_BENCH_C_EXT_PYTHON") {
@@ -335,8 +427,8 @@ async fn main() {
         "P5": {"toolpool_ms": four, "one_worker_ms": one, "ratio_vs_one_worker": four / one},
         "P6": {"toolpool_mb": p6},
         "P7": {"toolpool_s": p7},
-        "P8": {"toolpool_p50_ms": p8, "toolpool_p50_ms_c_ext": c_ext.map(|c| c.0)},
-        "P9": {"toolpool_p50_ms": p9, "toolpool_p50_ms_c_ext": c_ext.map(|c| c.1)},
+        "P8": payload_figure(&plain, c_ext.as_ref(), |p| p.p8, |pebble| pebble.0),
+        "P9": payload_figure(&plain, c_ext.as_ref(), |p| p.p9, |pebble| pebble.1),
         "P10": {"cold_4_ms": four_sandboxed, "cold_4_unsandboxed_ms": four,
                 "cold_ratio": four_sandboxed / four,
                 "next_after_kill_p50_ms": next_sandboxed, "next_after_kill_unsandboxed_p50_ms": next,

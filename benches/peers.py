@@ -14,7 +14,7 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FuturesTimeout
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "tools"))
-from bench_tools import noop, records, sleep, take_records  # noqa: E402
+from bench_tools import noop, sleep  # noqa: E402
 
 import pebble  # noqa: E402
 
@@ -72,26 +72,8 @@ def pebble_timeouts(rounds):
     return percentile(late, 0.99), statistics.median(after)
 
 
-def payload_ms(pool, calls):
-    """P8 and P9 on pebble: serial p50 (ms) of a 10 000-record result and a 2 000-record argument."""
-    rows = records(2000)
-
-    def median_of(function, *args):
-        samples = []
-        for i in range(calls + 5):
-            started = time.perf_counter()
-            pool.schedule(function, args=args).result()
-            if i >= 5:
-                samples.append((time.perf_counter() - started) * 1e3)
-        return statistics.median(samples)
-
-    return median_of(records, 10000), median_of(take_records, rows)
-
-
 def main():
     figures = {}
-    with pebble.ProcessPool(max_workers=1) as pool:
-        figures["pebble_p8"], figures["pebble_p9"] = payload_ms(pool, max(3, 50 // SCALE))
     with pebble.ProcessPool(max_workers=1) as pool:
         figures["pebble_p1"] = serial_us(pool.schedule, 5000 // SCALE)
     with ProcessPoolExecutor(max_workers=1) as pool:
