@@ -54,9 +54,9 @@ fn records(count: usize) -> Value {
     )
 }
 
-/// pebble's side of P8 and P9 (`benches/pebble_payloads.py` on the bench
-/// venv's interpreter, which benches/peers passes), one call per request so
-/// that its calls alternate with toolpool's.
+/// pebble's side of P2, P8 and P9 (`benches/pebble_sampler.py` on the bench
+/// venv's interpreter, which benches/peers passes), one measurement per
+/// request so that its measurements alternate with toolpool's.
 struct PebbleSampler {
     child: tokio::process::Child,
     stdin: tokio::process::ChildStdin,
@@ -66,7 +66,7 @@ struct PebbleSampler {
 impl PebbleSampler {
     fn start() -> Option<PebbleSampler> {
         let python = std::env::var("TOOLPOOL_BENCH_PEBBLE_PYTHON").ok()?;
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/pebble_payloads.py");
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/pebble_sampler.py");
         let mut child = tokio::process::Command::new(python)
             .arg(script)
             .stdin(std::process::Stdio::piped())
@@ -87,13 +87,22 @@ impl PebbleSampler {
 
     /// One pebble call of `function` (`records` or `take_records`): ms.
     async fn sample(&mut self, function: &str) -> f64 {
+        self.ask(function).await
+    }
+
+    /// `calls` no-op calls on pebble, 64 in flight, 2 workers: calls/s.
+    async fn throughput(&mut self, calls: usize) -> f64 {
+        self.ask(&format!("throughput {calls}")).await
+    }
+
+    async fn ask(&mut self, request: &str) -> f64 {
         use tokio::io::AsyncWriteExt;
         self.stdin
-            .write_all(format!("{function}\n").as_bytes())
+            .write_all(format!("{request}\n").as_bytes())
             .await
             .expect("the sampler reads");
         let line = self.answers.next_line().await.expect("the sampler answers");
-        line.and_then(|l| l.parse().ok()).expect("a time in ms")
+        line.and_then(|l| l.parse().ok()).expect("a number")
     }
 
     async fn stop(mut self) {
@@ -112,9 +121,13 @@ struct Payloads {
 /// P8 and P9 on `python`: serial p50 (ms) of a 10 000-record result and of a
 /// 2 000-record argument, one worker; with pebble's calls (when the sampler
 /// runs) alternating with toolpool's, one each.
-async fn payloads(python: &str, session: &Path, calls: usize) -> Payloads {
+async fn payloads(
+    python: &str,
+    session: &Path,
+    calls: usize,
+    mut pebble: Option<&mut PebbleSampler>,
+) -> Payloads {
     let pool = pool_on(python, 1, session, SandboxMode::Off).await;
-    let mut pebble = PebbleSampler::start();
     let result_args = json!({"count": 10_000});
     let argument = json!({"rows": records(2_000)});
     let mut time = async |name: &'static str, args: &Value| {
@@ -143,9 +156,6 @@ async fn payloads(python: &str, session: &Path, calls: usize) -> Payloads {
     };
     let (p8, pebble_p8) = time("records", &result_args).await;
     let (p9, pebble_p9) = time("take_records", &argument).await;
-    if let Some(pebble) = pebble {
-        pebble.stop().await;
-    }
     pool.shutdown().await;
     Payloads {
         p8,
@@ -389,7 +399,17 @@ async fn main() {
 
     let mut toolpool_p1 = serial_round_trip(session, 5000 / scale).await;
     let mut floor_p1 = floor_round_trip(5000 / scale).await;
-    let p2 = throughput(session, 20_000 / scale, 64).await;
+    // pebble's P2, P8 and P9, alternating with toolpool's (when benches/peers runs this).
+    let mut pebble = PebbleSampler::start();
+    let (mut p2, mut pebble_p2) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        p2.push(throughput(session, 20_000 / scale, 64).await);
+        if let Some(pebble) = pebble.as_mut() {
+            pebble_p2.push(pebble.throughput(20_000 / scale).await);
+        }
+    }
+    let p2 = median(p2);
+    let pebble_p2 = (!pebble_p2.is_empty()).then(|| median(pebble_p2));
     let timeout_rounds = match scale {
         1 => 30,
         5 => 10,
@@ -406,13 +426,16 @@ async fn main() {
     }
     let p7 = big_catalog(session).await;
     let payload_calls = (50 / scale).max(3);
-    let plain = payloads("python3", session, payload_calls).await;
+    let plain = payloads("python3", session, payload_calls, pebble.as_mut()).await;
     // With the msgpack C extension: the interpreter of a venv that has it
     // (benches/peers passes the bench venv's).
     let c_ext = match std::env::var("TOOLPOOL_BENCH_C_EXT_PYTHON") {
-        Ok(python) => Some(payloads(&python, session, payload_calls).await),
+        Ok(python) => Some(payloads(&python, session, payload_calls, pebble.as_mut()).await),
         Err(_) => None,
     };
+    if let Some(pebble) = pebble {
+        pebble.stop().await;
+    }
 
     let (one, four) = (median(one), median(four));
     let four_sandboxed = median(four_sandboxed);
@@ -421,7 +444,8 @@ async fn main() {
         "P1": {"toolpool_p50_us": percentile(&mut toolpool_p1, 0.5),
                "toolpool_p99_us": percentile(&mut toolpool_p1, 0.99),
                "floor_p50_us": percentile(&mut floor_p1, 0.5)},
-        "P2": {"toolpool_calls_per_s": p2},
+        "P2": {"toolpool_calls_per_s": p2, "pebble_calls_per_s": pebble_p2,
+               "ratio_vs_pebble": pebble_p2.map(|pebble| p2 / pebble)},
         "P3": {"toolpool_p99_ms": percentile(&mut late, 0.99)},
         "P4": {"toolpool_p50_ms": next},
         "P5": {"toolpool_ms": four, "one_worker_ms": one, "ratio_vs_one_worker": four / one},

@@ -78,8 +78,6 @@ def main():
         figures["pebble_p1"] = serial_us(pool.schedule, 5000 // SCALE)
     with ProcessPoolExecutor(max_workers=1) as pool:
         figures["ppe_p1"] = serial_us(pool.submit, 5000 // SCALE)
-    with pebble.ProcessPool(max_workers=2) as pool:
-        figures["pebble_p2"] = throughput(pool.schedule, 20000 // SCALE, 64)
     with ProcessPoolExecutor(max_workers=2) as pool:
         figures["ppe_p2"] = throughput(pool.submit, 20000 // SCALE, 64)
     figures["pebble_p3"], figures["pebble_p4"] = pebble_timeouts(30 // min(SCALE, 3))
