@@ -205,3 +205,35 @@ async fn an_edit_keeping_size_and_mtime_is_picked_up_by_a_reload() {
     assert!(!tools.path().join("__pycache__").exists());
     pool.shutdown().await;
 }
+
+/// A tool module's compiled code is kept in toolpool's code cache, keyed by
+/// its path and source, so the next worker does not compile it again.
+#[tokio::test]
+async fn a_modules_compiled_code_is_kept_in_the_code_cache() {
+    let tools = tempfile::tempdir().unwrap();
+    let session = tempfile::tempdir().unwrap();
+    write_module(tools.path(), 7, false);
+    let pool = versioned_pool(tools.path(), session.path()).await;
+    assert_eq!(call(&pool, "version", json!({})).await.unwrap(), json!(7));
+    pool.shutdown().await;
+    let shim = toolpool::embedded::install_shim().unwrap();
+    let cache = toolpool::embedded::cache_root().join("code");
+    let file = tools.path().canonicalize().unwrap().join("versioned.py");
+    let output = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import os, sys; sys.path.insert(0, sys.argv[1])\n\
+             from toolpool_shim import discovery\n\
+             discovery.CODE_CACHE = sys.argv[2]\n\
+             print(os.path.exists(discovery._cache_entry(sys.argv[3], open(sys.argv[3], 'rb').read())))",
+        )
+        .args([shim.as_os_str(), cache.as_os_str(), file.as_os_str()])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout).trim(),
+        "True",
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}

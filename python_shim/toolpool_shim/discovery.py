@@ -14,8 +14,11 @@ import importlib.machinery
 import importlib.util
 import inspect
 import keyword
+import marshal
 import os
 import sys
+import tempfile
+import types
 
 from . import slots
 
@@ -91,17 +94,62 @@ def _project_root(functions_dir: str) -> str:
 
 
 class _FreshSourceLoader(importlib.machinery.SourceFileLoader):
-    """Compiles a tool file from its source on every import, never from `__pycache__`.
+    """Compiles a tool file from its source, never trusting `__pycache__`.
 
     A cached .pyc is trusted when the source's mtime (whole seconds) and size
     match: an edit within the same second that keeps the size (`return 1` to
-    `return 2`) would bring the old code back after a reload. Not writing
-    caches also leaves the user's tool folder as it was (and works where it
-    is read-only, as under --sandbox).
+    `return 2`) would bring the old code back after a reload. The compiled
+    code is kept in the supervisor's code cache instead (when it gave one),
+    under a hash of the file's path and source keyed by the interpreter's
+    bytecode version: a worker compiles a file only when that source is new. The
+    user's tool folder is left as it was (and may be read-only, as under
+    --sandbox, which has no code cache).
     """
 
     def get_code(self, fullname):
-        return self.source_to_code(self.get_data(self.path), self.path)
+        source = self.get_data(self.path)
+        entry = _cache_entry(self.path, source)
+        if entry is not None:
+            try:
+                with open(entry, "rb") as cached:
+                    code = marshal.loads(cached.read())
+                if isinstance(code, types.CodeType):
+                    return code
+            except (OSError, ValueError, EOFError, TypeError):
+                pass  # not cached yet (or cut short): compiled below
+        code = self.source_to_code(source, self.path)
+        if entry is not None:
+            _store(entry, marshal.dumps(code))
+        return code
+
+
+# The supervisor's code cache directory (worker.py sets it from the boot config).
+CODE_CACHE = None
+
+
+def _cache_entry(path: str, source: bytes):
+    if CODE_CACHE is None:
+        return None
+    # CPython's own hash for hash-checked .pyc files (PEP 552), keyed by the
+    # bytecode version; over the path too, which the code object names.
+    key = importlib.util.source_hash(os.fsencode(path) + b"\0" + source)
+    return os.path.join(CODE_CACHE, key.hex() + ".code")
+
+
+def _store(entry: str, blob: bytes) -> None:
+    """Write an entry whole or not at all (workers start side by side)."""
+    try:
+        os.makedirs(os.path.dirname(entry), mode=0o700, exist_ok=True)
+        fd, partial = tempfile.mkstemp(dir=os.path.dirname(entry), suffix=".partial")
+        try:
+            with os.fdopen(fd, "wb") as out:
+                out.write(blob)
+            os.replace(partial, entry)
+        except BaseException:
+            os.unlink(partial)
+            raise
+    except OSError:
+        pass  # a cache that cannot be written only costs the next start a compile
 
 
 _FRESH_DIRS = set()

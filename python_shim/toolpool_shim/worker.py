@@ -70,6 +70,7 @@ def _import_tools(channel: Channel, config: dict):
         if limit:
             faulthandler.cancel_dump_traceback_later()
 
+    discovery.CODE_CACHE = config.get("code_cache")
     return discovery.load_tools(
         config["functions_dir"], before, after, config.get("skip_modules") or (),
     )

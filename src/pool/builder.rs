@@ -277,6 +277,9 @@ impl PoolBuilder {
             // (always under the sandbox: it is what makes the worker's /proc its own).
             pid_namespace: self.pid_namespace || sandbox.is_some(),
             sandbox: sandbox.as_ref().map(|s| s.shim_config()),
+            code_cache: sandbox
+                .is_none()
+                .then(|| crate::embedded::cache_root().join("code")),
         };
         if let Err(e) = serde_json::to_string(&boot) {
             return Err(PoolError::Setting(format!(

@@ -45,6 +45,10 @@ pub struct BootConfig {
     /// What the shim finishes of the sandbox before any tool code runs
     /// (`crate::sandbox`; `toolpool_shim/sandbox.py`).
     pub sandbox: Option<serde_json::Value>,
+    /// Where the shim keeps the tool modules' compiled code, keyed by a hash
+    /// of each file's path and source (`toolpool_shim/discovery.py`); none:
+    /// compiled at every start (under the sandbox, which cannot write there).
+    pub code_cache: Option<PathBuf>,
 }
 
 /// Everything needed to launch a worker; shared by all workers of a pool.
