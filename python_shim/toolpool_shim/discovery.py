@@ -114,6 +114,7 @@ class _FreshSourceLoader(importlib.machinery.SourceFileLoader):
                 with open(entry, "rb") as cached:
                     code = marshal.loads(cached.read())
                 if isinstance(code, types.CodeType):
+                    os.utime(entry)  # in use: the last to be pruned
                     return code
             except (OSError, ValueError, EOFError, TypeError):
                 pass  # not cached yet (or cut short): compiled below
@@ -148,8 +149,33 @@ def _store(entry: str, blob: bytes) -> None:
         except BaseException:
             os.unlink(partial)
             raise
+        _prune(os.path.dirname(entry))
     except OSError:
         pass  # a cache that cannot be written only costs the next start a compile
+
+
+# Entries the code cache keeps; past it, the least recently used half goes
+# (each edit of a tool, and each tool folder of a test run, leaves one).
+CODE_CACHE_ENTRIES = 2000
+
+
+def _prune(directory: str) -> None:
+    """Drop the least recently used half once the cache holds too many entries."""
+    with os.scandir(directory) as found:
+        entries = [entry for entry in found if entry.name.endswith(".code")]
+    if len(entries) <= CODE_CACHE_ENTRIES:
+        return
+    def last_used(entry):
+        try:
+            return entry.stat().st_mtime
+        except OSError:
+            return 0.0
+    entries.sort(key=last_used)
+    for entry in entries[:len(entries) // 2]:
+        try:
+            os.unlink(entry.path)
+        except OSError:
+            pass  # pruned by another worker already
 
 
 _FRESH_DIRS = set()

@@ -79,6 +79,28 @@ class CodeCache(unittest.TestCase):
         self.write(5)
         self.assertEqual(self.load("unwritable").version(), 5)
 
+    def test_past_its_size_the_least_recently_used_half_is_pruned(self):
+        previous = discovery.CODE_CACHE_ENTRIES
+        discovery.CODE_CACHE_ENTRIES = 4
+        self.addCleanup(setattr, discovery, "CODE_CACHE_ENTRIES", previous)
+        for version in range(4):
+            self.write(version)
+            self.load(f"v{version}")
+            entry = discovery._cache_entry(self.path, open(self.path, "rb").read())
+            os.utime(entry, (1_000_000 + version, 1_000_000 + version))
+        self.write(0)
+        self.load("used again")  # version 0's entry: used last now
+        self.write(9)
+        self.load("the fifth")
+        kept = self.entries()
+        self.assertEqual(len(kept), 3, kept)
+        def source(version):
+            return f"def version() -> int:\n    return {version}\n".encode()
+
+        for version, expected in ((0, True), (1, False), (2, False), (3, True), (9, True)):
+            name = os.path.basename(discovery._cache_entry(self.path, source(version)))
+            self.assertEqual(name in kept, expected, version)
+
 
 if __name__ == "__main__":
     unittest.main()
