@@ -165,6 +165,7 @@ def _prune(directory: str) -> None:
         entries = [entry for entry in found if entry.name.endswith(".code")]
     if len(entries) <= CODE_CACHE_ENTRIES:
         return
+
     def last_used(entry):
         try:
             return entry.stat().st_mtime
@@ -183,14 +184,14 @@ _FRESH_DIRS = set()
 
 def _compile_fresh_under(functions_dir: str) -> None:
     """Have every module file below functions_dir load through _FreshSourceLoader."""
+    if functions_dir in _FRESH_DIRS:
+        return
+    _FRESH_DIRS.add(functions_dir)
     loaders = (
         (_FreshSourceLoader, importlib.machinery.SOURCE_SUFFIXES),
         (importlib.machinery.ExtensionFileLoader, importlib.machinery.EXTENSION_SUFFIXES),
         (importlib.machinery.SourcelessFileLoader, importlib.machinery.BYTECODE_SUFFIXES),
     )
-    if functions_dir in _FRESH_DIRS:
-        return
-    _FRESH_DIRS.add(functions_dir)
     inside = functions_dir.rstrip(os.sep) + os.sep
 
     def hook(path):

@@ -38,23 +38,10 @@ _RESULT_KEYS = {"value_marshal": b"\xadvalue_marshal", "value_json": b"\xaavalue
 def reply_body(request_id, key: str, held) -> bytes:
     """The bytes `pack({"t": "reply", "id": request_id, "ok": True, key: held})`
     gives, without walking the map: the reply every successful call sends."""
-    packed_key = _RESULT_KEYS.get(key)
-    if packed_key is not None and type(request_id) is int and request_id >= 0:
-        # The usual reply: a blob for a request of the supervisor's (an
-        # unsigned id), in one join.
-        if type(held) is bytes:
-            header = _sized_header(len(held), None, b"\xc4", b"\xc5", b"\xc6")
-        elif type(held) is str:
-            held = held.encode("utf-8")  # a lone surrogate raises, as pack does
-            header = _sized_header(len(held), 0xA0, b"\xd9", b"\xda", b"\xdb", fix_limit=32)
-        else:
-            header = None
-        if header is not None:
-            return b"".join((_REPLY_HEAD, _int_bytes(request_id), b"\xa2ok\xc3", packed_key, header, held))
     chunks = [_REPLY_HEAD]
     _pack_into(request_id, chunks.append)
     chunks.append(b"\xa2ok\xc3")
-    _pack_into(key, chunks.append)
+    chunks.append(_RESULT_KEYS.get(key) or pack(key))
     _pack_into(held, chunks.append)
     return b"".join(chunks)
 
@@ -73,7 +60,7 @@ def _pack_into(obj, out) -> None:
     elif isinstance(obj, float):
         out(b"\xcb" + _FLOAT64(obj))
     elif isinstance(obj, (bytes, bytearray, memoryview)):
-        data = bytes(obj)
+        data = obj if type(obj) is bytes else bytes(obj)
         out(_sized_header(len(data), None, b"\xc4", b"\xc5", b"\xc6"))
         out(data)
     elif isinstance(obj, str):
@@ -165,11 +152,7 @@ def _invoke_request(data: bytes):
     if request_id is None or not data.startswith(_NAME_KEY, pos):
         return None
     pos += len(_NAME_KEY)
-    marker = data[pos] if pos < len(data) else -1
-    if 0xA0 <= marker <= 0xBF:  # a name under 32 bytes, as most are
-        size, pos = marker - 0xA0, pos + 1
-    else:
-        size, pos = _sized(data, pos, _STR_SIZES, 0xA0, 0xBF)
+    size, pos = _sized(data, pos, _STR_SIZES, 0xA0, 0xBF)
     if size is None or not data.startswith(_ARGS_KEY, pos + size):
         return None
     name = data[pos:pos + size]
