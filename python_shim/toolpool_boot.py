@@ -13,6 +13,11 @@ process groups and sessions. Otherwise the guardian is the child subreaper of
 the worker's tree: a process the tools started that left the worker's group
 (setsid, a daemon's double fork) is adopted by the guardian when its parent
 dies, and is killed with the rest.
+
+Started as `python3 -I toolpool_boot.py --template <supervisor pid>` it is
+instead the template: an interpreter that has imported the shim once and
+clones a guardian whenever the supervisor asks (see `_template`), so that a
+worker's start costs its tools' imports, not an interpreter's start.
 """
 
 import json
@@ -30,12 +35,26 @@ CLONE_NEWPID = 0x20000000
 # stopping us. SIGINT is treated alike so that a stray Ctrl-C cannot leave the
 # worker's group behind.
 STOP_SIGNALS = {signal.SIGTERM, signal.SIGHUP, signal.SIGINT}
+# The template's channel to the supervisor (a SOCK_SEQPACKET socket).
+TEMPLATE_FD = 3
+MAX_TEMPLATE_REQUEST = 1 << 20
+CLONE_PARENT = 0x00008000
+# What the template imports for itself, forgotten by the guardians it clones.
+TEMPLATE_ONLY_MODULES = ("_socket",)
+# clone(2)'s number where its first argument is the flags (on s390 it is not).
+SYS_CLONE = {"x86_64": 56, "aarch64": 220, "riscv64": 220}
 
 
 def main() -> None:
+    if len(sys.argv) == 3 and sys.argv[1] == "--template":
+        _template(int(sys.argv[2]))
     if len(sys.argv) != 2:
-        sys.exit("usage: python3 -I toolpool_boot.py '<config json>'")
-    config = json.loads(sys.argv[1])
+        sys.exit("usage: python3 -I toolpool_boot.py '<config json>' | --template <supervisor pid>")
+    _guard(json.loads(sys.argv[1]))
+
+
+def _guard(config: dict) -> None:
+    """Be the guardian of one worker (see the module's docstring). Never returns."""
     # No core files from crashing tools, and none when the guardian re-raises
     # the worker's fatal signal on itself.
     _, hard = resource.getrlimit(resource.RLIMIT_CORE)
@@ -76,6 +95,93 @@ def main() -> None:
     _kill_group(worker)
     _kill_adopted()
     _mirror(status)
+
+
+def _template(supervisor: int) -> None:
+    """Be the template: start the interpreter and import the shim once, then
+    clone a guardian for each request on the channel (fd 3). Never returns.
+
+    A request is one message: the guardian's config JSON, with four
+    descriptors (its stdin, stdout, stderr and dump pipe). The guardian is
+    cloned with CLONE_PARENT, so that it is the supervisor's child, not
+    ours: the supervisor waits for it and kills it as if it had spawned it.
+    The answer is its pid, or `error <errno>`. No tool is imported here: a
+    guardian's worker imports them after its fork, as a spawned one does.
+    """
+    # _socket, not socket: socket.py imports `array`, which the shim reads as
+    # "a tool may return a buffer" (results.py); a worker must see the
+    # modules a spawned worker would.
+    import _socket
+
+    channel = _socket.socket(fileno=TEMPLATE_FD)
+    clone = SYS_CLONE.get(os.uname().machine)
+    if clone is None:
+        channel.send(b"unsupported: no clone system call number for " + os.uname().machine.encode())
+        os._exit(1)
+    sys.path.insert(0, SHIM_DIR)
+    from toolpool_shim import worker  # noqa: F401 -- importing it once is the template's purpose
+    import ctypes
+
+    # PyDLL keeps the GIL across the call: the clone returns holding it.
+    libc = ctypes.PyDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    channel.send(b"ready")
+    while True:
+        try:
+            request, fds = _receive(channel)
+        except OSError:
+            os._exit(0)
+        if not request:
+            os._exit(0)  # the supervisor closed its end
+        if len(fds) != 4:
+            answer = b"error 22"  # EINVAL: the supervisor always sends four
+        else:
+            pid = libc.syscall(clone, CLONE_PARENT | signal.SIGCHLD, 0, 0, 0, 0)
+            if pid == 0:
+                channel.detach()  # fd 3 is the dump pipe's from here on
+                _become_guardian(request, fds, supervisor)
+            answer = str(pid).encode() if pid > 0 else b"error %d" % ctypes.get_errno()
+        for fd in fds:
+            os.close(fd)
+        channel.send(answer)
+
+
+def _receive(channel) -> tuple:
+    """One request and the descriptors that came with it."""
+    import _socket
+    import struct
+
+    space = _socket.CMSG_SPACE(4 * struct.calcsize("i"))
+    request, ancillary, _, _ = channel.recvmsg(MAX_TEMPLATE_REQUEST, space)
+    fds = []
+    for level, kind, data in ancillary:
+        if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
+            whole = len(data) - len(data) % 4
+            fds.extend(struct.unpack(f"{whole // 4}i", data[:whole]))
+    return request, fds
+
+
+def _become_guardian(request: bytes, fds: list, supervisor: int) -> None:
+    """The cloned child: take the request's pipes as stdio and dump fd, drop
+    everything else the template held, and guard. Never returns."""
+    try:
+        for name in TEMPLATE_ONLY_MODULES:
+            sys.modules.pop(name, None)
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+        os.closerange(len(fds), resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+        os.setpgid(0, 0)
+        _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != supervisor:
+            os._exit(1)  # the supervisor died before the parent-death signal was armed
+        _guard(json.loads(request))
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        sys.stderr.flush()
+    finally:
+        os._exit(1)
 
 
 def _enter_pid_namespace() -> None:
@@ -167,7 +273,8 @@ def _run_worker(config: dict, guardian: int) -> None:
         _die_with_parent()
         if _parent_pid() != guardian:
             os._exit(1)  # the guardian died before the parent-death signal was armed
-        sys.path.insert(0, SHIM_DIR)  # -I leaves the script's own folder off sys.path
+        if SHIM_DIR not in sys.path:  # it is when cloned from the template
+            sys.path.insert(0, SHIM_DIR)  # -I leaves the script's own folder off sys.path
         if config.get("sandbox"):
             # Before any tool code: the last steps of --sandbox, which only a
             # process inside the worker's PID namespace can take.

@@ -122,7 +122,8 @@ impl Tracked {
     }
 }
 
-fn pidfd_open(pid: ProcessId) -> Option<OwnedFd> {
+/// A pidfd on `pid` (Linux 5.3+), `None` where the kernel has none or `pid` is gone.
+pub(crate) fn pidfd_open(pid: ProcessId) -> Option<OwnedFd> {
     // SAFETY: a raw syscall with integer arguments; a non-negative result is a new fd we own.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid.raw(), 0) };
     let fd = i32::try_from(fd).ok().filter(|fd| *fd >= 0)?;

@@ -59,12 +59,25 @@ pub fn spawn_known(
     let mut known = KNOWN.lock().unwrap_or_else(|e| e.into_inner());
     let child = command.spawn()?;
     if let Some(pid) = child.id() {
-        let pid = pid as i32;
-        if let Some(started) = stat(pid).map(|s| s.start_time) {
-            known.get_or_insert_with(HashMap::new).insert(pid, started);
-        }
+        remember(&mut known, pid as i32);
     }
     Ok(child)
+}
+
+fn remember(known: &mut Option<HashMap<i32, u64>>, pid: i32) {
+    if let Some(started) = stat(pid).map(|s| s.start_time) {
+        known.get_or_insert_with(HashMap::new).insert(pid, started);
+    }
+}
+
+/// Records a child started some other way than by spawning it (a guardian
+/// the template clones as this process's child): `start` makes it and
+/// returns its pid, under the same lock as [`spawn_known`].
+pub fn start_known(start: impl FnOnce() -> std::io::Result<i32>) -> std::io::Result<i32> {
+    let mut known = KNOWN.lock().unwrap_or_else(|e| e.into_inner());
+    let pid = start()?;
+    remember(&mut known, pid);
+    Ok(pid)
 }
 
 /// Makes this process the child subreaper and sweeps for leftovers until

@@ -40,6 +40,7 @@ pub struct PoolBuilder {
     spare_workers: usize,
     human_prompt: Option<Arc<dyn HumanPrompt>>,
     subreaper: bool,
+    fork_template: bool,
     human_timeout: Option<Duration>,
     import_timeout: Option<Duration>,
     pid_namespace: bool,
@@ -68,6 +69,7 @@ impl Default for PoolBuilder {
             human_prompt: None,
             start_timeout: Duration::from_secs(60),
             subreaper: false,
+            fork_template: true,
             human_timeout: None,
             import_timeout: Some(DEFAULT_IMPORT_TIMEOUT),
             pid_namespace: true,
@@ -169,6 +171,14 @@ impl PoolBuilder {
     /// would be killed as leftovers. The `toolpool` command enables it.
     pub fn subreaper(mut self, on: bool) -> Self {
         self.subreaper = on;
+        self
+    }
+    /// Clone unsandboxed workers from a template process that has started
+    /// the interpreter and imported the shim once (on by default; see
+    /// `docs/protocol.md`). Off: every worker is a fresh interpreter. A
+    /// template that cannot start or clone is given up, and workers spawned.
+    pub fn fork_template(mut self, on: bool) -> Self {
+        self.fork_template = on;
         self
     }
     /// Bound on each human wait of a call (then the tool gets
@@ -303,7 +313,7 @@ impl PoolBuilder {
             functions_dir: functions_dir.clone(),
             sandbox,
         });
-        let spawner = Spawner::new().map_err(|e| PoolError::Interpreter {
+        let spawner = Spawner::new(self.fork_template).map_err(|e| PoolError::Interpreter {
             python: self.python.clone(),
             reason: format!("cannot start the spawner thread: {e}"),
         })?;

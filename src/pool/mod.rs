@@ -759,6 +759,7 @@ impl Pool {
             .await;
         shared.dying.close();
         shared.dying.wait().await;
+        shared.spawner.end_template();
     }
 
     /// What the workers run on and how they are killed (`toolpool doctor`).

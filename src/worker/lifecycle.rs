@@ -68,7 +68,10 @@ impl Worker {
     /// The guardian's exit status if it ends within `limit` (it mirrors the
     /// worker's own), else `None` with the worker left as it is.
     pub(super) async fn exited_within(&mut self, limit: Duration) -> Option<ExitStatus> {
-        let status = timeout(limit, self.child.wait()).await.ok()?.ok()?;
+        let status = timeout(limit, self.guardian_process.wait())
+            .await
+            .ok()?
+            .ok()?;
         self.reaped = true;
         // The guardian kills the worker's tree before it exits; this covers
         // a guardian that was itself killed.
@@ -84,7 +87,11 @@ impl Worker {
             return Some(status);
         }
         self.kill_tree();
-        self.child.wait().await.ok().inspect(|_| self.reaped = true)
+        self.guardian_process
+            .wait()
+            .await
+            .ok()
+            .inspect(|_| self.reaped = true)
     }
 
     /// Retires a healthy worker: closes its stdin (it exits at once), reaps it.

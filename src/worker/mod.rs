@@ -11,20 +11,22 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tokio::net::unix::pipe;
-use tokio::process::{Child, ChildStdin, ChildStdout};
 use tokio::time::{timeout, timeout_at, Instant};
 
 mod deadline;
 mod dump;
 mod exchange;
+mod guardian;
 mod lifecycle;
 pub mod pipeline;
 mod spawn;
 mod spec;
 mod stderr;
+mod template;
 mod termination;
 
 pub use self::dump::locate_in_dump;
+use self::guardian::GuardianProcess;
 pub use self::lifecycle::WorkerKiller;
 use self::spawn::Spawned;
 pub use self::spawn::Spawner;
@@ -163,8 +165,9 @@ pub struct WorkerInfo {
 
 /// A running worker, exclusively owned by whoever is using it.
 pub struct Worker {
-    child: Child,
-    /// What `spawn` returned; it leads its own process group.
+    /// The guardian, this process's child (spawned, or cloned by the template).
+    guardian_process: GuardianProcess,
+    /// Its pid, as the kernel gave it; it leads its own process group.
     guardian: ProcessId,
     /// The guardian's child as the kernel lists it, once it said hello; it
     /// leads its own group. `None` for a guardian that forked no worker:
@@ -173,9 +176,9 @@ pub struct Worker {
     /// The call it ran last, blamed when the next finds it broken.
     last_call: Option<String>,
     /// `None` once the worker is being retired (closing stdin tells it to exit).
-    stdin: Option<ChildStdin>,
+    stdin: Option<pipe::Sender>,
     /// Messages from its stdout; a read can race a callback (cancel-safe).
-    messages: MessageReader<ChildStdout>,
+    messages: MessageReader<pipe::Receiver>,
     dump: pipe::Receiver,
     stderr_tail: Arc<Mutex<StderrTail>>,
     call_tag: CallTag,
@@ -194,7 +197,10 @@ impl Worker {
     /// Spawns a worker and waits for its hello (sent once it imported the tools).
     pub async fn start(spawner: &Spawner, spec: Arc<WorkerSpec>) -> Result<Worker, StartError> {
         let Spawned {
-            mut child,
+            guardian: guardian_process,
+            stdin,
+            stdout,
+            stderr,
             dump,
             cgroup,
         } = spawner
@@ -204,15 +210,10 @@ impl Worker {
                 python: spec.python.display().to_string(),
                 source,
             })?;
-        let Some(guardian) = child.id().and_then(ProcessId::from_u32) else {
+        let Some(guardian) = guardian_process.pid() else {
             return Err(StartError::Handshake(
                 "the guardian has no process id".into(),
             ));
-        };
-        let (Some(stdin), Some(stdout), Some(stderr)) =
-            (child.stdin.take(), child.stdout.take(), child.stderr.take())
-        else {
-            return Err(StartError::Handshake("stdio pipes missing".into()));
         };
         let dump = pipe::Receiver::from_owned_fd(dump)
             .map_err(|e| StartError::Handshake(format!("dump pipe: {e}")))?;
@@ -225,7 +226,7 @@ impl Worker {
             call_tag.clone(),
         ));
         let mut worker = Worker {
-            child,
+            guardian_process,
             guardian,
             process: None,
             last_call: None,

@@ -1,47 +1,66 @@
-//! Spawning a worker's guardian process.
+//! Starting a worker's guardian process: cloned from the pool's template
+//! (`template`) where it runs, else spawned from nothing.
 //!
-//! Every worker is spawned from one long-lived thread (the [`Spawner`]):
+//! Every worker is started from one long-lived thread (the [`Spawner`]):
 //! `PR_SET_PDEATHSIG` fires when the *thread* that forked a child exits, so
 //! forking from tokio's short-lived blocking threads would kill idle workers.
+//! A guardian the template clones is that thread's child too (`CLONE_PARENT`).
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::process::Stdio;
 use std::sync::Arc;
 
-use tokio::process::Child;
+use tokio::net::unix::pipe;
 use tokio::sync::oneshot;
 
+use super::guardian::GuardianProcess;
+use super::template::Template;
 use super::{StartError, WorkerSpec, DUMP_FD};
 use crate::sandbox::WorkerCgroup;
 
-/// The one thread every worker is forked from; lives as long as its pool.
+/// The one thread every worker is started from; lives as long as its pool.
 pub struct Spawner {
-    jobs: std::sync::mpsc::Sender<SpawnJob>,
+    jobs: std::sync::mpsc::Sender<Job>,
 }
 
-struct SpawnJob {
-    spec: Arc<WorkerSpec>,
-    reply: oneshot::Sender<std::io::Result<Spawned>>,
+enum Job {
+    Spawn {
+        spec: Arc<WorkerSpec>,
+        reply: oneshot::Sender<std::io::Result<Spawned>>,
+    },
+    /// The pool has shut down: its template ends, and no other starts.
+    EndTemplate,
 }
 
+/// A started guardian and this process's ends of its pipes.
 pub(super) struct Spawned {
-    pub(super) child: Child,
+    pub(super) guardian: GuardianProcess,
+    pub(super) stdin: pipe::Sender,
+    pub(super) stdout: pipe::Receiver,
+    pub(super) stderr: pipe::Receiver,
     pub(super) dump: OwnedFd,
     pub(super) cgroup: Arc<WorkerCgroup>,
 }
 
 impl Spawner {
     /// Starts the spawner thread; must be called inside a tokio runtime.
-    pub fn new() -> std::io::Result<Spawner> {
+    /// `use_template`: clone unsandboxed workers from a template process.
+    pub fn new(use_template: bool) -> std::io::Result<Spawner> {
         let handle = tokio::runtime::Handle::current();
-        let (jobs, queue) = std::sync::mpsc::channel::<SpawnJob>();
+        let (jobs, queue) = std::sync::mpsc::channel::<Job>();
         std::thread::Builder::new()
             .name("toolpool-spawner".into())
             .spawn(move || {
-                // tokio::process needs a runtime context to register the child.
+                // tokio::process and pipes need a runtime context to register.
                 let _runtime = handle.enter();
+                let mut templates = Templates::new(use_template);
                 for job in queue {
-                    let _ = job.reply.send(spawn_process(&job.spec));
+                    match job {
+                        Job::Spawn { spec, reply } => {
+                            let _ = reply.send(templates.start_guardian(&spec));
+                        }
+                        Job::EndTemplate => templates = Templates::new(false),
+                    }
                 }
             })?;
         Ok(Spawner { jobs })
@@ -53,35 +72,131 @@ impl Spawner {
     ) -> Result<std::io::Result<Spawned>, StartError> {
         let (reply, answer) = oneshot::channel();
         self.jobs
-            .send(SpawnJob { spec, reply })
+            .send(Job::Spawn { spec, reply })
             .map_err(|_| StartError::SpawnerGone)?;
         answer.await.map_err(|_| StartError::SpawnerGone)
+    }
+
+    /// Ends the template (the pool has shut down); later workers are spawned.
+    pub fn end_template(&self) {
+        let _ = self.jobs.send(Job::EndTemplate);
+    }
+}
+
+/// The spawner thread's template, started at the first unsandboxed worker.
+/// Sandboxed workers are always spawned: each enters namespaces and a mount
+/// view of its own between fork and exec.
+struct Templates {
+    enabled: bool,
+    current: Option<Template>,
+    /// Starts that failed in a row: after [`MAX_TEMPLATE_FAILURES`] the
+    /// pool spawns every worker (an interpreter that cannot be a template).
+    failures: u32,
+}
+
+/// Failed template starts or clones after which a pool stops trying.
+const MAX_TEMPLATE_FAILURES: u32 = 3;
+
+impl Templates {
+    fn new(enabled: bool) -> Templates {
+        Templates {
+            enabled,
+            current: None,
+            failures: 0,
+        }
+    }
+
+    fn start_guardian(&mut self, spec: &Arc<WorkerSpec>) -> std::io::Result<Spawned> {
+        if !self.enabled || spec.sandbox.is_some() || self.failures >= MAX_TEMPLATE_FAILURES {
+            return spawn_process(spec);
+        }
+        match self.clone_from_template(spec) {
+            Ok(spawned) => {
+                self.failures = 0;
+                Ok(spawned)
+            }
+            Err(e) => {
+                self.failures += 1;
+                self.current = None;
+                if self.failures >= MAX_TEMPLATE_FAILURES {
+                    tracing::warn!("workers are spawned from now on: the template failed: {e}");
+                } else {
+                    tracing::debug!("spawning a worker: the template failed: {e}");
+                }
+                spawn_process(spec)
+            }
+        }
+    }
+
+    fn clone_from_template(&mut self, spec: &Arc<WorkerSpec>) -> std::io::Result<Spawned> {
+        // A template serves the spec it was started with (its environment,
+        // working directory and limits are the guardian's).
+        if self
+            .current
+            .as_mut()
+            .is_some_and(|t| !t.serves(spec) || !t.is_alive())
+        {
+            self.current = None;
+        }
+        let template = match &mut self.current {
+            Some(template) => template,
+            None => self.current.insert(Template::start(spec)?),
+        };
+        template.clone_guardian(spec)
     }
 }
 
 fn spawn_process(spec: &WorkerSpec) -> std::io::Result<Spawned> {
     let (dump_read, dump_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
-    let mut command = tokio::process::Command::new(&spec.python);
-    command
-        .arg("-I")
-        .arg(&spec.boot_script)
-        .arg(spec.boot_json())
-        .current_dir(&spec.workspace)
-        .env_clear()
-        .envs(spec.env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
-    let supervisor_pid = nix::unistd::getpid().as_raw();
-    let dump_fd = dump_write.as_raw_fd();
-    let memory_limit = spec.memory_limit_bytes;
     let sandbox = spec.sandbox.clone();
     let cgroup = Arc::new(match &sandbox {
         Some(sandbox) => sandbox.worker_cgroup()?,
         None => WorkerCgroup::none(),
     });
-    let child_cgroup = cgroup.clone();
+    let boot_json = spec.boot_json();
+    let mut command = guardian_command(spec, &[&boot_json], dump_write.as_raw_fd(), Some(&cgroup));
+    command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = crate::reaper::spawn_known(&mut command)?;
+    drop(dump_write);
+    let missing = || std::io::Error::other("a stdio pipe of the guardian is missing");
+    let stdin = child.stdin.take().ok_or_else(missing)?.into_owned_fd()?;
+    let stdout = child.stdout.take().ok_or_else(missing)?.into_owned_fd()?;
+    let stderr = child.stderr.take().ok_or_else(missing)?.into_owned_fd()?;
+    Ok(Spawned {
+        guardian: GuardianProcess::Spawned(child),
+        stdin: pipe::Sender::from_owned_fd(stdin)?,
+        stdout: pipe::Receiver::from_owned_fd(stdout)?,
+        stderr: pipe::Receiver::from_owned_fd(stderr)?,
+        dump: dump_read,
+        cgroup,
+    })
+}
+
+/// `python3 -I <boot script> <args>` as a guardian (or the template) is
+/// started: the spec's environment and workspace, a process group of its
+/// own, the parent-death signal, `fd_on_3` as fd 3 and nothing else above
+/// stdio, the memory limit, and (with `cgroup`) the spec's sandbox.
+pub(super) fn guardian_command(
+    spec: &WorkerSpec,
+    args: &[&str],
+    fd_on_3: RawFd,
+    cgroup: Option<&Arc<WorkerCgroup>>,
+) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(&spec.python);
+    command
+        .arg("-I")
+        .arg(&spec.boot_script)
+        .args(args)
+        .current_dir(&spec.workspace)
+        .env_clear()
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .process_group(0);
+    let supervisor_pid = nix::unistd::getpid().as_raw();
+    let memory_limit = spec.memory_limit_bytes;
+    let sandbox = spec.sandbox.clone().zip(cgroup.cloned());
     // SAFETY: the closure runs between fork and exec and only makes
     // async-signal-safe system calls (prctl, getppid, fcntl, dup2, setrlimit,
     // close_range, _exit; the sandbox's are listed in `sandbox::enter`).
@@ -94,11 +209,11 @@ fn spawn_process(spec: &WorkerSpec) -> std::io::Result<Spawned> {
             if libc::getppid() != supervisor_pid {
                 libc::_exit(1);
             }
-            if dump_fd == DUMP_FD {
+            if fd_on_3 == DUMP_FD {
                 if libc::fcntl(DUMP_FD, libc::F_SETFD, 0) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
-            } else if libc::dup2(dump_fd, DUMP_FD) < 0 {
+            } else if libc::dup2(fd_on_3, DUMP_FD) < 0 {
                 return Err(std::io::Error::last_os_error());
             }
             close_other_fds_on_exec();
@@ -111,19 +226,13 @@ fn spawn_process(spec: &WorkerSpec) -> std::io::Result<Spawned> {
                     return Err(std::io::Error::last_os_error());
                 }
             }
-            if let Some(sandbox) = &sandbox {
-                crate::sandbox::enter(sandbox, &child_cgroup)?;
+            if let Some((sandbox, cgroup)) = &sandbox {
+                crate::sandbox::enter(sandbox, cgroup)?;
             }
             Ok(())
         });
     }
-    let child = crate::reaper::spawn_known(&mut command)?;
-    drop(dump_write);
-    Ok(Spawned {
-        child,
-        dump: dump_read,
-        cgroup,
-    })
+    command
 }
 
 /// Marks every descriptor above the dump fd close-on-exec, so that only

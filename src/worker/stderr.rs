@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
-use tokio::process::ChildStderr;
+use tokio::net::unix::pipe;
 
 use super::{STDERR_LINE_MAX, STDERR_TAIL_BYTES};
 
@@ -47,7 +47,7 @@ pub(super) type CallTag = Arc<Mutex<Option<String>>>;
 
 /// Logs a worker's stderr line by line (tagged with the call) and keeps its tail.
 pub(super) async fn pump_stderr(
-    stderr: ChildStderr,
+    stderr: pipe::Receiver,
     guardian_pid: u32,
     tail: Arc<Mutex<StderrTail>>,
     tag: CallTag,

@@ -1,0 +1,201 @@
+//! The template: one `python3` per pool that has started the interpreter
+//! and imported the shim once (no tool), from which each unsandboxed
+//! worker's guardian is cloned instead of started from nothing. A worker's
+//! start then costs its tools' imports; the interpreter's start and the
+//! shim's imports (~110 ms of CPU each on a slow machine) are paid once.
+//!
+//! The channel is a `SOCK_SEQPACKET` socket pair, the template's end on its
+//! fd 3. A request is the guardian's config JSON with its four pipe ends
+//! (stdin, stdout, stderr, dump) as `SCM_RIGHTS`; the template clones the
+//! guardian with `CLONE_PARENT` and answers its pid (`python_shim/
+//! toolpool_boot.py`). The pid is taken only once the kernel says the
+//! process is this one's child; from then on it is held by a pidfd and
+//! reaped here, like a spawned guardian.
+
+use std::io::IoSlice;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::Arc;
+use std::time::Duration;
+
+use nix::sys::socket::{
+    recv, sendmsg, setsockopt, socketpair, sockopt, AddressFamily, ControlMessage, MsgFlags,
+    SockFlag, SockType, UnixAddr,
+};
+use nix::sys::time::TimeVal;
+use tokio::io::AsyncBufReadExt;
+use tokio::net::unix::pipe;
+
+use super::guardian::{ClonedGuardian, GuardianProcess};
+use super::spawn::{guardian_command, Spawned};
+use super::WorkerSpec;
+use crate::process::{pidfd_open, ProcessId};
+use crate::sandbox::WorkerCgroup;
+
+/// The longest answer the template gives ("ready", a pid, `error <errno>`, or why it cannot serve).
+const MAX_ANSWER: usize = 512;
+/// How long a clone may take to be answered (it takes about a millisecond).
+const CLONE_WAIT: Duration = Duration::from_secs(5);
+
+/// A running template and the spec whose workers it makes.
+pub(super) struct Template {
+    process: tokio::process::Child,
+    channel: OwnedFd,
+    spec: Arc<WorkerSpec>,
+}
+
+fn io_error(what: &str) -> impl Fn(nix::errno::Errno) -> std::io::Error + '_ {
+    move |errno| std::io::Error::other(format!("{what}: {errno}"))
+}
+
+impl Template {
+    /// Starts a template for `spec` and waits until it has imported the shim.
+    pub(super) fn start(spec: &Arc<WorkerSpec>) -> std::io::Result<Template> {
+        let (channel, theirs) = socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )
+        .map_err(io_error("socketpair"))?;
+        let supervisor = std::process::id().to_string();
+        let mut command =
+            guardian_command(spec, &["--template", &supervisor], theirs.as_raw_fd(), None);
+        command
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+        let mut process = crate::reaper::spawn_known(&mut command)?;
+        drop(theirs);
+        if let Some(stderr) = process.stderr.take() {
+            tokio::spawn(log_stderr(stderr));
+        }
+        let template = Template {
+            process,
+            channel,
+            spec: spec.clone(),
+        };
+        template.set_answer_wait(spec.start_timeout)?;
+        match template.answer()?.as_str() {
+            "ready" => {
+                template.set_answer_wait(CLONE_WAIT)?;
+                Ok(template)
+            }
+            "" => Err(std::io::Error::other(
+                "the template ended before it was ready (see its stderr above)",
+            )),
+            other => Err(std::io::Error::other(format!("the template said: {other}"))),
+        }
+    }
+
+    /// Whether it makes workers of `spec`.
+    pub(super) fn serves(&self, spec: &Arc<WorkerSpec>) -> bool {
+        Arc::ptr_eq(&self.spec, spec)
+    }
+
+    pub(super) fn is_alive(&mut self) -> bool {
+        matches!(self.process.try_wait(), Ok(None))
+    }
+
+    fn set_answer_wait(&self, wait: Duration) -> std::io::Result<()> {
+        let wait = TimeVal::new(
+            wait.as_secs().try_into().unwrap_or(i64::MAX),
+            wait.subsec_micros().into(),
+        );
+        setsockopt(&self.channel, sockopt::ReceiveTimeout, &wait)
+            .map_err(io_error("setting the template's answer timeout"))
+    }
+
+    /// The template's next answer; empty when it closed the channel.
+    fn answer(&self) -> std::io::Result<String> {
+        let mut buffer = [0u8; MAX_ANSWER];
+        let read = loop {
+            match recv(self.channel.as_raw_fd(), &mut buffer, MsgFlags::empty()) {
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(nix::errno::Errno::EAGAIN) => {
+                    return Err(std::io::Error::other("the template did not answer in time"))
+                }
+                other => break other.map_err(io_error("reading the template's answer"))?,
+            }
+        };
+        Ok(String::from_utf8_lossy(&buffer[..read]).into_owned())
+    }
+
+    /// Clones a guardian for `spec` (the one this template serves).
+    pub(super) fn clone_guardian(&mut self, spec: &WorkerSpec) -> std::io::Result<Spawned> {
+        let pipe = || nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io_error("pipe"));
+        let (stdin_read, stdin_write) = pipe()?;
+        let (stdout_read, stdout_write) = pipe()?;
+        let (stderr_read, stderr_write) = pipe()?;
+        let (dump_read, dump_write) = pipe()?;
+        let theirs = [
+            stdin_read.as_raw_fd(),
+            stdout_write.as_raw_fd(),
+            stderr_write.as_raw_fd(),
+            dump_write.as_raw_fd(),
+        ];
+        let config = spec.boot_json();
+        let me = std::process::id() as i32;
+        let mut pidfd = None;
+        let pid = crate::reaper::start_known(|| {
+            sendmsg::<UnixAddr>(
+                self.channel.as_raw_fd(),
+                &[IoSlice::new(config.as_bytes())],
+                &[ControlMessage::ScmRights(&theirs)],
+                MsgFlags::MSG_NOSIGNAL,
+                None,
+            )
+            .map_err(io_error("asking the template for a worker"))?;
+            let answer = self.answer()?;
+            let pid = answer
+                .parse::<i32>()
+                .ok()
+                .and_then(ProcessId::new)
+                .ok_or_else(|| match answer.as_str() {
+                    "" => std::io::Error::other("the template ended"),
+                    _ => std::io::Error::other(format!("the template could not clone: {answer}")),
+                })?;
+            // The template only names a pid; the kernel says whose child it
+            // is (ours, unreaped: the pid cannot be another's meanwhile).
+            let fd = pidfd_open(pid).ok_or_else(|| {
+                std::io::Error::other(format!("no pidfd for the cloned guardian {pid}"))
+            })?;
+            if crate::procfs::parent_of(pid.raw()) != Some(me) {
+                return Err(std::io::Error::other(format!(
+                    "the template named {pid}, which is not this process's child"
+                )));
+            }
+            pidfd = Some(fd);
+            Ok(pid.raw())
+        })?;
+        drop((stdin_read, stdout_write, stderr_write, dump_write));
+        let (Some(pid), Some(pidfd)) = (ProcessId::new(pid), pidfd) else {
+            return Err(std::io::Error::other(
+                "the cloned guardian was not recorded",
+            ));
+        };
+        Ok(Spawned {
+            guardian: GuardianProcess::Cloned(ClonedGuardian::new(pid, pidfd)?),
+            stdin: pipe::Sender::from_owned_fd(stdin_write)?,
+            stdout: pipe::Receiver::from_owned_fd(stdout_read)?,
+            stderr: pipe::Receiver::from_owned_fd(stderr_read)?,
+            dump: dump_read,
+            cgroup: Arc::new(WorkerCgroup::none()),
+        })
+    }
+}
+
+impl Drop for Template {
+    /// Closing the channel ends it; the kill covers a template that hangs.
+    /// Its guardians are not its children and go on.
+    fn drop(&mut self) {
+        let _ = self.process.start_kill();
+    }
+}
+
+/// The template runs no tool: what it writes is a failure of its own start.
+async fn log_stderr(stderr: tokio::process::ChildStderr) {
+    let mut lines = tokio::io::BufReader::new(stderr).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        tracing::warn!("worker template: {line}");
+    }
+}
