@@ -38,6 +38,8 @@ STOP_SIGNALS = {signal.SIGTERM, signal.SIGHUP, signal.SIGINT}
 # The template's channel to the supervisor (a SOCK_SEQPACKET socket).
 TEMPLATE_FD = 3
 MAX_TEMPLATE_REQUEST = 1 << 20
+# Descriptors a request brings: stdin, stdout, stderr, dump pipe, go pipe.
+TEMPLATE_FDS = 5
 CLONE_PARENT = 0x00008000
 # What the template imports for itself, forgotten by the guardians it clones.
 TEMPLATE_ONLY_MODULES = ("_socket",)
@@ -55,6 +57,8 @@ def main() -> None:
 
 def _guard(config: dict) -> None:
     """Be the guardian of one worker (see the module's docstring). Never returns."""
+    if SHIM_DIR not in sys.path:  # it is when cloned from the template
+        sys.path.insert(0, SHIM_DIR)  # -I leaves the script's own folder off sys.path
     # No core files from crashing tools, and none when the guardian re-raises
     # the worker's fatal signal on itself.
     _, hard = resource.getrlimit(resource.RLIMIT_CORE)
@@ -101,8 +105,10 @@ def _template(supervisor: int) -> None:
     """Be the template: start the interpreter and import the shim once, then
     clone a guardian for each request on the channel (fd 3). Never returns.
 
-    A request is one message: the guardian's config JSON, with four
-    descriptors (its stdin, stdout, stderr and dump pipe). The guardian is
+    A request is one message: the guardian's config JSON, with five
+    descriptors (its stdin, stdout, stderr and dump pipe, and a pipe it
+    waits on before it forks its worker: the supervisor first moves it into
+    its own cgroup under --sandbox). The guardian is
     cloned with CLONE_PARENT, so that it is the supervisor's child, not
     ours: the supervisor waits for it and kills it as if it had spawned it.
     The answer is its pid, or `error <errno>`. No tool is imported here: a
@@ -133,8 +139,8 @@ def _template(supervisor: int) -> None:
             os._exit(0)
         if not request:
             os._exit(0)  # the supervisor closed its end
-        if len(fds) != 4:
-            answer = b"error 22"  # EINVAL: the supervisor always sends four
+        if len(fds) != TEMPLATE_FDS:
+            answer = b"error 22"  # EINVAL: the supervisor always sends them all
         else:
             pid = libc.syscall(clone, CLONE_PARENT | signal.SIGCHLD, 0, 0, 0, 0)
             if pid == 0:
@@ -151,7 +157,7 @@ def _receive(channel) -> tuple:
     import _socket
     import struct
 
-    space = _socket.CMSG_SPACE(4 * struct.calcsize("i"))
+    space = _socket.CMSG_SPACE(TEMPLATE_FDS * struct.calcsize("i"))
     request, ancillary, _, _ = channel.recvmsg(MAX_TEMPLATE_REQUEST, space)
     fds = []
     for level, kind, data in ancillary:
@@ -163,18 +169,27 @@ def _receive(channel) -> tuple:
 
 def _become_guardian(request: bytes, fds: list, supervisor: int) -> None:
     """The cloned child: take the request's pipes as stdio and dump fd, drop
-    everything else the template held, and guard. Never returns."""
+    everything else the template held, wait to be let go, and guard. Never
+    returns."""
     try:
         for name in TEMPLATE_ONLY_MODULES:
             sys.modules.pop(name, None)
-        for target, fd in enumerate(fds):
+        *stdio_and_dump, go = fds
+        for target, fd in enumerate(stdio_and_dump):
             os.dup2(fd, target)
-        os.closerange(len(fds), resource.getrlimit(resource.RLIMIT_NOFILE)[0])
         os.setpgid(0, 0)
         _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
         if os.getppid() != supervisor:
             os._exit(1)  # the supervisor died before the parent-death signal was armed
-        _guard(json.loads(request))
+        if os.read(go, 1) != b"g":
+            os._exit(1)  # the supervisor gave this start up
+        os.closerange(len(stdio_and_dump), resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+        config = json.loads(request)
+        if config.get("sandbox"):
+            # Siblings share the template's namespaces: the worker makes the
+            # ones a spawned worker has of its own (toolpool_shim.sandbox).
+            config["sandbox"]["own_namespaces"] = True
+        _guard(config)
     except BaseException:
         import traceback
 
@@ -203,12 +218,10 @@ def _enter_pid_namespace() -> None:
     uid, gid = os.geteuid(), os.getegid()
     if unshare(CLONE_NEWUSER | CLONE_NEWPID) != 0:
         return
+    from toolpool_shim.sandbox import write_own_id_maps
+
     try:
-        for path, text in (("/proc/self/setgroups", "deny"),
-                           ("/proc/self/uid_map", f"{uid} {uid} 1"),
-                           ("/proc/self/gid_map", f"{gid} {gid} 1")):
-            with open(path, "w") as handle:
-                handle.write(text)
+        write_own_id_maps(uid, gid)
     except OSError:
         pass  # unmapped ids show as nobody; the namespace still holds the tree
 
@@ -273,8 +286,6 @@ def _run_worker(config: dict, guardian: int) -> None:
         _die_with_parent()
         if _parent_pid() != guardian:
             os._exit(1)  # the guardian died before the parent-death signal was armed
-        if SHIM_DIR not in sys.path:  # it is when cloned from the template
-            sys.path.insert(0, SHIM_DIR)  # -I leaves the script's own folder off sys.path
         if config.get("sandbox"):
             # Before any tool code: the last steps of --sandbox, which only a
             # process inside the worker's PID namespace can take.

@@ -1,7 +1,8 @@
 //! Workers cloned from the template (docs/protocol.md "The template"): one
-//! interpreter per pool is exec'd; each guardian is cloned from it as the
-//! supervisor's own child, and a template that is killed or cannot start
-//! costs nothing but speed.
+//! interpreter per pool (per session, sandboxed) is exec'd; each guardian is
+//! cloned from it as the supervisor's own child, a sandboxed worker makes
+//! namespaces, a cgroup and a `/tmp` of its own, and a template that is
+//! killed or cannot start costs nothing but speed.
 
 mod common;
 
@@ -49,10 +50,11 @@ async fn guardian_of_next_call(pool: &Pool) -> i32 {
     parent_of(worker).expect("the worker has a parent")
 }
 
+/// The tests below look at plain workers (`scripts/test-sandboxed` runs
+/// every test sandboxed; the sandboxed template has a test of its own).
 fn skip_when_sandboxed() -> bool {
-    // Sandboxed workers are always spawned (each enters namespaces of its own).
     if common::sandboxed_by_env() {
-        eprintln!("skipped: sandboxed workers are not cloned from a template");
+        eprintln!("skipped: a test of unsandboxed workers");
         return true;
     }
     false
@@ -291,4 +293,144 @@ async fn a_cloned_worker_has_the_modules_a_spawned_one_has() {
         only_cloned.is_empty() && only_spawned.is_empty(),
         "only in the cloned worker: {only_cloned:?}; only in the spawned one: {only_spawned:?}"
     );
+}
+
+/// The namespace `kind` (`user`, `net`, ...) of process `pid`, as the kernel links it.
+fn namespace(pid: i32, kind: &str) -> String {
+    std::fs::read_link(format!("/proc/{pid}/ns/{kind}"))
+        .map(|link| link.display().to_string())
+        .unwrap_or_default()
+}
+
+/// Whether `toolpool --sandbox doctor` says the process limit is a cgroup's
+/// (else `RLIMIT_NPROC`, and sandboxed workers are not cloned).
+fn pids_cgroup_per_worker() -> bool {
+    let doctor = std::process::Command::new(env!("CARGO_BIN_EXE_toolpool"))
+        .args(["--sandbox", "doctor"])
+        .output()
+        .expect("toolpool runs");
+    String::from_utf8_lossy(&doctor.stdout).contains("a pids cgroup per worker")
+}
+
+#[tokio::test]
+async fn sandboxed_workers_cloned_from_one_template_have_namespaces_cgroups_and_tmp_of_their_own() {
+    if common::kernel_cannot_sandbox() {
+        return;
+    }
+    let tools = tempfile::tempdir().unwrap();
+    std::fs::write(
+        tools.path().join("probe.py"),
+        r#"import os
+
+def getpid() -> int:
+    """Its pid."""
+    return os.getpid()
+
+def mark_tmp(name: str) -> list:
+    """Writes /tmp/<name> and the workspace's <name>; lists /tmp."""
+    with open(os.path.join("/tmp", name), "w") as handle:
+        handle.write("x")
+    with open(name, "w") as handle:
+        handle.write("in the workspace")
+    return sorted(os.listdir("/tmp"))
+"#,
+    )
+    .unwrap();
+    // Under /tmp, as a default session is: the view binds its folders
+    // under /tmp, and each worker's own /tmp must hold them too.
+    let session = tempfile::tempdir().unwrap();
+    let pool = Pool::builder()
+        .functions_dir(tools.path())
+        .workers(2)
+        .spare_workers(0)
+        .session_dir(session.path())
+        .max_calls_per_worker(Some(1))
+        .sandbox(toolpool::sandbox::SandboxMode::Strict)
+        .build()
+        .await
+        .expect("a sandboxed pool starts");
+    let me = std::process::id() as i32;
+    let template = templates(&session);
+    if template.is_empty() && !pids_cgroup_per_worker() {
+        eprintln!("skipped: without a pids cgroup per worker, sandboxed workers are spawned");
+        pool.shutdown().await;
+        return;
+    }
+    assert_eq!(
+        template.len(),
+        1,
+        "one template: {}",
+        describe_pids(&template)
+    );
+    let mut seen = Vec::new();
+    for n in 0..3 {
+        let report = pool
+            .invoke_report(
+                "mark_tmp",
+                json!({"name": format!("mark-{n}")}),
+                InvokeOptions::default(),
+            )
+            .await;
+        let listed = report
+            .result
+            .expect("the tool writes /tmp and its workspace");
+        let worker = report.worker_pid.expect("the worker's pid");
+        // Each worker's /tmp is its own: it holds its mark, no earlier one's.
+        let marks: Vec<String> = serde_json::from_value::<Vec<String>>(listed)
+            .unwrap()
+            .into_iter()
+            .filter(|name| name.starts_with("mark-"))
+            .collect();
+        assert_eq!(
+            marks,
+            vec![format!("mark-{n}")],
+            "worker {worker} sees another's /tmp"
+        );
+        // What it wrote in the workspace reached the host.
+        let written = session
+            .path()
+            .join("code_workspace")
+            .join(format!("mark-{n}"));
+        assert_eq!(
+            std::fs::read_to_string(&written).unwrap(),
+            "in the workspace"
+        );
+        let guardian = parent_of(worker).expect("a guardian");
+        assert_eq!(parent_of(guardian), Some(me));
+        assert!(
+            cmdline(guardian).contains("--template"),
+            "spawned: {}",
+            cmdline(guardian)
+        );
+        let cgroup = std::fs::read_to_string(format!("/proc/{worker}/cgroup")).unwrap();
+        seen.push((
+            ["user", "net", "ipc", "uts", "mnt", "pid"].map(|kind| namespace(worker, kind)),
+            cgroup,
+        ));
+    }
+    let template_ns =
+        ["user", "net", "ipc", "uts", "mnt", "pid"].map(|kind| namespace(template[0], kind));
+    let template_cgroup = std::fs::read_to_string(format!("/proc/{}/cgroup", template[0])).unwrap();
+    for (i, (ns, cgroup)) in seen.iter().enumerate() {
+        for (k, kind) in ["user", "net", "ipc", "uts", "mnt", "pid"]
+            .iter()
+            .enumerate()
+        {
+            assert_ne!(
+                ns[k], template_ns[k],
+                "worker {i} shares the template's {kind} namespace"
+            );
+            for (other, _) in &seen[i + 1..] {
+                assert_ne!(ns[k], other[k], "two workers share a {kind} namespace");
+            }
+        }
+        assert_ne!(
+            cgroup, &template_cgroup,
+            "worker {i} is in the template's cgroup"
+        );
+        for (_, other) in &seen[i + 1..] {
+            assert_ne!(cgroup, other, "two workers share a cgroup");
+        }
+    }
+    pool.shutdown().await;
 }

@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::process::ProcessId;
+
 /// Where the controllers live for this process.
 #[derive(Debug, Clone, Default)]
 pub struct Mounts {
@@ -232,6 +234,18 @@ impl WorkerCgroup {
             if unsafe { libc::write(fd.as_raw_fd(), b"0".as_ptr().cast(), 1) } != 1 {
                 return Err(std::io::Error::last_os_error());
             }
+        }
+        Ok(())
+    }
+}
+
+impl WorkerCgroup {
+    /// Moves process `pid` (a guardian the template cloned, waiting to be
+    /// let go before it forks its worker) into the cgroups.
+    pub fn adopt(&self, pid: ProcessId) -> std::io::Result<()> {
+        let text = pid.to_string();
+        for fd in &self.procs {
+            nix::unistd::write(fd, text.as_bytes()).map_err(std::io::Error::from)?;
         }
         Ok(())
     }

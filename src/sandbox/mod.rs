@@ -249,6 +249,10 @@ impl Sandbox {
         json!({
             "strict": self.options.mode == SandboxMode::Strict,
             "fresh_proc": self.pieces.mount_ns && self.pieces.pid_ns,
+            // Whether a worker has a network namespace of its own (loopback
+            // only): a worker cloned from a template makes its own, as the
+            // template's is shared (python_shim/toolpool_shim/sandbox.py).
+            "private_net": self.pieces.net_ns && !self.options.allow_net,
             "seccomp": self.seccomp_program,
             "landlock": if self.pieces.landlock_abi.is_some() { self.landlock.clone() } else { Value::Null },
         })

@@ -1,5 +1,5 @@
-//! Starting a worker's guardian process: cloned from the pool's template
-//! (`template`) where it runs, else spawned from nothing.
+//! Starting a worker's guardian process: cloned from a template
+//! (`template`) where one runs, else spawned from nothing.
 //!
 //! Every worker is started from one long-lived thread (the [`Spawner`]):
 //! `PR_SET_PDEATHSIG` fires when the *thread* that forked a child exits, so
@@ -44,7 +44,7 @@ pub(super) struct Spawned {
 
 impl Spawner {
     /// Starts the spawner thread; must be called inside a tokio runtime.
-    /// `use_template`: clone unsandboxed workers from a template process.
+    /// `use_template`: clone workers from a template process (see `template`).
     pub fn new(use_template: bool) -> std::io::Result<Spawner> {
         let handle = tokio::runtime::Handle::current();
         let (jobs, queue) = std::sync::mpsc::channel::<Job>();
@@ -83,31 +83,34 @@ impl Spawner {
     }
 }
 
-/// The spawner thread's template, started at the first unsandboxed worker.
-/// Sandboxed workers are always spawned: each enters namespaces and a mount
-/// view of its own between fork and exec.
+/// The spawner thread's templates, one per spec (a sandboxed pool has one
+/// spec per session: each worker's view holds its session's folders), each
+/// started at the spec's first worker.
 struct Templates {
     enabled: bool,
-    current: Option<Template>,
-    /// Starts that failed in a row: after [`MAX_TEMPLATE_FAILURES`] the
-    /// pool spawns every worker (an interpreter that cannot be a template).
+    running: Vec<Template>,
+    /// Starts or clones that failed in a row: after
+    /// [`MAX_TEMPLATE_FAILURES`] the pool spawns every worker (an
+    /// interpreter that cannot be a template).
     failures: u32,
 }
 
 /// Failed template starts or clones after which a pool stops trying.
 const MAX_TEMPLATE_FAILURES: u32 = 3;
+/// Templates kept running at once; past it the one used least recently ends.
+const MAX_TEMPLATES: usize = 4;
 
 impl Templates {
     fn new(enabled: bool) -> Templates {
         Templates {
             enabled,
-            current: None,
+            running: Vec::new(),
             failures: 0,
         }
     }
 
     fn start_guardian(&mut self, spec: &Arc<WorkerSpec>) -> std::io::Result<Spawned> {
-        if !self.enabled || spec.sandbox.is_some() || self.failures >= MAX_TEMPLATE_FAILURES {
+        if !self.enabled || !Template::can_serve(spec) || self.failures >= MAX_TEMPLATE_FAILURES {
             return spawn_process(spec);
         }
         match self.clone_from_template(spec) {
@@ -117,7 +120,7 @@ impl Templates {
             }
             Err(e) => {
                 self.failures += 1;
-                self.current = None;
+                self.running.retain(|t| !t.serves(spec));
                 if self.failures >= MAX_TEMPLATE_FAILURES {
                     tracing::warn!("workers are spawned from now on: the template failed: {e}");
                 } else {
@@ -129,20 +132,25 @@ impl Templates {
     }
 
     fn clone_from_template(&mut self, spec: &Arc<WorkerSpec>) -> std::io::Result<Spawned> {
-        // A template serves the spec it was started with (its environment,
-        // working directory and limits are the guardian's).
-        if self
-            .current
-            .as_mut()
-            .is_some_and(|t| !t.serves(spec) || !t.is_alive())
-        {
-            self.current = None;
-        }
-        let template = match &mut self.current {
-            Some(template) => template,
-            None => self.current.insert(Template::start(spec)?),
+        // A template whose spec nobody else holds serves no one any more (a
+        // session that ended); a dead one is started again.
+        self.running
+            .retain_mut(|t| t.is_alive() && Arc::strong_count(t.spec()) > 1);
+        let index = match self.running.iter().position(|t| t.serves(spec)) {
+            Some(index) => index,
+            None => {
+                if self.running.len() >= MAX_TEMPLATES {
+                    self.running.remove(0);
+                }
+                self.running.push(Template::start(spec)?);
+                self.running.len() - 1
+            }
         };
-        template.clone_guardian(spec)
+        // Most recently used last.
+        let mut template = self.running.remove(index);
+        let spawned = template.clone_guardian(spec);
+        self.running.push(template);
+        spawned
     }
 }
 

@@ -1,12 +1,13 @@
-//! The template: one `python3` per pool that has started the interpreter
-//! and imported the shim once (no tool), from which each unsandboxed
-//! worker's guardian is cloned instead of started from nothing. A worker's
+//! The template: one `python3` per pool (per session under `--sandbox`,
+//! inside the sandbox) that has started the interpreter and imported the
+//! shim once (no tool), from which each worker's guardian is cloned instead
+//! of started from nothing. A worker's
 //! start then costs its tools' imports; the interpreter's start and the
 //! shim's imports (~110 ms of CPU each on a slow machine) are paid once.
 //!
 //! The channel is a `SOCK_SEQPACKET` socket pair, the template's end on its
-//! fd 3. A request is the guardian's config JSON with its four pipe ends
-//! (stdin, stdout, stderr, dump) as `SCM_RIGHTS`; the template clones the
+//! fd 3. A request is the guardian's config JSON with five pipe ends
+//! (stdin, stdout, stderr, dump, and one it waits on to go) as `SCM_RIGHTS`; the template clones the
 //! guardian with `CLONE_PARENT` and answers its pid (`python_shim/
 //! toolpool_boot.py`). The pid is taken only once the kernel says the
 //! process is this one's child; from then on it is held by a pidfd and
@@ -29,7 +30,7 @@ use super::guardian::{ClonedGuardian, GuardianProcess};
 use super::spawn::{guardian_command, Spawned};
 use super::WorkerSpec;
 use crate::process::{pidfd_open, ProcessId};
-use crate::sandbox::WorkerCgroup;
+use crate::sandbox::{ProcessLimit, WorkerCgroup};
 
 /// The longest answer the template gives ("ready", a pid, `error <errno>`, or why it cannot serve).
 const MAX_ANSWER: usize = 512;
@@ -41,6 +42,9 @@ pub(super) struct Template {
     process: tokio::process::Child,
     channel: OwnedFd,
     spec: Arc<WorkerSpec>,
+    /// Under `--sandbox`, the template's own cgroup (each guardian is moved
+    /// into one of its own before it forks its worker).
+    _cgroup: Arc<WorkerCgroup>,
 }
 
 fn io_error(what: &str) -> impl Fn(nix::errno::Errno) -> std::io::Error + '_ {
@@ -48,7 +52,27 @@ fn io_error(what: &str) -> impl Fn(nix::errno::Errno) -> std::io::Error + '_ {
 }
 
 impl Template {
-    /// Starts a template for `spec` and waits until it has imported the shim.
+    /// Whether workers of `spec` may come from a template. Under
+    /// `--sandbox` a template is inside the sandbox, in its namespaces and
+    /// mount view, and each worker cloned from it makes user, IPC, UTS and
+    /// network namespaces and a `/tmp` of its own
+    /// (`toolpool_shim/sandbox.py`). Not where the process limit is
+    /// `RLIMIT_NPROC`: kernels count it per user namespace differently, and
+    /// a cgroup's `pids.max` per worker is what holds everywhere.
+    pub(super) fn can_serve(spec: &WorkerSpec) -> bool {
+        spec.sandbox.as_ref().is_none_or(|sandbox| {
+            let pieces = sandbox.pieces();
+            // Its worker makes namespaces of its own inside the template's
+            // user namespace, from a mount namespace of its own.
+            pieces.user_ns
+                && pieces.mount_ns
+                && pieces.pid_ns
+                && pieces.process_limit != ProcessLimit::Rlimit
+        })
+    }
+
+    /// Starts a template for `spec` (inside its sandbox, if it has one) and
+    /// waits until it has imported the shim.
     pub(super) fn start(spec: &Arc<WorkerSpec>) -> std::io::Result<Template> {
         let (channel, theirs) = socketpair(
             AddressFamily::Unix,
@@ -58,8 +82,16 @@ impl Template {
         )
         .map_err(io_error("socketpair"))?;
         let supervisor = std::process::id().to_string();
-        let mut command =
-            guardian_command(spec, &["--template", &supervisor], theirs.as_raw_fd(), None);
+        let cgroup = Arc::new(match &spec.sandbox {
+            Some(sandbox) => sandbox.worker_cgroup()?,
+            None => WorkerCgroup::none(),
+        });
+        let mut command = guardian_command(
+            spec,
+            &["--template", &supervisor],
+            theirs.as_raw_fd(),
+            Some(&cgroup),
+        );
         command
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
@@ -73,6 +105,7 @@ impl Template {
             process,
             channel,
             spec: spec.clone(),
+            _cgroup: cgroup,
         };
         template.set_answer_wait(spec.start_timeout)?;
         match template.answer()?.as_str() {
@@ -90,6 +123,10 @@ impl Template {
     /// Whether it makes workers of `spec`.
     pub(super) fn serves(&self, spec: &Arc<WorkerSpec>) -> bool {
         Arc::ptr_eq(&self.spec, spec)
+    }
+
+    pub(super) fn spec(&self) -> &Arc<WorkerSpec> {
+        &self.spec
     }
 
     pub(super) fn is_alive(&mut self) -> bool {
@@ -127,11 +164,15 @@ impl Template {
         let (stdout_read, stdout_write) = pipe()?;
         let (stderr_read, stderr_write) = pipe()?;
         let (dump_read, dump_write) = pipe()?;
+        // The guardian waits for a byte here before it forks its worker:
+        // by then it is in its own cgroup.
+        let (go_read, go_write) = pipe()?;
         let theirs = [
             stdin_read.as_raw_fd(),
             stdout_write.as_raw_fd(),
             stderr_write.as_raw_fd(),
             dump_write.as_raw_fd(),
+            go_read.as_raw_fd(),
         ];
         let config = spec.boot_json();
         let me = std::process::id() as i32;
@@ -167,19 +208,27 @@ impl Template {
             pidfd = Some(fd);
             Ok(pid.raw())
         })?;
-        drop((stdin_read, stdout_write, stderr_write, dump_write));
+        drop((stdin_read, stdout_write, stderr_write, dump_write, go_read));
         let (Some(pid), Some(pidfd)) = (ProcessId::new(pid), pidfd) else {
             return Err(std::io::Error::other(
                 "the cloned guardian was not recorded",
             ));
         };
+        // Held from here on: dropped on an error below, it is reaped.
+        let guardian = GuardianProcess::Cloned(ClonedGuardian::new(pid, pidfd)?);
+        let cgroup = Arc::new(match &spec.sandbox {
+            Some(sandbox) => sandbox.worker_cgroup()?,
+            None => WorkerCgroup::none(),
+        });
+        cgroup.adopt(pid)?;
+        nix::unistd::write(&go_write, b"g").map_err(io_error("letting the guardian go"))?;
         Ok(Spawned {
-            guardian: GuardianProcess::Cloned(ClonedGuardian::new(pid, pidfd)?),
+            guardian,
             stdin: pipe::Sender::from_owned_fd(stdin_write)?,
             stdout: pipe::Receiver::from_owned_fd(stdout_read)?,
             stderr: pipe::Receiver::from_owned_fd(stderr_read)?,
             dump: dump_read,
-            cgroup: Arc::new(WorkerCgroup::none()),
+            cgroup,
         })
     }
 }
