@@ -111,3 +111,70 @@ async fn a_dying_tool_fails_only_its_own_call() {
     assert_eq!(slow.await.unwrap().unwrap(), json!("answered after 0.5 s"));
     pool.shutdown().await;
 }
+
+/// Waits up to `limit` for `done` to hold of the pool's stats.
+async fn stats_until(
+    pool: &toolpool::Pool,
+    limit: std::time::Duration,
+    done: impl Fn(&toolpool::PoolStats) -> bool,
+) -> toolpool::PoolStats {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let stats = pool.stats();
+        if done(&stats) || std::time::Instant::now() >= deadline {
+            return stats;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_worker_killed_while_idle_is_replaced_before_any_call() {
+    let session = tempfile::tempdir().unwrap();
+    let pool = builder(&session, 2)
+        .spare_workers(1)
+        .build()
+        .await
+        .expect("pool starts");
+    // Every worker up: two idle, one spare.
+    let stats = stats_until(&pool, std::time::Duration::from_secs(10), |s| {
+        s.live_workers == 3
+    })
+    .await;
+    assert_eq!(stats.live_workers, 3, "{stats:?}");
+    let before: Vec<i32> = stats.workers.iter().map(|w| w.pid).collect();
+    // Killed from outside (as the kernel's OOM killer would), no call made.
+    for pid in &before {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(*pid),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .unwrap();
+    }
+    let stats = stats_until(&pool, std::time::Duration::from_secs(10), |s| {
+        s.terminations["signalled"] == 3
+            && s.live_workers == 3
+            && s.workers.iter().all(|w| !before.contains(&w.pid))
+    })
+    .await;
+    assert_eq!(stats.terminations["signalled"], 3, "{stats:?}");
+    // No call failed: `worker_deaths` counts deaths during a call.
+    assert_eq!(stats.worker_deaths, 0, "{stats:?}");
+    assert_eq!(stats.live_workers, 3, "three new workers: {stats:?}");
+    assert!(
+        stats.workers.iter().all(|w| !before.contains(&w.pid)),
+        "{before:?} -> {stats:?}"
+    );
+    assert_eq!(
+        stats.spares, 1,
+        "the spare was replaced by a spare: {stats:?}"
+    );
+    // And the calls that come now find live workers, none of them broken.
+    for n in 0..4 {
+        assert_eq!(
+            call(&pool, "add", json!({"a": n, "b": 1})).await.unwrap(),
+            json!(n + 1)
+        );
+    }
+    pool.shutdown().await;
+}

@@ -399,7 +399,7 @@ impl PoolBuilder {
         });
         let missing = self.workers - workers.len();
         for worker in workers {
-            shared.workers.register(&worker, 0);
+            shared.enlist(&worker, 0);
             shared.make_idle(worker);
         }
         for _ in 0..missing {

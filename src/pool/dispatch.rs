@@ -132,6 +132,24 @@ impl Dispatcher {
         std::iter::from_fn(|| self.try_take_idle()).collect()
     }
 
+    /// Worker `pid`, if it is waiting (a spare: `true`) and no caller has
+    /// been promised it. Every idle worker may be promised to a caller in
+    /// line already (all permits taken): then that caller finds it dead.
+    pub(super) fn take_waiting(&self, pid: i32) -> Option<(Worker, bool)> {
+        {
+            let mut spares = locked(&self.spares);
+            if let Some(index) = spares.iter().position(|w| w.pid() == pid) {
+                return Some((spares.swap_remove(index), true));
+            }
+        }
+        let mut idle = locked(&self.idle);
+        let index = idle.iter().position(|w| w.pid() == pid)?;
+        // One permit fewer for the one worker fewer (never blocks: under
+        // the queue's lock, as put_idle adds them after it).
+        self.idle_permits.try_acquire().ok()?.forget();
+        idle.remove(index).map(|worker| (worker, false))
+    }
+
     pub(super) fn pop_spare(&self) -> Option<Worker> {
         locked(&self.spares).pop()
     }

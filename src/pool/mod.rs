@@ -19,6 +19,7 @@ use tokio::time::Instant;
 mod builder;
 mod checkout;
 mod dispatch;
+mod idle_deaths;
 mod lease;
 mod pipelined;
 mod sandboxed;
@@ -304,7 +305,7 @@ impl Shared {
                         if let Ok(mut failure) = shared.start_failure.lock() {
                             *failure = None;
                         }
-                        shared.workers.register(&worker, generation);
+                        shared.enlist(&worker, generation);
                         match destination {
                             Destination::Idle => shared.make_idle(worker),
                             Destination::Spare => shared.add_spare(worker),

@@ -106,7 +106,7 @@ impl Shared {
             let generation = shared.workers.generation();
             match Worker::start(&shared.spawner, spec).await {
                 Ok(worker) => {
-                    shared.workers.register(&worker, generation);
+                    shared.enlist(&worker, generation);
                     if let Err(Ok(worker)) = started_tx.send(Ok(worker)) {
                         shared.make_idle(worker);
                     }

@@ -94,6 +94,12 @@ impl Worker {
             .inspect(|_| self.reaped = true)
     }
 
+    /// How a worker that died while it waited ended, once its guardian is
+    /// reaped (it mirrors the worker's exit status).
+    pub async fn how_it_ended(&mut self) -> super::Termination {
+        super::Termination::from_status(self.reap().await)
+    }
+
     /// Retires a healthy worker: closes its stdin (it exits at once), reaps it.
     pub async fn retire(mut self) {
         if let Some(process) = &self.killer().process {

@@ -373,6 +373,11 @@ impl Worker {
         &self.spec
     }
 
+    /// The guardian's pid, as the kernel gave it (it ends when the worker does).
+    pub fn guardian_pid(&self) -> ProcessId {
+        self.guardian
+    }
+
     pub fn calls_served(&self) -> u64 {
         self.calls_served
     }

@@ -1,0 +1,70 @@
+//! A worker that dies while it waits (idle, or a warm spare) — killed from
+//! outside, by the kernel out of memory, a crash in a thread a tool left
+//! running — is noticed at once: taken out of the pool, its end counted by
+//! how it ended, and a replacement started, before any call would pick it.
+//!
+//! Each live worker has a task waiting on a pidfd of its guardian, which
+//! ends exactly when the worker does (it mirrors the worker's end). The
+//! task wakes only then; a worker busy with a call when it dies is the
+//! call's to report, and one that was retired is already gone from the pool.
+
+use std::os::fd::OwnedFd;
+use std::sync::{Arc, Weak};
+
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
+
+use super::{Destination, Shared};
+use crate::process::pidfd_open;
+use crate::worker::Worker;
+
+impl Shared {
+    /// Lists `worker` as live (it imported the code of `generation`) and
+    /// watches for its death while it waits.
+    pub(super) fn enlist(self: &Arc<Self>, worker: &Worker, generation: u64) {
+        self.workers.register(worker, generation);
+        let Some(pidfd) = pidfd_open(worker.guardian_pid()) else {
+            return; // a kernel without pidfds: a dead idle worker is found by its next call
+        };
+        // SAFETY: an OwnedFd's descriptor is open, and stays the same one
+        // until the AsyncFd drops it.
+        let Ok(ended) = (unsafe { AsyncFd::register_with_interest(pidfd, Interest::READABLE) })
+        else {
+            return;
+        };
+        let pid = worker.pid();
+        let pool = Arc::downgrade(self);
+        tokio::spawn(watch(ended, pool, pid));
+    }
+
+    /// The worker `pid` ended: if it was waiting, it leaves the pool now.
+    async fn died_waiting(self: &Arc<Self>, pid: i32) {
+        let Some((mut worker, spare)) = self.workers.take_waiting(pid) else {
+            return; // busy (its call reports it), retired, or promised to a caller
+        };
+        let how = worker.how_it_ended().await;
+        tracing::warn!(
+            worker = pid,
+            "a waiting worker {how}; a new one takes its place"
+        );
+        self.counters.count_end(&how);
+        self.workers.unregister(pid);
+        if spare {
+            self.start_worker(Destination::Spare, std::time::Duration::ZERO);
+        } else {
+            self.replace_like(&worker.spec().clone());
+        }
+    }
+}
+
+async fn watch(ended: AsyncFd<OwnedFd>, pool: Weak<Shared>, pid: i32) {
+    // Readable once the guardian has ended (it is not reaped here).
+    if ended.readable().await.is_err() {
+        return;
+    }
+    if let Some(shared) = pool.upgrade() {
+        if !shared.workers.is_closed() {
+            shared.died_waiting(pid).await;
+        }
+    }
+}
