@@ -321,18 +321,23 @@ async fn sandboxed_workers_cloned_from_one_template_have_namespaces_cgroups_and_
     std::fs::write(
         tools.path().join("probe.py"),
         r#"import os
+import time
 
-def getpid() -> int:
-    """Its pid."""
-    return os.getpid()
-
-def mark_tmp(name: str) -> list:
-    """Writes /tmp/<name> and the workspace's <name>; lists /tmp."""
+def inspect(name: str) -> dict:
+    """Marks /tmp and the workspace, waits for the other calls to, and says what it sees."""
     with open(os.path.join("/tmp", name), "w") as handle:
         handle.write("x")
     with open(name, "w") as handle:
         handle.write("in the workspace")
-    return sorted(os.listdir("/tmp"))
+    time.sleep(1.0)
+    kinds = ["user", "net", "ipc", "uts", "mnt", "pid"]
+    with open("/proc/self/cgroup") as handle:
+        cgroup = handle.read()
+    return {
+        "marks": sorted(n for n in os.listdir("/tmp") if n.startswith("mark-")),
+        "namespaces": [os.readlink(f"/proc/self/ns/{kind}") for kind in kinds],
+        "cgroup": cgroup,
+    }
 "#,
     )
     .unwrap();
@@ -341,15 +346,13 @@ def mark_tmp(name: str) -> list:
     let session = tempfile::tempdir().unwrap();
     let pool = Pool::builder()
         .functions_dir(tools.path())
-        .workers(2)
+        .workers(3)
         .spare_workers(0)
         .session_dir(session.path())
-        .max_calls_per_worker(Some(1))
         .sandbox(toolpool::sandbox::SandboxMode::Strict)
         .build()
         .await
         .expect("a sandboxed pool starts");
-    let me = std::process::id() as i32;
     let template = templates(&session);
     if template.is_empty() && !pids_cgroup_per_worker() {
         eprintln!("skipped: without a pids cgroup per worker, sandboxed workers are spawned");
@@ -362,29 +365,33 @@ def mark_tmp(name: str) -> list:
         "one template: {}",
         describe_pids(&template)
     );
-    let mut seen = Vec::new();
-    for n in 0..3 {
-        let report = pool
-            .invoke_report(
-                "mark_tmp",
+    // Three calls at once, one per worker, all alive together (a namespace's
+    // number may be reused once it is gone).
+    let calls = (0..3).map(|n| {
+        let pool = pool.clone();
+        async move {
+            pool.invoke_report(
+                "inspect",
                 json!({"name": format!("mark-{n}")}),
                 InvokeOptions::default(),
             )
-            .await;
-        let listed = report
-            .result
-            .expect("the tool writes /tmp and its workspace");
+            .await
+        }
+    });
+    let reports = futures_util::future::join_all(calls).await;
+    let me = std::process::id() as i32;
+    let kinds = ["user", "net", "ipc", "uts", "mnt", "pid"];
+    let template_ns = kinds.map(|kind| namespace(template[0], kind));
+    let template_cgroup = std::fs::read_to_string(format!("/proc/{}/cgroup", template[0])).unwrap();
+    let mut seen = Vec::new();
+    for (n, report) in reports.into_iter().enumerate() {
         let worker = report.worker_pid.expect("the worker's pid");
-        // Each worker's /tmp is its own: it holds its mark, no earlier one's.
-        let marks: Vec<String> = serde_json::from_value::<Vec<String>>(listed)
-            .unwrap()
-            .into_iter()
-            .filter(|name| name.starts_with("mark-"))
-            .collect();
+        let seen_by_it = report.result.expect("the tool runs");
+        // Its /tmp is its own: its mark only, though all three wrote theirs.
         assert_eq!(
-            marks,
-            vec![format!("mark-{n}")],
-            "worker {worker} sees another's /tmp"
+            seen_by_it["marks"],
+            json!([format!("mark-{n}")]),
+            "worker {worker}"
         );
         // What it wrote in the workspace reached the host.
         let written = session
@@ -402,34 +409,30 @@ def mark_tmp(name: str) -> list:
             "spawned: {}",
             cmdline(guardian)
         );
-        let cgroup = std::fs::read_to_string(format!("/proc/{worker}/cgroup")).unwrap();
-        seen.push((
-            ["user", "net", "ipc", "uts", "mnt", "pid"].map(|kind| namespace(worker, kind)),
-            cgroup,
-        ));
-    }
-    let template_ns =
-        ["user", "net", "ipc", "uts", "mnt", "pid"].map(|kind| namespace(template[0], kind));
-    let template_cgroup = std::fs::read_to_string(format!("/proc/{}/cgroup", template[0])).unwrap();
-    for (i, (ns, cgroup)) in seen.iter().enumerate() {
-        for (k, kind) in ["user", "net", "ipc", "uts", "mnt", "pid"]
-            .iter()
-            .enumerate()
-        {
+        let namespaces: Vec<String> =
+            serde_json::from_value(seen_by_it["namespaces"].clone()).unwrap();
+        for (k, kind) in kinds.iter().enumerate() {
             assert_ne!(
-                ns[k], template_ns[k],
-                "worker {i} shares the template's {kind} namespace"
+                namespaces[k], template_ns[k],
+                "worker {worker} shares the template's {kind} namespace"
             );
-            for (other, _) in &seen[i + 1..] {
-                assert_ne!(ns[k], other[k], "two workers share a {kind} namespace");
-            }
         }
+        let cgroup = seen_by_it["cgroup"].as_str().unwrap().to_string();
         assert_ne!(
-            cgroup, &template_cgroup,
-            "worker {i} is in the template's cgroup"
+            cgroup, template_cgroup,
+            "worker {worker} is in the template's cgroup"
         );
-        for (_, other) in &seen[i + 1..] {
-            assert_ne!(cgroup, other, "two workers share a cgroup");
+        seen.push((namespaces, cgroup));
+    }
+    for (i, (namespaces, cgroup)) in seen.iter().enumerate() {
+        for (other_namespaces, other_cgroup) in &seen[i + 1..] {
+            for (k, kind) in kinds.iter().enumerate() {
+                assert_ne!(
+                    namespaces[k], other_namespaces[k],
+                    "two workers share a {kind} namespace"
+                );
+            }
+            assert_ne!(cgroup, other_cgroup, "two workers share a cgroup");
         }
     }
     pool.shutdown().await;

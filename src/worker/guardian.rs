@@ -42,23 +42,27 @@ impl GuardianProcess {
 /// it is reaped here.
 pub(super) struct ClonedGuardian {
     pid: ProcessId,
-    /// Readable once it has ended.
-    pidfd: Option<AsyncFd<OwnedFd>>,
+    pidfd: Pidfd,
     status: Option<ExitStatus>,
+}
+
+/// The guardian's pidfd: readable once it has ended. Registered with the
+/// reactor at the first wait, so that taking a guardian cannot fail (and
+/// leave a child nobody reaps).
+enum Pidfd {
+    Owned(OwnedFd),
+    Registered(AsyncFd<OwnedFd>),
+    Gone,
 }
 
 impl ClonedGuardian {
     /// Takes `pid`, a child of this process, with a pidfd open on it.
-    pub(super) fn new(pid: ProcessId, pidfd: OwnedFd) -> std::io::Result<ClonedGuardian> {
-        // SAFETY: an OwnedFd's descriptor is open, and stays the same one
-        // until the AsyncFd drops it or gives it back (`into_inner`).
-        let pidfd = unsafe { AsyncFd::register_with_interest(pidfd, Interest::READABLE) }
-            .map_err(|e| e.into_parts().1)?;
-        Ok(ClonedGuardian {
+    pub(super) fn new(pid: ProcessId, pidfd: OwnedFd) -> ClonedGuardian {
+        ClonedGuardian {
             pid,
-            pidfd: Some(pidfd),
+            pidfd: Pidfd::Owned(pidfd),
             status: None,
-        })
+        }
     }
 
     async fn wait(&mut self) -> std::io::Result<ExitStatus> {
@@ -66,7 +70,22 @@ impl ClonedGuardian {
             if let Some(status) = self.status {
                 return Ok(status);
             }
-            let Some(pidfd) = &self.pidfd else {
+            self.pidfd = match std::mem::replace(&mut self.pidfd, Pidfd::Gone) {
+                // SAFETY: an OwnedFd's descriptor is open, and stays the
+                // same one until the AsyncFd drops it or gives it back.
+                Pidfd::Owned(fd) => {
+                    match unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) } {
+                        Ok(registered) => Pidfd::Registered(registered),
+                        Err(e) => {
+                            let (fd, error) = e.into_parts();
+                            self.pidfd = Pidfd::Owned(fd);
+                            return Err(error);
+                        }
+                    }
+                }
+                other => other,
+            };
+            let Pidfd::Registered(pidfd) = &self.pidfd else {
                 return Err(std::io::Error::other("the guardian's pidfd is gone"));
             };
             if let Some(status) = reap(pidfd.get_ref(), WaitPidFlag::WNOHANG)? {
@@ -86,10 +105,11 @@ impl Drop for ClonedGuardian {
         if self.status.is_some() {
             return;
         }
-        let Some(pidfd) = self.pidfd.take() else {
-            return;
+        let pidfd = match std::mem::replace(&mut self.pidfd, Pidfd::Gone) {
+            Pidfd::Owned(fd) => fd,
+            Pidfd::Registered(registered) => registered.into_inner(),
+            Pidfd::Gone => return,
         };
-        let pidfd = pidfd.into_inner();
         let reap_blocking = move || {
             let _ = reap(&pidfd, WaitPidFlag::empty());
         };

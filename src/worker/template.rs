@@ -215,7 +215,7 @@ impl Template {
             ));
         };
         // Held from here on: dropped on an error below, it is reaped.
-        let guardian = GuardianProcess::Cloned(ClonedGuardian::new(pid, pidfd)?);
+        let guardian = GuardianProcess::Cloned(ClonedGuardian::new(pid, pidfd));
         let cgroup = Arc::new(match &spec.sandbox {
             Some(sandbox) => sandbox.worker_cgroup()?,
             None => WorkerCgroup::none(),
