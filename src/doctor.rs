@@ -2,6 +2,7 @@
 
 use crate::pool::Pool;
 use crate::process::KillMechanism;
+use crate::worker::StartMethod;
 
 /// The report `toolpool doctor` prints, one `name: value` a line.
 pub fn report(pool: &Pool) -> String {
@@ -29,6 +30,13 @@ pub fn report(pool: &Pool) -> String {
         ),
         format!("codec: {codec}"),
         format!("kill mechanism: {kill}"),
+        format!(
+            "worker start: {}",
+            match info.started {
+                StartMethod::Template => "template (each worker cloned from a process that started the interpreter and imported the shim once)",
+                _ => "spawned (a fresh interpreter for each worker)",
+            }
+        ),
         format!(
             "subreaper: {}",
             if limits["subreaper"].as_bool() == Some(true) {

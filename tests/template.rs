@@ -10,6 +10,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
 use serde_json::json;
+use toolpool::worker::StartMethod;
 use toolpool::{InvokeOptions, Pool, ToolError};
 
 use common::{builder, call, descendants, describe_pids, parent_of};
@@ -93,6 +94,7 @@ async fn workers_are_cloned_from_one_template_as_children_of_the_supervisor() {
         call(&pool, "add", json!({"a": 2, "b": 3})).await.unwrap(),
         json!(5)
     );
+    assert_eq!(pool.worker_info().started, StartMethod::Template);
     pool.shutdown().await;
     assert!(
         common::survivors_after(&templates, Duration::from_secs(3))
@@ -231,6 +233,7 @@ async fn without_a_template_workers_are_spawned_and_serve() {
         cmdline(guardian)
     );
     assert!(templates(&session).is_empty());
+    assert_eq!(pool.worker_info().started, StartMethod::Spawned);
     assert_eq!(
         call(&pool, "add", json!({"a": 2, "b": 2})).await.unwrap(),
         json!(4)
@@ -436,4 +439,19 @@ def inspect(name: str) -> dict:
         }
     }
     pool.shutdown().await;
+}
+
+#[test]
+fn doctor_says_how_workers_start() {
+    if skip_when_sandboxed() {
+        return;
+    }
+    let session = tempfile::tempdir().unwrap();
+    let out = common::run(common::toolpool_command(session.path()).arg("doctor"));
+    assert!(
+        out.stdout
+            .contains("worker start: template (each worker cloned from a process"),
+        "{}",
+        out.stdout
+    );
 }

@@ -43,10 +43,6 @@ impl Shared {
             return; // busy (its call reports it), retired, or promised to a caller
         };
         let how = worker.how_it_ended().await;
-        tracing::warn!(
-            worker = pid,
-            "a waiting worker {how}; a new one takes its place"
-        );
         self.counters.count_end(&how);
         self.workers.unregister(pid);
         if spare {

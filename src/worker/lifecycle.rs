@@ -95,9 +95,16 @@ impl Worker {
     }
 
     /// How a worker that died while it waited ended, once its guardian is
-    /// reaped (it mirrors the worker's exit status).
+    /// reaped (it mirrors the worker's exit status); logged against the
+    /// call it ran last, as a death found by the next call is.
     pub async fn how_it_ended(&mut self) -> super::Termination {
-        super::Termination::from_status(self.reap().await)
+        let how = super::Termination::from_status(self.reap().await);
+        let after = self.last_call.as_deref().unwrap_or("its start");
+        tracing::warn!(
+            worker = self.pid(),
+            "the worker was found broken after {after}, while it waited: it {how}"
+        );
+        how
     }
 
     /// Retires a healthy worker: closes its stdin (it exits at once), reaps it.

@@ -161,6 +161,19 @@ pub struct WorkerInfo {
     /// `msgpack` (the C extension) or `builtin` (the shim's own codec).
     pub codec: String,
     pub kill_mechanism: KillMechanism,
+    pub started: StartMethod,
+}
+
+/// How a worker's guardian was started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum StartMethod {
+    /// Cloned from the pool's template, which imported the shim once.
+    Template,
+    /// A fresh interpreter (the template is off, cannot run, or cannot serve
+    /// this sandbox).
+    Spawned,
 }
 
 /// A running worker, exclusively owned by whoever is using it.
@@ -225,6 +238,10 @@ impl Worker {
             stderr_tail.clone(),
             call_tag.clone(),
         ));
+        let started = match &guardian_process {
+            GuardianProcess::Cloned(_) => StartMethod::Template,
+            GuardianProcess::Spawned(_) => StartMethod::Spawned,
+        };
         let mut worker = Worker {
             guardian_process,
             guardian,
@@ -243,6 +260,7 @@ impl Worker {
                 executable: String::new(),
                 codec: String::new(),
                 kill_mechanism: KillMechanism::ProcessTree,
+                started,
             },
             reaped: false,
             _cgroup: cgroup,
