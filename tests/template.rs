@@ -23,8 +23,9 @@ fn cmdline(pid: i32) -> String {
 }
 
 /// The templates of the pool whose session is `session`: children of this
-/// process with the template's command line and no child (the guardians
-/// cloned from it have that command line too, and their worker), working
+/// process with the template's command line, no child and its socket on fd
+/// 3 (the guardians cloned from it have that command line too, and their
+/// worker and their dump pipe), working
 /// in that session (the tests of this file run side by side, each pool in a
 /// session of its own).
 fn templates(session: &tempfile::TempDir) -> Vec<i32> {
@@ -36,6 +37,9 @@ fn templates(session: &tempfile::TempDir) -> Vec<i32> {
             parent_of(*p) == Some(me)
                 && cmdline(*p).contains("toolpool_boot.py --template")
                 && descendants(*p).is_empty()
+                // Its channel; a guardian just cloned has its dump pipe there.
+                && std::fs::read_link(format!("/proc/{p}/fd/3"))
+                    .is_ok_and(|target| target.to_string_lossy().starts_with("socket:"))
                 && std::fs::read_link(format!("/proc/{p}/cwd"))
                     .is_ok_and(|cwd| cwd.starts_with(&session))
         })
@@ -67,7 +71,11 @@ async fn workers_are_cloned_from_one_template_as_children_of_the_supervisor() {
         return;
     }
     let session = tempfile::tempdir().unwrap();
-    let pool = builder(&session, 3).build().await.expect("pool starts");
+    let pool = builder(&session, 3)
+        .spare_workers(0)
+        .build()
+        .await
+        .expect("pool starts");
     let me = std::process::id() as i32;
     let templates = templates(&session);
     assert_eq!(
@@ -138,6 +146,7 @@ async fn a_killed_template_is_started_again_and_calls_go_on() {
     let session = tempfile::tempdir().unwrap();
     let pool = builder(&session, 1)
         .max_calls_per_worker(Some(1))
+        .spare_workers(0)
         .build()
         .await
         .expect("pool starts");
