@@ -154,13 +154,18 @@ impl Templates {
     }
 }
 
-fn spawn_process(spec: &WorkerSpec) -> std::io::Result<Spawned> {
-    let (dump_read, dump_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
-    let sandbox = spec.sandbox.clone();
-    let cgroup = Arc::new(match &sandbox {
+/// A cgroup for the next process of `spec` (a guardian, or a template):
+/// under `--sandbox` a fresh one, else none.
+pub(super) fn worker_cgroup(spec: &WorkerSpec) -> std::io::Result<Arc<WorkerCgroup>> {
+    Ok(Arc::new(match &spec.sandbox {
         Some(sandbox) => sandbox.worker_cgroup()?,
         None => WorkerCgroup::none(),
-    });
+    }))
+}
+
+fn spawn_process(spec: &WorkerSpec) -> std::io::Result<Spawned> {
+    let (dump_read, dump_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    let cgroup = worker_cgroup(spec)?;
     let boot_json = spec.boot_json();
     let mut command = guardian_command(spec, &[&boot_json], dump_write.as_raw_fd(), Some(&cgroup));
     command

@@ -27,7 +27,7 @@ use tokio::io::AsyncBufReadExt;
 use tokio::net::unix::pipe;
 
 use super::guardian::{ClonedGuardian, GuardianProcess};
-use super::spawn::{guardian_command, Spawned};
+use super::spawn::{guardian_command, worker_cgroup, Spawned};
 use super::WorkerSpec;
 use crate::process::{pidfd_open, ProcessId};
 use crate::sandbox::{ProcessLimit, WorkerCgroup};
@@ -82,10 +82,7 @@ impl Template {
         )
         .map_err(io_error("socketpair"))?;
         let supervisor = std::process::id().to_string();
-        let cgroup = Arc::new(match &spec.sandbox {
-            Some(sandbox) => sandbox.worker_cgroup()?,
-            None => WorkerCgroup::none(),
-        });
+        let cgroup = worker_cgroup(spec)?;
         let mut command = guardian_command(
             spec,
             &["--template", &supervisor],
@@ -216,10 +213,7 @@ impl Template {
         };
         // Held from here on: dropped on an error below, it is reaped.
         let guardian = GuardianProcess::Cloned(ClonedGuardian::new(pid, pidfd));
-        let cgroup = Arc::new(match &spec.sandbox {
-            Some(sandbox) => sandbox.worker_cgroup()?,
-            None => WorkerCgroup::none(),
-        });
+        let cgroup = worker_cgroup(spec)?;
         cgroup.adopt(pid)?;
         nix::unistd::write(&go_write, b"g").map_err(io_error("letting the guardian go"))?;
         Ok(Spawned {
