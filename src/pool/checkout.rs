@@ -5,21 +5,21 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use super::pipelined::{Ticket, TicketEnd};
+use super::pipelined::{MakeQueued, Ticket, TicketEnd};
 use super::{Gauge, Lease, Shared};
 use crate::duration_text::format_secs;
 use crate::error::{ErrorKind, ToolError};
-use crate::worker::Worker;
+use crate::worker::{QueuedOnWire, Worker};
 
 impl Shared {
     /// Waits for a worker for a call of `session`, within the queue-wait
     /// limit: an idle one, or a busy one the call is queued behind
-    /// (`encode` makes its request frame under that worker's id).
+    /// (`encode` makes its request under that worker's id).
     pub(super) async fn checkout(
         self: &Arc<Self>,
         tool: &str,
         session: &str,
-        encode: &(dyn Fn(u64) -> Option<Vec<u8>> + Sync),
+        encode: &MakeQueued<'_>,
     ) -> Result<Checkout, ToolError> {
         let started = Instant::now();
         let limit = self.queue_wait.map(|limit| started + limit);
@@ -49,10 +49,7 @@ impl Shared {
             let end = ticket.wait(limit).await;
             drop(queued);
             return match end {
-                TicketEnd::Queued { lease, id, sent } => Ok(Checkout {
-                    lease,
-                    queued: sent.then_some(id),
-                }),
+                TicketEnd::Queued { lease, queued } => Ok(Checkout { lease, queued }),
                 TicketEnd::Rescued(lease) => Ok(Checkout {
                     lease,
                     queued: None,
@@ -69,7 +66,7 @@ impl Shared {
         self: &Arc<Self>,
         tool: &str,
         session: &str,
-        encode: &(dyn Fn(u64) -> Option<Vec<u8>> + Sync),
+        encode: &MakeQueued<'_>,
         limit: Option<Instant>,
     ) -> Result<Option<Got>, ToolError> {
         let closed_error =
@@ -171,7 +168,7 @@ pub(super) enum Got {
 /// A worker checked out for a call.
 pub(super) struct Checkout {
     pub(super) lease: Lease,
-    /// The call's request is on the wire already under this id (queued
-    /// behind the worker's call before).
-    pub(super) queued: Option<u64>,
+    /// The call's request is on the wire already (queued behind the
+    /// worker's call before).
+    pub(super) queued: Option<QueuedOnWire>,
 }

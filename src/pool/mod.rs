@@ -30,7 +30,7 @@ pub use self::builder::{resolve_interpreter, PoolBuilder};
 use self::checkout::Checkout;
 use self::dispatch::Dispatcher;
 use self::lease::Lease;
-use self::pipelined::Queueing;
+use self::pipelined::{Queueable, Queueing};
 use self::stats::{Counters, Gauge};
 pub use self::stats::{LatencyHistogram, PoolStats, WorkerStats};
 use crate::catalog::Catalog;
@@ -43,7 +43,9 @@ use crate::duration_text::format_secs;
 use crate::error::{ErrorKind, PoolError, ToolError};
 use crate::protocol::{encode_frame, CallContext, Request, SessionDirs, WireBlock};
 use crate::sandbox::Sandbox;
-use crate::worker::{CallOutcome, Spawner, Termination, Worker, WorkerInfo, WorkerSpec};
+use crate::worker::{
+    CallOutcome, JobParts, QueuedOnWire, Spawner, Termination, Worker, WorkerInfo, WorkerSpec,
+};
 
 /// The tracing target of the log line of each failed call (and, at debug
 /// level, its traceback).
@@ -547,7 +549,13 @@ impl Pool {
                 args,
                 context: &context,
             };
-            encode_frame(&request, shared.spec.max_frame).ok()
+            let frame = encode_frame(&request, shared.spec.max_frame).ok()?;
+            let (parts, outcome) = JobParts::invoke(name, timeout, Some(callbacks.clone()));
+            Some(Queueable {
+                frame,
+                parts,
+                outcome,
+            })
         };
         let queued = Instant::now();
         let mut moved = false;
@@ -607,9 +615,14 @@ impl Pool {
         }
     }
 
-    /// One attempt of a call on the worker of `lease`; `queued`: the id
-    /// its request was written under behind the worker's call before.
-    async fn run_on(&self, mut lease: Lease, call: Call<'_>, queued: Option<u64>) -> Attempt {
+    /// One attempt of a call on the worker of `lease`; `queued`: its
+    /// request was written behind the worker's call before.
+    async fn run_on(
+        &self,
+        mut lease: Lease,
+        call: Call<'_>,
+        queued: Option<QueuedOnWire>,
+    ) -> Attempt {
         let Call {
             name,
             args,
@@ -631,11 +644,9 @@ impl Pool {
         let busy = Gauge::up(&shared.counters.busy);
         // From here a call may be queued behind this one.
         let listed = shared.mark_busy(worker, session);
-        let deadline = Instant::now() + timeout;
-        // Boxed: the exchange's state is large, and a call's future is moved
-        // whenever a task is spawned around it.
-        let outcome =
-            Box::pin(worker.invoke(queued, name, args, context, deadline, Some(callbacks))).await;
+        let outcome = worker
+            .invoke(queued, name, args, context, timeout, Some(callbacks))
+            .await;
         drop(listed);
         drop(busy);
         let closing = shared.workers.is_closed();

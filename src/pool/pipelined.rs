@@ -18,7 +18,19 @@ use tokio::time::Instant;
 
 use super::{Lease, SessionIsolation, Shared};
 use crate::worker::pipeline::{Handover, Slot, Withdrawal};
-use crate::worker::Worker;
+use crate::worker::{CallOutcome, JobParts, QueuedOnWire, Worker};
+
+/// A call's request as queued behind a busy worker's call: its frame, what
+/// the worker's actor needs to run it, and where its outcome arrives.
+pub(super) struct Queueable {
+    pub(super) frame: Vec<u8>,
+    pub(super) parts: JobParts,
+    pub(super) outcome: oneshot::Receiver<CallOutcome>,
+}
+
+/// Makes a call's [`Queueable`] under a worker's request id (`None`: the
+/// request cannot be encoded; it is not queued).
+pub(super) type MakeQueued<'a> = dyn Fn(u64) -> Option<Queueable> + Sync + 'a;
 
 /// A worker running a call, as the queue sees it.
 pub(super) struct BusyWorker {
@@ -102,11 +114,11 @@ impl Shared {
     }
 
     /// Queues a call of `session` behind a busy worker whose slot is free;
-    /// `encode` makes its request frame under the worker's id.
+    /// `encode` makes its request under the worker's id.
     pub(super) fn try_queue(
         self: &Arc<Self>,
         session: &str,
-        encode: &(dyn Fn(u64) -> Option<Vec<u8>> + Sync),
+        encode: &MakeQueued<'_>,
     ) -> Option<Ticket> {
         // Under the sandbox a worker's view holds one session's folders and
         // the call's worker is chosen for it after the checkout: no queueing.
@@ -125,8 +137,12 @@ impl Shared {
             // call ends (and it leaves the list) nothing would write the
             // request or hand the worker over.
             let id = worker.slot.take_id();
-            let frame = encode(id)?;
-            let Some(handover) = worker.slot.queue(id, frame) else {
+            let Queueable {
+                frame,
+                parts,
+                outcome,
+            } = encode(id)?;
+            let Some(handover) = worker.slot.queue(id, frame, parts) else {
                 continue;
             };
             let slot = worker.slot.clone();
@@ -144,6 +160,7 @@ impl Shared {
                 id,
                 ticket,
                 handover,
+                outcome: Some(outcome),
                 rescue,
                 rescue_closed: false,
                 rescued: None,
@@ -199,6 +216,7 @@ impl Shared {
                 Some(caller) => match caller.send(Handover::Worker {
                     worker: Box::new(worker),
                     sent,
+                    parts: taken.parts,
                 }) {
                     Ok(()) => return None,
                     Err(Handover::Worker { worker, .. }) => *worker,
@@ -254,6 +272,8 @@ pub(super) struct Ticket {
     id: u64,
     ticket: u64,
     handover: oneshot::Receiver<Handover>,
+    /// Where the outcome of its request arrives, once it runs where it was queued.
+    outcome: Option<oneshot::Receiver<CallOutcome>>,
     rescue: oneshot::Receiver<Worker>,
     rescue_closed: bool,
     /// A worker that came free for it while its request is being asked back.
@@ -263,9 +283,12 @@ pub(super) struct Ticket {
 
 /// How a queued call got its worker.
 pub(super) enum TicketEnd {
-    /// The worker it was queued on, its call over; `sent`: the request is
-    /// on the wire under `id` (and may be running already).
-    Queued { lease: Lease, id: u64, sent: bool },
+    /// The worker it was queued on, its call over; `queued`: the request
+    /// is on the wire (and may be running already, or be over).
+    Queued {
+        lease: Lease,
+        queued: Option<QueuedOnWire>,
+    },
     /// Asked back from the busy worker: it runs on this one, come free.
     Rescued(Lease),
     /// The worker it was queued on is gone; it never started: check out again.
@@ -314,15 +337,25 @@ impl Ticket {
     fn settle(&mut self, handover: Option<Handover>, timed_out: bool) -> TicketEnd {
         let rescued = self.rescued.take();
         match handover {
-            Some(Handover::Worker { worker, sent }) => {
+            Some(Handover::Worker {
+                worker,
+                sent,
+                parts,
+            }) => {
                 if let Some(free) = rescued {
                     // Too late to take the request back: it runs where it was queued.
                     self.shared.make_idle(free);
                 }
+                let queued = match (sent, self.outcome.take()) {
+                    (true, Some(outcome)) => Some(QueuedOnWire {
+                        outcome,
+                        parts: parts.map(|parts| (self.id, parts)),
+                    }),
+                    _ => None,
+                };
                 TicketEnd::Queued {
                     lease: Lease::new(*worker, &self.shared),
-                    id: self.id,
-                    sent,
+                    queued,
                 }
             }
             Some(Handover::Withdrawn) | Some(Handover::Lost) | None => match rescued {
@@ -353,7 +386,7 @@ impl Drop for Ticket {
         for worker in self.rescued.take().into_iter().chain(late) {
             self.shared.make_idle(worker);
         }
-        if let Ok(Handover::Worker { worker, sent }) = self.handover.try_recv() {
+        if let Ok(Handover::Worker { worker, sent, .. }) = self.handover.try_recv() {
             match sent {
                 true => self.shared.replace_orphaned(*worker),
                 false => self.shared.make_idle(*worker),

@@ -6,9 +6,10 @@ use std::path::Path;
 use nix::sys::signal::Signal;
 use tokio::time::{timeout_at, Instant};
 
-use super::{Worker, DUMP_FIRST_BYTE_WAIT, DUMP_IDLE};
+use super::actor::Actor;
+use super::{DUMP_FIRST_BYTE_WAIT, DUMP_IDLE};
 
-impl Worker {
+impl Actor {
     /// Asks the worker for a stack dump and returns where the tool's code was.
     pub(super) async fn stack_dump(&mut self) -> Option<String> {
         let process = self.process.clone()?;

@@ -1,72 +1,61 @@
-//! One request's exchange with a worker: the request written, its
-//! callbacks served, requests queued behind it written, its reply read, its
-//! deadline kept (paused while a human is asked).
+//! One request's exchange with a worker, run by its actor: the request
+//! written, its callbacks served, requests queued behind it written, its
+//! reply read, its deadline kept (paused while a human is asked), and the
+//! worker killed if its caller gives up.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde_json::Value;
+use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 use tokio::time::{timeout, timeout_at, Instant};
 
+use super::actor::Actor;
 use super::deadline::{Deadline, Fired};
 use super::{
-    CallOutcome, CallbackError, CallbackService, Termination, Worker, DEADLINE_DRAIN,
-    HANGUP_EXIT_WAIT, MAX_OPEN_CALLBACKS,
+    CallOutcome, CallbackError, CallbackService, Termination, DEADLINE_DRAIN, HANGUP_EXIT_WAIT,
+    MAX_OPEN_CALLBACKS,
 };
 use crate::protocol::{
     encode_frame, next_message, write_frame, CallbackReply, Message, ProtocolError, RemoteError,
-    ReplyValue, Request,
+    ReplyValue,
 };
 
-impl Worker {
+impl Actor {
+    /// Runs request `id` (`frame`: to write; `None` when on the wire
+    /// already) to its end; `None` when its caller gave up (`answer`
+    /// closed) and the worker was killed.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn run(
         &mut self,
         id: u64,
-        request: &Request<'_>,
+        frame: Option<&[u8]>,
         label: &str,
         deadline: Instant,
         callbacks: Option<&Arc<dyn CallbackService>>,
-        sent: bool,
-    ) -> CallOutcome {
-        let encoded = match sent {
-            // Queued behind the call before: on the wire already.
-            true => Ok(None),
-            false => encode_frame(request, self.spec.max_frame).map(Some),
-        };
-        let frame = match encoded {
-            Ok(frame) => frame,
-            Err(e) => {
-                // Nothing was sent: the worker is still usable.
-                return CallOutcome::Reply(Err(RemoteError {
-                    kind: "InvalidArguments".into(),
-                    message: format!("arguments cannot be sent to the worker: {e}"),
-                    traceback: None,
-                }));
-            }
-        };
+        acknowledges: bool,
+        answer: &mut oneshot::Sender<CallOutcome>,
+    ) -> Option<CallOutcome> {
         let call = format!("{label}#{id}");
         if let Ok(mut tag) = self.call_tag.lock() {
             *tag = Some(call.clone());
         }
-        let acknowledged = !matches!(request, Request::Invoke { .. });
         let outcome = self
-            .exchange(
-                id,
-                frame.as_deref(),
-                deadline,
-                label,
-                callbacks,
-                acknowledged,
-            )
+            .exchange(id, frame, deadline, label, callbacks, !acknowledges, answer)
             .await;
         if let Ok(mut tag) = self.call_tag.lock() {
             *tag = None;
         }
         let previous = self.last_call.replace(call);
-        match outcome {
+        Some(match outcome {
             Exchange::Reply(reply) => CallOutcome::Reply(reply),
             Exchange::Withdrawn => CallOutcome::Withdrawn,
+            Exchange::Abandoned => {
+                // A call in flight leaves the worker in an unknown state.
+                self.kill_now();
+                return None;
+            }
             Exchange::Timeout => {
                 let stuck_at = self.stack_dump().await;
                 // Every process of the call dies now (the worker by pidfd,
@@ -86,7 +75,7 @@ impl Worker {
                 CallOutcome::NotStarted(termination)
             }
             Exchange::Broken(e) => CallOutcome::Died(self.end_broken(e).await),
-        }
+        })
     }
 
     /// Ends a worker whose channel failed with `e`, and says how it ended.
@@ -120,6 +109,7 @@ impl Worker {
     /// deadline is suspended and the worker's processes are stopped; they
     /// resume, the deadline pushed back by the wait, before the answer is
     /// written.
+    #[allow(clippy::too_many_arguments)]
     async fn exchange(
         &mut self,
         id: u64,
@@ -128,6 +118,7 @@ impl Worker {
         label: &str,
         callbacks: Option<&Arc<dyn CallbackService>>,
         acknowledged: bool,
+        answer: &mut oneshot::Sender<CallOutcome>,
     ) -> Exchange {
         // Dropped with the exchange (the call was cancelled): any callback
         // still running, a human prompt say, is aborted with it. Otherwise
@@ -143,6 +134,7 @@ impl Worker {
                 callbacks,
                 &mut pending,
                 acknowledged,
+                answer,
             )
             .await;
         if !pending.is_empty() {
@@ -166,6 +158,7 @@ impl Worker {
         callbacks: Option<&Arc<dyn CallbackService>>,
         pending: &mut JoinSet<Result<Value, CallbackError>>,
         mut acknowledged: bool,
+        answer: &mut oneshot::Sender<CallOutcome>,
     ) -> Exchange {
         let Some(stdin) = self.stdin.as_mut() else {
             return Exchange::Broken(ProtocolError::Closed);
@@ -196,8 +189,10 @@ impl Worker {
                 }
                 // Not while the worker is stopped for a human: a write could fill the pipe.
                 () = slot.wake().notified(), if deadline.is_running() => Event::Queue,
+                () = answer.closed() => Event::Abandoned,
             };
             let (call_id, result) = match event {
+                Event::Abandoned => return Exchange::Abandoned,
                 Event::Deadline => match deadline.fire(DEADLINE_DRAIN) {
                     Fired::Expired => return Exchange::Timeout,
                     // A reply already in the pipe is the call's result: the
@@ -229,7 +224,9 @@ impl Worker {
                     // This call's own request, queued behind the call before:
                     // given back unstarted. The worker is sound (it may
                     // hold requests queued behind this one); the call checks
-                    // out again.
+                    // out again — at once, if the pool has not handed it
+                    // this worker yet.
+                    slot.withdrawn(got);
                     return Exchange::Withdrawn;
                 }
                 Event::Message(Ok(Message::Withdrawn { id: got })) => {
@@ -402,6 +399,8 @@ enum Exchange {
     Broken(ProtocolError),
     /// Broken before it acknowledged the request.
     NotStarted(ProtocolError),
+    /// The caller gave up.
+    Abandoned,
 }
 
 /// What woke an exchange up.
@@ -411,4 +410,6 @@ enum Event {
     Deadline,
     /// The pool queued a request behind this call, or wants it back.
     Queue,
+    /// The caller gave up (the answer's receiver is gone).
+    Abandoned,
 }

@@ -1,15 +1,17 @@
 //! Stopping, killing, reaping and retiring a worker's processes.
 
 use std::process::ExitStatus;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use tokio::time::timeout;
 
-use super::{Worker, GUARDIAN_EXIT_WAIT};
+use super::actor::Actor;
+use super::GUARDIAN_EXIT_WAIT;
 use crate::process::{kill_descendants, ProcessId, Tracked};
 
-impl Worker {
+impl Actor {
     /// Stops (`true`) or resumes every process of the worker's tree: the
     /// worker, its group, and every other descendant of the guardian.
     pub(super) fn pause(&self, stop: bool) {
@@ -33,19 +35,26 @@ impl Worker {
     /// namespace that ends every process of the call; otherwise what left
     /// the group is killed by the guardian, the tree's subreaper, when it
     /// sees the worker gone (and by [`Worker::kill`]'s sweep).
-    pub fn kill_now(&self) {
-        if self.reaped {
+    pub(super) fn kill_now(&self) {
+        if self.is_reaped() {
             return;
         }
         self.killer().kill();
+    }
+
+    pub(super) fn killer(&self) -> WorkerKiller {
+        WorkerKiller {
+            guardian: self.guardian,
+            process: self.process.clone(),
+        }
     }
 
     /// Kills every process of the worker and reaps the guardian: the worker
     /// and its group at once; the guardian then reaps the worker, kills what
     /// the worker's tree left (it is their subreaper) and exits. A guardian
     /// that does not exit in time has its descendants and its group killed.
-    pub async fn kill(&mut self) -> Option<ExitStatus> {
-        if !self.reaped {
+    pub(super) async fn kill(&mut self) -> Option<ExitStatus> {
+        if !self.is_reaped() {
             self.kill_now();
             if let Some(status) = self.exited_within(GUARDIAN_EXIT_WAIT).await {
                 return Some(status);
@@ -57,7 +66,7 @@ impl Worker {
 
     /// The backstop: every descendant of the guardian, its group, itself.
     fn kill_tree(&self) {
-        if self.reaped {
+        if self.is_reaped() {
             return;
         }
         kill_descendants(self.guardian);
@@ -72,7 +81,7 @@ impl Worker {
             .await
             .ok()?
             .ok()?;
-        self.reaped = true;
+        self.reaped.store(true, Ordering::Release);
         // The guardian kills the worker's tree before it exits; this covers
         // a guardian that was itself killed.
         if let Some(process) = &self.process {
@@ -91,13 +100,13 @@ impl Worker {
             .wait()
             .await
             .ok()
-            .inspect(|_| self.reaped = true)
+            .inspect(|_| self.reaped.store(true, Ordering::Release))
     }
 
     /// How a worker that died while it waited ended, once its guardian is
     /// reaped (it mirrors the worker's exit status); logged against the
     /// call it ran last, as a death found by the next call is.
-    pub async fn how_it_ended(&mut self) -> super::Termination {
+    pub(super) async fn how_it_ended(&mut self) -> super::Termination {
         let how = super::Termination::from_status(self.reap().await);
         let after = self.last_call.as_deref().unwrap_or("its start");
         tracing::warn!(
@@ -108,7 +117,7 @@ impl Worker {
     }
 
     /// Retires a healthy worker: closes its stdin (it exits at once), reaps it.
-    pub async fn retire(mut self) {
+    pub(super) async fn retire(&mut self) {
         if let Some(process) = &self.killer().process {
             // Its guardian may end first and leave it to this process's
             // reaper for a moment: it is going, not left behind.
@@ -146,13 +155,13 @@ impl WorkerKiller {
     }
 }
 
-impl Drop for Worker {
+impl Drop for Actor {
     fn drop(&mut self) {
-        if self.reaped {
+        if self.is_reaped() {
             return;
         }
-        // A worker dropped mid-call (a cancelled call, a dropped pool) must not
-        // outlive its owner; tokio reaps the guardian in the background.
+        // A worker whose handle is gone (a dropped pool, a failed start)
+        // must not outlive it; tokio reaps the guardian in the background.
         // Nothing can wait here for the guardian: SIGTERM asks it to kill the
         // worker's group (done already), kill what the tree left elsewhere,
         // and exit; SIGCONT in case a tool stopped it.

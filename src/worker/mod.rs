@@ -1,18 +1,23 @@
 //! One worker: a guardian `python3` process and the worker it forks (see
-//! `docs/protocol.md`). Its spec (`spec`), spawn (`spawn`), handshake
-//! (here), exchanges (`exchange`), the requests queued behind its call
-//! (`pipeline`), stack dumps (`dump`), stderr (`stderr`), its kill, reaping
-//! and retirement (`lifecycle`), and how it ended (`termination`).
+//! `docs/protocol.md`), driven by an actor task of its own (`actor`) that
+//! this module's [`Worker`] handle sends commands to. Its spec (`spec`),
+//! spawn (`spawn`), handshake (`actor`), exchanges (`exchange`), the
+//! requests queued behind its call (`pipeline`), stack dumps (`dump`),
+//! stderr (`stderr`), its kill, reaping and retirement (`lifecycle`), and
+//! how it ended (`termination`).
 
 use std::future::Future;
 use std::pin::Pin;
+use std::process::ExitStatus;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
 use tokio::net::unix::pipe;
-use tokio::time::{timeout, timeout_at, Instant};
+use tokio::sync::{mpsc, oneshot};
 
+mod actor;
 mod deadline;
 mod dump;
 mod exchange;
@@ -25,6 +30,8 @@ mod stderr;
 mod template;
 mod termination;
 
+use self::actor::{Actor, Command, Job};
+pub use self::actor::JobParts;
 pub use self::dump::locate_in_dump;
 use self::guardian::GuardianProcess;
 pub use self::lifecycle::WorkerKiller;
@@ -38,10 +45,8 @@ pub use self::termination::{describe_exit, Termination};
 use self::pipeline::Slot;
 use crate::process::{KillMechanism, ProcessId, Tracked};
 use crate::protocol::{
-    message_reader, next_message, CallContext, Message, MessageReader, ProtocolError, RemoteError,
-    ReplyValue, Request, PROTOCOL_VERSION,
+    encode_frame, message_reader, CallContext, RemoteError, ReplyValue, Request, PROTOCOL_VERSION,
 };
-use crate::sandbox::WorkerCgroup;
 
 /// The fd on which the worker's `faulthandler` writes stack dumps.
 const DUMP_FD: i32 = 3;
@@ -176,38 +181,30 @@ pub enum StartMethod {
     Spawned,
 }
 
-/// A running worker, exclusively owned by whoever is using it.
+/// A running worker: the handle to its actor (`actor`), exclusively owned
+/// by whoever is using it (a call, the idle queue, the spares).
 pub struct Worker {
-    /// The guardian, this process's child (spawned, or cloned by the template).
-    guardian_process: GuardianProcess,
-    /// Its pid, as the kernel gave it; it leads its own process group.
+    /// The actor's mailbox; closed when this handle is dropped, and the
+    /// actor then ends the worker.
+    mailbox: mpsc::UnboundedSender<Command>,
+    /// The guardian's pid, as the kernel gave it.
     guardian: ProcessId,
-    /// The guardian's child as the kernel lists it, once it said hello; it
-    /// leads its own group. `None` for a guardian that forked no worker:
-    /// then the guardian itself speaks the protocol.
+    /// The worker process, as the kernel lists it; `None` when the guardian
+    /// speaks the protocol itself.
     process: Option<Tracked>,
-    /// The call it ran last, blamed when the next finds it broken.
-    last_call: Option<String>,
-    /// `None` once the worker is being retired (closing stdin tells it to exit).
-    stdin: Option<pipe::Sender>,
-    /// Messages from its stdout; a read can race a callback (cancel-safe).
-    messages: MessageReader<pipe::Receiver>,
-    dump: pipe::Receiver,
-    stderr_tail: Arc<Mutex<StderrTail>>,
-    call_tag: CallTag,
     spec: Arc<WorkerSpec>,
-    /// The request queued behind the running call (pipelining), and the
-    /// worker's request ids.
+    /// The requests queued behind the running call (pipelining), and the
+    /// worker's request ids; shared with the actor.
     slot: Arc<Slot>,
     calls_served: u64,
     info: WorkerInfo,
-    reaped: bool,
-    /// Removed once the worker's processes are gone (`--sandbox`).
-    _cgroup: Arc<WorkerCgroup>,
+    /// Set by the actor once the guardian is reaped.
+    reaped: Arc<AtomicBool>,
 }
 
 impl Worker {
-    /// Spawns a worker and waits for its hello (sent once it imported the tools).
+    /// Spawns a worker, waits for its hello (sent once it imported the
+    /// tools) and starts its actor.
     pub async fn start(spawner: &Spawner, spec: Arc<WorkerSpec>) -> Result<Worker, StartError> {
         let Spawned {
             guardian: guardian_process,
@@ -242,7 +239,9 @@ impl Worker {
             GuardianProcess::Cloned(_) => StartMethod::Template,
             GuardianProcess::Spawned(_) => StartMethod::Spawned,
         };
-        let mut worker = Worker {
+        let reaped = Arc::new(AtomicBool::new(false));
+        let slot = Arc::new(Slot::new());
+        let mut actor = Actor {
             guardian_process,
             guardian,
             process: None,
@@ -253,116 +252,30 @@ impl Worker {
             stderr_tail,
             call_tag,
             spec: spec.clone(),
-            slot: Arc::new(Slot::new()),
-            calls_served: 0,
-            info: WorkerInfo {
-                python_version: String::new(),
-                executable: String::new(),
-                codec: String::new(),
-                kill_mechanism: KillMechanism::ProcessTree,
-                started,
-            },
-            reaped: false,
+            slot: slot.clone(),
+            reaped: reaped.clone(),
             _cgroup: cgroup,
         };
-        // The module being imported, from the worker's `importing` messages.
-        let mut importing: Option<(String, String)> = None;
-        let deadline = Instant::now() + spec.start_timeout;
-        let failure = loop {
-            let message = timeout_at(deadline, next_message(&mut worker.messages)).await;
-            match message {
-                Ok(Ok(Message::Importing { module, file })) => {
-                    importing = Some((module, file));
-                }
-                Ok(Ok(Message::Hello {
-                    protocol,
-                    python,
-                    codec,
-                    executable,
-                })) => {
-                    if protocol != PROTOCOL_VERSION {
-                        break StartError::Protocol { got: protocol };
-                    }
-                    worker.identify();
-                    worker.info.python_version = python;
-                    worker.info.codec = codec;
-                    worker.info.executable = executable;
-                    return Ok(worker);
-                }
-                Ok(Ok(other)) => {
-                    break StartError::Handshake(format!("expected hello, got {other:?}"))
-                }
-                Ok(Err(ProtocolError::Closed)) | Ok(Err(ProtocolError::Io(_))) => {
-                    let status = worker.reap().await;
-                    // Let the pump collect what the worker said on its way out.
-                    let _ = timeout(Duration::from_millis(500), pump).await;
-                    if let Some((module, file)) = importing {
-                        let reason = match worker.read_dump().await {
-                            Some(at) => format!(
-                                "took longer than the import timeout and was stopped; it was at {at}"
-                            ),
-                            None => format!(
-                                "made the worker end: it {}{}",
-                                describe_exit(status, true),
-                                worker.stderr_text()
-                            ),
-                        };
-                        return Err(StartError::Import {
-                            module,
-                            file,
-                            reason,
-                        });
-                    }
-                    return Err(StartError::Died {
-                        status: describe_exit(status, false),
-                        stderr: worker.stderr_text(),
-                    });
-                }
-                Ok(Err(e)) => break StartError::Handshake(e.to_string()),
-                Err(_) => {
-                    let stuck_at = match importing {
-                        Some(_) => {
-                            worker.identify();
-                            worker.stack_dump().await
-                        }
-                        None => None,
-                    };
-                    worker.kill().await;
-                    let _ = timeout(Duration::from_millis(200), pump).await;
-                    if let Some((module, file)) = importing {
-                        let place = stuck_at
-                            .map(|at| format!("; it was at {at}"))
-                            .unwrap_or_default();
-                        return Err(StartError::Import {
-                            module,
-                            file,
-                            reason: format!(
-                                "did not finish within {} s{place}",
-                                spec.start_timeout.as_secs_f64()
-                            ),
-                        });
-                    }
-                    return Err(StartError::Timeout {
-                        secs: spec.start_timeout.as_secs_f64(),
-                        stderr: worker.stderr_text(),
-                    });
-                }
-            }
+        let hello = actor.handshake(pump).await?;
+        let (mailbox, commands) = mpsc::unbounded_channel();
+        let worker = Worker {
+            mailbox,
+            guardian,
+            process: actor.process.clone(),
+            spec,
+            slot,
+            calls_served: 0,
+            info: WorkerInfo {
+                python_version: hello.python,
+                executable: hello.executable,
+                codec: hello.codec,
+                kill_mechanism: hello.kill_mechanism,
+                started,
+            },
+            reaped,
         };
-        worker.kill().await;
-        Err(failure)
-    }
-
-    /// Learns the worker process from the kernel (the guardian's child) and
-    /// how its tree can be killed.
-    fn identify(&mut self) {
-        self.process = Tracked::child_of(self.guardian);
-        self.info.kill_mechanism = match &self.process {
-            Some(process) if process.own_pid_namespace(self.guardian) => {
-                KillMechanism::PidNamespace
-            }
-            _ => KillMechanism::ProcessTree,
-        };
+        tokio::spawn(actor.serve(commands));
+        Ok(worker)
     }
 
     pub fn info(&self) -> &WorkerInfo {
@@ -400,17 +313,6 @@ impl Worker {
         self.calls_served
     }
 
-    fn stderr_text(&self) -> StderrText {
-        self.stderr_tail
-            .lock()
-            .map(|t| t.text())
-            .unwrap_or_default()
-    }
-
-    fn take_id(&mut self) -> u64 {
-        self.slot.take_id()
-    }
-
     /// Where the pool queues a request behind the running call.
     pub fn slot(&self) -> &Arc<Slot> {
         &self.slot
@@ -418,57 +320,179 @@ impl Worker {
 
     /// Asks the worker for the catalog it built when importing the tools.
     pub async fn catalog(&mut self) -> CallOutcome {
-        let id = self.take_id();
-        let deadline = Instant::now() + self.spec.start_timeout;
-        self.run(
-            id,
-            &Request::Catalog { id },
-            "catalog",
-            deadline,
-            None,
-            false,
-        )
-        .await
+        let id = self.slot.take_id();
+        let timeout = self.spec.start_timeout;
+        self.request(id, &Request::Catalog { id }, "catalog", timeout)
+            .await
     }
 
     /// A round trip through the worker's whole request path. The first
     /// requests a fresh worker serves are several times slower than later
     /// ones; a spare is pinged before it waits, so the call it takes over is not.
     pub async fn ping(&mut self) -> CallOutcome {
-        let id = self.take_id();
-        let deadline = Instant::now() + self.spec.start_timeout;
-        self.run(id, &Request::Ping { id }, "ping", deadline, None, false)
+        let id = self.slot.take_id();
+        let timeout = self.spec.start_timeout;
+        self.request(id, &Request::Ping { id }, "ping", timeout)
             .await
+    }
+
+    /// A request the worker answers without running a tool.
+    async fn request(
+        &mut self,
+        id: u64,
+        request: &Request<'_>,
+        label: &str,
+        timeout: Duration,
+    ) -> CallOutcome {
+        let frame = match encode_frame(request, self.spec.max_frame) {
+            Ok(frame) => frame,
+            Err(e) => return CallOutcome::Died(Termination::BrokeProtocol {
+                error: e.to_string(),
+            }),
+        };
+        let (outcome, answer) = oneshot::channel();
+        let run = JobParts {
+            label: label.to_string(),
+            timeout,
+            callbacks: None,
+            acknowledges: false,
+            outcome,
+        };
+        self.send_job(id, Some(frame), run, answer).await
     }
 
     /// Runs one tool call; on `TimedOut` or `Died` the worker is gone.
     /// `callbacks` serves the tool's context services while it runs (without
     /// it every callback fails in the tool); time spent waiting for a human
-    /// pushes `deadline` back by as much. `queued`: the id the call's request
-    /// was written under behind the call before (pipelining), already on the
-    /// wire.
+    /// does not count against `timeout`, which runs from the moment the
+    /// worker's actor starts the request. `queued`: the call's request was
+    /// queued behind the call before (pipelining) and is on the wire.
     pub async fn invoke(
         &mut self,
-        queued: Option<u64>,
+        queued: Option<QueuedOnWire>,
         name: &str,
         args: &Value,
         context: &CallContext,
-        deadline: Instant,
+        timeout: Duration,
         callbacks: Option<&Arc<dyn CallbackService>>,
     ) -> CallOutcome {
-        let id = queued.unwrap_or_else(|| self.take_id());
-        let request = Request::Invoke {
-            id,
-            name,
-            args,
-            context,
+        let outcome = match queued {
+            Some(QueuedOnWire { outcome, parts }) => {
+                // Unless the actor runs it already (right after the call
+                // before), it is told to.
+                if let Some((id, run)) = parts {
+                    let job = Job {
+                        id,
+                        frame: None,
+                        run,
+                    };
+                    if self.mailbox.send(Command::Run(job)).is_err() {
+                        return CallOutcome::NotStarted(Termination::StatusUnknown);
+                    }
+                }
+                await_outcome(outcome).await
+            }
+            None => {
+                let id = self.slot.take_id();
+                let request = Request::Invoke {
+                    id,
+                    name,
+                    args,
+                    context,
+                };
+                let frame = match encode_frame(&request, self.spec.max_frame) {
+                    Ok(frame) => frame,
+                    Err(e) => {
+                        // Nothing was sent: the worker is still usable.
+                        return CallOutcome::Reply(Err(RemoteError {
+                            kind: "InvalidArguments".into(),
+                            message: format!("arguments cannot be sent to the worker: {e}"),
+                            traceback: None,
+                        }));
+                    }
+                };
+                let (run, answer) = JobParts::invoke(name, timeout, callbacks.cloned());
+                self.send_job(id, Some(frame), run, answer).await
+            }
         };
-        let outcome = self
-            .run(id, &request, name, deadline, callbacks, queued.is_some())
-            .await;
         if !matches!(outcome, CallOutcome::Withdrawn) {
             self.calls_served += 1;
         }
         outcome
     }
+
+    async fn send_job(
+        &mut self,
+        id: u64,
+        frame: Option<Vec<u8>>,
+        run: JobParts,
+        answer: oneshot::Receiver<CallOutcome>,
+    ) -> CallOutcome {
+        let job = Job { id, frame, run };
+        if self.mailbox.send(Command::Run(job)).is_err() {
+            return CallOutcome::NotStarted(Termination::StatusUnknown);
+        }
+        await_outcome(answer).await
+    }
+
+    /// SIGKILL to the worker (by pidfd) and to its group, at once: in a PID
+    /// namespace that ends every process of the call; otherwise what left
+    /// the group is killed by the guardian, the tree's subreaper, when it
+    /// sees the worker gone (and by [`Worker::kill`]'s sweep).
+    pub fn kill_now(&self) {
+        if !self.reaped.load(Ordering::Acquire) {
+            self.killer().kill();
+        }
+    }
+
+    /// Kills every process of the worker and reaps the guardian (see
+    /// [`Actor::kill`](actor::Actor)); its status, mirrored from the worker.
+    pub async fn kill(&mut self) -> Option<ExitStatus> {
+        let (answer, status) = oneshot::channel();
+        self.mailbox.send(Command::Kill(answer)).ok()?;
+        status.await.ok().flatten()
+    }
+
+    /// Retires a healthy worker: closes its stdin (it exits at once), reaps it.
+    pub async fn retire(self) {
+        let (answer, done) = oneshot::channel();
+        if self.mailbox.send(Command::Retire(answer)).is_ok() {
+            let _ = done.await;
+        }
+    }
+
+    /// How a worker that died while it waited ended, once its guardian is
+    /// reaped (it mirrors the worker's exit status); logged against the
+    /// call it ran last, as a death found by the next call is.
+    pub async fn how_it_ended(&mut self) -> Termination {
+        let (answer, how) = oneshot::channel();
+        if self.mailbox.send(Command::HowItEnded(answer)).is_err() {
+            return Termination::StatusUnknown;
+        }
+        how.await.unwrap_or(Termination::StatusUnknown)
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        // A worker dropped mid-call (a cancelled call, a dropped pool) must
+        // not outlive its owner: killed now; its actor, whose mailbox just
+        // closed, finishes the clean-up and the reaping.
+        self.kill_now();
+    }
+}
+
+/// A call's request queued behind the call before on a worker it was then
+/// handed (pipelining): where its outcome arrives, and — when the worker's
+/// actor has not taken it up — what it needs to run it.
+pub struct QueuedOnWire {
+    pub outcome: oneshot::Receiver<CallOutcome>,
+    pub parts: Option<(u64, JobParts)>,
+}
+
+/// The actor's answer; an actor gone without one ended with its worker.
+async fn await_outcome(answer: oneshot::Receiver<CallOutcome>) -> CallOutcome {
+    answer
+        .await
+        .unwrap_or(CallOutcome::NotStarted(Termination::StatusUnknown))
 }

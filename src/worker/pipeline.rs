@@ -20,7 +20,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use tokio::sync::{oneshot, Notify};
 
-use super::Worker;
+use super::{JobParts, Worker};
 use crate::protocol::{encode_frame, ProtocolError, Request};
 
 /// Requests a worker may hold queued behind its running call: enough to keep
@@ -37,9 +37,14 @@ pub const MAX_QUEUED_FRAME: usize = 8 * 1024;
 /// How the queued request of a slot ended, as its caller learns it.
 pub enum Handover {
     /// The running call ended and the worker is now the queued call's. Its
-    /// request is on the wire (`sent`) — it may already be running — or
-    /// still to be written.
-    Worker { worker: Box<Worker>, sent: bool },
+    /// request is on the wire (`sent`) — the worker's actor runs it, or
+    /// has run it, unless its parts come back here (`parts`: then the
+    /// caller gives them to the actor) — or still to be written.
+    Worker {
+        worker: Box<Worker>,
+        sent: bool,
+        parts: Option<JobParts>,
+    },
     /// The worker gave the request back unstarted.
     Withdrawn,
     /// The worker is gone (its running call was killed, or it died) and the
@@ -66,6 +71,9 @@ struct Queued {
     withdraw: Option<bool>,
     /// To the waiting caller; `None` once it gave up.
     handover: Option<oneshot::Sender<Handover>>,
+    /// What the worker's actor needs to run it; taken by the actor when
+    /// it runs it (right after the call before, the request on the wire).
+    parts: Option<JobParts>,
 }
 
 /// One worker's queue of at most [`MAX_QUEUED`] requests behind its running call.
@@ -96,8 +104,13 @@ impl Slot {
     }
 
     /// Queues request `id` (its `frame` written by the running call's
-    /// exchange) unless the slot is full.
-    pub fn queue(&self, id: u64, frame: Vec<u8>) -> Option<oneshot::Receiver<Handover>> {
+    /// exchange; `parts` for the actor to run it) unless the slot is full.
+    pub fn queue(
+        &self,
+        id: u64,
+        frame: Vec<u8>,
+        parts: JobParts,
+    ) -> Option<oneshot::Receiver<Handover>> {
         let mut queued = self.state();
         if queued.len() >= MAX_QUEUED || frame.len() > MAX_QUEUED_FRAME {
             return None;
@@ -108,6 +121,7 @@ impl Slot {
             unsent: Some(frame),
             withdraw: None,
             handover: Some(handover),
+            parts: Some(parts),
         });
         drop(queued);
         self.wake.notify_one();
@@ -178,6 +192,19 @@ impl Slot {
         }
     }
 
+    /// As a request ends with the worker sound: the first queued request
+    /// the actor has not run yet, when it is on the wire (the worker runs
+    /// it next); its parts are taken, the request stays queued until the
+    /// pool hands the worker to its caller ([`Slot::take`]).
+    pub(super) fn next_on_wire(&self) -> Option<(u64, JobParts)> {
+        let mut state = self.state();
+        let queued = state.iter_mut().find(|q| q.parts.is_some())?;
+        if queued.unsent.is_some() {
+            return None;
+        }
+        Some((queued.id, queued.parts.take()?))
+    }
+
     /// At the end of the running call: the first queued request, if any,
     /// leaves the slot (the worker runs it next). `None` as the sender:
     /// nobody waits for it any more.
@@ -185,6 +212,7 @@ impl Slot {
         self.state().pop_front().map(|queued| TakenRequest {
             sent: queued.unsent.is_none(),
             handover: queued.handover,
+            parts: queued.parts,
         })
     }
 
@@ -204,4 +232,6 @@ pub(crate) struct TakenRequest {
     /// On the wire: the worker may run it next.
     pub sent: bool,
     pub handover: Option<oneshot::Sender<Handover>>,
+    /// Its parts, unless the actor took them to run it.
+    pub parts: Option<JobParts>,
 }
