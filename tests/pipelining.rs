@@ -220,3 +220,51 @@ async fn short_calls_in_a_stream_are_not_asked_back_from_busy_workers() {
     );
     pool.shutdown().await;
 }
+
+/// Calls of uneven lengths on two busy workers, no more in flight than
+/// they can hold queued (so nobody waits in line): a worker that comes free
+/// takes calls queued behind the other back (withdraw), some of them just
+/// as that worker's actor starts them, while more are queued behind. Every
+/// call still gets its own answer, at once: none is run out of its turn
+/// (its answer read as another's) or left waiting for an answer already read.
+#[tokio::test]
+async fn calls_asked_back_mid_stream_each_get_their_own_answer() {
+    let (pool, _session) = pool(2).await;
+    let calls = 3000;
+    let in_flight = std::sync::Arc::new(tokio::sync::Semaphore::new(8));
+    let mut tasks = tokio::task::JoinSet::new();
+    let options = InvokeOptions {
+        timeout: Some(Duration::from_secs(10)),
+        ..Default::default()
+    };
+    for i in 0..calls {
+        let permit = in_flight.clone().acquire_owned().await.unwrap();
+        let (pool, options) = (pool.clone(), options.clone());
+        tasks.spawn(async move {
+            // Every seventh call naps a little: the workers come free at
+            // different moments, and calls queued behind the busy one move.
+            let answer = match i % 7 {
+                0 => pool
+                    .invoke("nap", json!({"seconds": 0.002}), options)
+                    .await
+                    .map(|answer| answer["at_once"].clone()),
+                _ => pool.invoke("echo", json!({"value": i}), options).await,
+            };
+            drop(permit);
+            (i, answer)
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        let (i, answer) = done.expect("the call's task ends");
+        // A nap answers how many calls ran at once in its worker: 1.
+        let expected = match i % 7 {
+            0 => json!(1),
+            _ => json!(i),
+        };
+        assert_eq!(answer.expect("every call succeeds"), expected, "call {i}");
+    }
+    let stats = pool.stats();
+    assert!(stats.withdrawn > 0, "no call was asked back: {stats:?}");
+    assert_eq!(stats.kills, 0, "{stats:?}");
+    pool.shutdown().await;
+}

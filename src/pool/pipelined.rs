@@ -212,11 +212,22 @@ impl Shared {
                 return Some(worker);
             };
             let sent = taken.sent;
+            if taken.skipped {
+                tracing::error!(
+                    worker = worker.pid(),
+                    "a request on the wire was not run in its turn: replacing the worker"
+                );
+                if let Some(caller) = taken.handover {
+                    let _ = caller.send(Handover::Lost);
+                }
+                self.lose_queued(&worker);
+                self.replace_orphaned(worker);
+                return None;
+            }
             let unclaimed = match taken.handover {
                 Some(caller) => match caller.send(Handover::Worker {
                     worker: Box::new(worker),
                     sent,
-                    parts: taken.parts,
                 }) {
                     Ok(()) => return None,
                     Err(Handover::Worker { worker, .. }) => *worker,
@@ -337,20 +348,13 @@ impl Ticket {
     fn settle(&mut self, handover: Option<Handover>, timed_out: bool) -> TicketEnd {
         let rescued = self.rescued.take();
         match handover {
-            Some(Handover::Worker {
-                worker,
-                sent,
-                parts,
-            }) => {
+            Some(Handover::Worker { worker, sent }) => {
                 if let Some(free) = rescued {
                     // Too late to take the request back: it runs where it was queued.
                     self.shared.make_idle(free);
                 }
                 let queued = match (sent, self.outcome.take()) {
-                    (true, Some(outcome)) => Some(QueuedOnWire {
-                        outcome,
-                        parts: parts.map(|parts| (self.id, parts)),
-                    }),
+                    (true, Some(outcome)) => Some(QueuedOnWire { outcome }),
                     _ => None,
                 };
                 TicketEnd::Queued {
@@ -386,7 +390,7 @@ impl Drop for Ticket {
         for worker in self.rescued.take().into_iter().chain(late) {
             self.shared.make_idle(worker);
         }
-        if let Ok(Handover::Worker { worker, sent, .. }) = self.handover.try_recv() {
+        if let Ok(Handover::Worker { worker, sent }) = self.handover.try_recv() {
             match sent {
                 true => self.shared.replace_orphaned(*worker),
                 false => self.shared.make_idle(*worker),

@@ -304,14 +304,13 @@ impl Actor {
         // Chosen before the outcome is delivered: the pool hands the
         // worker to that request's caller only once this one has its answer.
         let next = match outcome {
-            Some(CallOutcome::Reply(_)) | Some(CallOutcome::Withdrawn) => self
-                .slot
-                .next_on_wire()
-                .map(|(id, run)| Job {
+            Some(CallOutcome::Reply(_)) | Some(CallOutcome::Withdrawn) => {
+                self.slot.next_on_wire().map(|(id, run)| Job {
                     id,
                     frame: None,
                     run,
-                }),
+                })
+            }
             _ => None,
         };
         match outcome {

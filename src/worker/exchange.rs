@@ -224,9 +224,9 @@ impl Actor {
                     // This call's own request, queued behind the call before:
                     // given back unstarted. The worker is sound (it may
                     // hold requests queued behind this one); the call checks
-                    // out again — at once, if the pool has not handed it
-                    // this worker yet.
-                    slot.withdrawn(got);
+                    // out again once the pool hands it the worker. (Its
+                    // place in the slot stays until then: the pool hands
+                    // the worker over in the order the requests were queued.)
                     return Exchange::Withdrawn;
                 }
                 Event::Message(Ok(Message::Withdrawn { id: got })) => {

@@ -30,8 +30,8 @@ mod stderr;
 mod template;
 mod termination;
 
-use self::actor::{Actor, Command, Job};
 pub use self::actor::JobParts;
+use self::actor::{Actor, Command, Job};
 pub use self::dump::locate_in_dump;
 use self::guardian::GuardianProcess;
 pub use self::lifecycle::WorkerKiller;
@@ -346,9 +346,11 @@ impl Worker {
     ) -> CallOutcome {
         let frame = match encode_frame(request, self.spec.max_frame) {
             Ok(frame) => frame,
-            Err(e) => return CallOutcome::Died(Termination::BrokeProtocol {
-                error: e.to_string(),
-            }),
+            Err(e) => {
+                return CallOutcome::Died(Termination::BrokeProtocol {
+                    error: e.to_string(),
+                })
+            }
         };
         let (outcome, answer) = oneshot::channel();
         let run = JobParts {
@@ -377,21 +379,8 @@ impl Worker {
         callbacks: Option<&Arc<dyn CallbackService>>,
     ) -> CallOutcome {
         let outcome = match queued {
-            Some(QueuedOnWire { outcome, parts }) => {
-                // Unless the actor runs it already (right after the call
-                // before), it is told to.
-                if let Some((id, run)) = parts {
-                    let job = Job {
-                        id,
-                        frame: None,
-                        run,
-                    };
-                    if self.mailbox.send(Command::Run(job)).is_err() {
-                        return CallOutcome::NotStarted(Termination::StatusUnknown);
-                    }
-                }
-                await_outcome(outcome).await
-            }
+            // The actor runs it already, right after the call before.
+            Some(QueuedOnWire { outcome }) => await_outcome(outcome).await,
             None => {
                 let id = self.slot.take_id();
                 let request = Request::Invoke {
@@ -483,11 +472,10 @@ impl Drop for Worker {
 }
 
 /// A call's request queued behind the call before on a worker it was then
-/// handed (pipelining): where its outcome arrives, and — when the worker's
-/// actor has not taken it up — what it needs to run it.
+/// handed (pipelining): the worker's actor ran it (or runs it) right after
+/// that call, and its outcome arrives here.
 pub struct QueuedOnWire {
     pub outcome: oneshot::Receiver<CallOutcome>,
-    pub parts: Option<(u64, JobParts)>,
 }
 
 /// The actor's answer; an actor gone without one ended with its worker.

@@ -37,14 +37,10 @@ pub const MAX_QUEUED_FRAME: usize = 8 * 1024;
 /// How the queued request of a slot ended, as its caller learns it.
 pub enum Handover {
     /// The running call ended and the worker is now the queued call's. Its
-    /// request is on the wire (`sent`) — the worker's actor runs it, or
-    /// has run it, unless its parts come back here (`parts`: then the
-    /// caller gives them to the actor) — or still to be written.
-    Worker {
-        worker: Box<Worker>,
-        sent: bool,
-        parts: Option<JobParts>,
-    },
+    /// request is on the wire (`sent`: the worker's actor runs it, or has
+    /// run it, and answers on the call's outcome channel) or still to be
+    /// written.
+    Worker { worker: Box<Worker>, sent: bool },
     /// The worker gave the request back unstarted.
     Withdrawn,
     /// The worker is gone (its running call was killed, or it died) and the
@@ -195,7 +191,11 @@ impl Slot {
     /// As a request ends with the worker sound: the first queued request
     /// the actor has not run yet, when it is on the wire (the worker runs
     /// it next); its parts are taken, the request stays queued until the
-    /// pool hands the worker to its caller ([`Slot::take`]).
+    /// pool hands the worker to its caller ([`Slot::take`]). Called before
+    /// the ended request's outcome is delivered, so the pool, which hands
+    /// the worker on only after that, never takes a request on the wire
+    /// that the actor has not taken up. (A request given back by the worker
+    /// leaves the slot here only while it is behind the one running.)
     pub(super) fn next_on_wire(&self) -> Option<(u64, JobParts)> {
         let mut state = self.state();
         let queued = state.iter_mut().find(|q| q.parts.is_some())?;
@@ -212,7 +212,7 @@ impl Slot {
         self.state().pop_front().map(|queued| TakenRequest {
             sent: queued.unsent.is_none(),
             handover: queued.handover,
-            parts: queued.parts,
+            skipped: queued.unsent.is_none() && queued.parts.is_some(),
         })
     }
 
@@ -232,6 +232,9 @@ pub(crate) struct TakenRequest {
     /// On the wire: the worker may run it next.
     pub sent: bool,
     pub handover: Option<oneshot::Sender<Handover>>,
-    /// Its parts, unless the actor took them to run it.
-    pub parts: Option<JobParts>,
+    /// On the wire, yet the actor did not run it after the request before
+    /// it: nothing reads its answer. Never so while requests leave the slot
+    /// only in their order (see [`Slot::next_on_wire`]); such a worker
+    /// cannot be trusted.
+    pub skipped: bool,
 }
