@@ -236,3 +236,39 @@ async fn a_second_sigterm_ends_serve_at_once() {
     let left = survivors_after(&tree, Duration::from_secs(2)).await;
     assert!(left.is_empty(), "left behind: {}", describe_pids(&left));
 }
+
+/// A pool dropped without `shutdown` (a library user's early return, a
+/// panic unwinding past it) leaves nothing behind: each worker's actor
+/// ends with its handle, killing the worker and reaping its guardian.
+#[tokio::test]
+async fn a_dropped_pool_kills_and_reaps_every_worker() {
+    let (pool, _session) = pool(2).await;
+    assert_serves(&pool).await;
+    let workers: Vec<i32> = pool.stats().workers.iter().map(|w| w.pid).collect();
+    assert!(workers.len() >= 2, "{workers:?}");
+    let guardians: Vec<i32> = workers.iter().filter_map(|pid| parent_of(*pid)).collect();
+    assert_eq!(
+        guardians.len(),
+        workers.len(),
+        "every worker has its guardian"
+    );
+    drop(pool);
+    let left = survivors_after(&workers, Duration::from_secs(5)).await;
+    assert!(
+        left.is_empty(),
+        "workers outlived their pool: {}",
+        describe_pids(&left)
+    );
+    // Reaped, not only dead: a guardian left a zombie would still be listed.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let listed = |pid: &i32| Path::new(&format!("/proc/{pid}")).exists();
+    while guardians.iter().any(listed) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let unreaped: Vec<i32> = guardians.iter().copied().filter(listed).collect();
+    assert!(
+        unreaped.is_empty(),
+        "guardians not reaped: {}",
+        describe_pids(&unreaped)
+    );
+}
