@@ -397,8 +397,13 @@ async fn main() {
     let p6 = rss_mb();
     idle.shutdown().await;
 
-    let mut toolpool_p1 = serial_round_trip(session, 5000 / scale).await;
-    let mut floor_p1 = floor_round_trip(5000 / scale).await;
+    // P1's two sides take turns, five rounds each, so that a burst of other
+    // work on the machine weighs on both alike.
+    let (mut toolpool_p1, mut floor_p1) = (Vec::new(), Vec::new());
+    for _ in 0..5 {
+        toolpool_p1.extend(serial_round_trip(session, 1000 / scale).await);
+        floor_p1.extend(floor_round_trip(1000 / scale).await);
+    }
     // pebble's P2, P8 and P9, alternating with toolpool's (when benches/peers runs this).
     let mut pebble = PebbleSampler::start();
     let (mut p2, mut pebble_p2) = (Vec::new(), Vec::new());
