@@ -188,6 +188,36 @@ async fn a_call_queued_before_one_that_kills_the_worker_gets_its_own_answer() {
     pool.shutdown().await;
 }
 
+/// Makes `calls` calls, `call(pool, i)` the i-th, at most `in_flight` at a
+/// time; every call's index and answer, in the order they finished.
+async fn stream_calls<F, Fut>(
+    pool: &Pool,
+    calls: usize,
+    in_flight: usize,
+    call: F,
+) -> Vec<(usize, Result<Value, toolpool::ToolError>)>
+where
+    F: Fn(Pool, usize) -> Fut,
+    Fut: std::future::Future<Output = Result<Value, toolpool::ToolError>> + Send + 'static,
+{
+    let in_flight = std::sync::Arc::new(tokio::sync::Semaphore::new(in_flight));
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..calls {
+        let permit = in_flight.clone().acquire_owned().await.unwrap();
+        let answer = call(pool.clone(), i);
+        tasks.spawn(async move {
+            let answer = answer.await;
+            drop(permit);
+            (i, answer)
+        });
+    }
+    let mut answers = Vec::with_capacity(calls);
+    while let Some(done) = tasks.join_next().await {
+        answers.push(done.expect("the call's task ends"));
+    }
+    answers
+}
+
 /// Under a steady stream of short calls a worker that comes free goes to a
 /// caller waiting in line, not to a call queued behind the other worker:
 /// asking that one back would cost a round trip and mostly come too late
@@ -195,22 +225,14 @@ async fn a_call_queued_before_one_that_kills_the_worker_gets_its_own_answer() {
 #[tokio::test]
 async fn short_calls_in_a_stream_are_not_asked_back_from_busy_workers() {
     let (pool, _session) = pool(2).await;
-    let calls = 2000;
-    let in_flight = std::sync::Arc::new(tokio::sync::Semaphore::new(32));
-    let mut tasks = tokio::task::JoinSet::new();
-    for _ in 0..calls {
-        let permit = in_flight.clone().acquire_owned().await.unwrap();
-        let pool = pool.clone();
-        tasks.spawn(async move {
-            let answer = pool
-                .invoke("add", json!({"a": 1, "b": 2}), InvokeOptions::default())
-                .await;
-            drop(permit);
-            answer
-        });
-    }
-    while let Some(answer) = tasks.join_next().await {
-        assert_eq!(answer.unwrap().unwrap(), json!(3));
+    let calls: u64 = 2000;
+    let answers = stream_calls(&pool, calls as usize, 32, |pool, _| async move {
+        pool.invoke("add", json!({"a": 1, "b": 2}), InvokeOptions::default())
+            .await
+    })
+    .await;
+    for (_, answer) in answers {
+        assert_eq!(answer.unwrap(), json!(3));
     }
     let stats = pool.stats();
     assert!(stats.pipelined > calls / 2, "{stats:?}");
@@ -230,32 +252,26 @@ async fn short_calls_in_a_stream_are_not_asked_back_from_busy_workers() {
 #[tokio::test]
 async fn calls_asked_back_mid_stream_each_get_their_own_answer() {
     let (pool, _session) = pool(2).await;
-    let calls = 3000;
-    let in_flight = std::sync::Arc::new(tokio::sync::Semaphore::new(8));
-    let mut tasks = tokio::task::JoinSet::new();
     let options = InvokeOptions {
         timeout: Some(Duration::from_secs(10)),
         ..Default::default()
     };
-    for i in 0..calls {
-        let permit = in_flight.clone().acquire_owned().await.unwrap();
-        let (pool, options) = (pool.clone(), options.clone());
-        tasks.spawn(async move {
+    let answers = stream_calls(&pool, 3000, 8, |pool, i| {
+        let options = options.clone();
+        async move {
             // Every seventh call naps a little: the workers come free at
             // different moments, and calls queued behind the busy one move.
-            let answer = match i % 7 {
+            match i % 7 {
                 0 => pool
                     .invoke("nap", json!({"seconds": 0.002}), options)
                     .await
                     .map(|answer| answer["at_once"].clone()),
                 _ => pool.invoke("echo", json!({"value": i}), options).await,
-            };
-            drop(permit);
-            (i, answer)
-        });
-    }
-    while let Some(done) = tasks.join_next().await {
-        let (i, answer) = done.expect("the call's task ends");
+            }
+        }
+    })
+    .await;
+    for (i, answer) in answers {
         // A nap answers how many calls ran at once in its worker: 1.
         let expected = match i % 7 {
             0 => json!(1),

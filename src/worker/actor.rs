@@ -73,12 +73,21 @@ impl JobParts {
         timeout: Duration,
         callbacks: Option<Arc<dyn CallbackService>>,
     ) -> (JobParts, oneshot::Receiver<CallOutcome>) {
+        JobParts::new(name, timeout, callbacks, true)
+    }
+
+    pub(super) fn new(
+        label: &str,
+        timeout: Duration,
+        callbacks: Option<Arc<dyn CallbackService>>,
+        acknowledges: bool,
+    ) -> (JobParts, oneshot::Receiver<CallOutcome>) {
         let (outcome, receiver) = oneshot::channel();
         let parts = JobParts {
-            label: name.to_string(),
+            label: label.to_string(),
             timeout,
             callbacks,
-            acknowledges: true,
+            acknowledges,
             outcome,
         };
         (parts, receiver)
@@ -134,12 +143,9 @@ impl Actor {
             .unwrap_or_default()
     }
 
-    /// The worker's pid as the kernel names it (the guardian's when the
-    /// guardian is the worker).
+    /// The worker's pid as the kernel names it (for the log).
     pub(super) fn pid(&self) -> i32 {
-        self.process
-            .as_ref()
-            .map_or(self.guardian.raw(), |p| p.pid.raw())
+        self.killer().pid()
     }
 
     /// Waits for the hello (sent once the worker imported the tools),
@@ -281,26 +287,12 @@ impl Actor {
     /// Runs one job and delivers its outcome; the next job when the worker
     /// is sound and its request is on the wire behind this one.
     async fn run_job(&mut self, job: Job) -> Option<Job> {
-        let Job { id, frame, run } = job;
-        let JobParts {
-            label,
-            timeout,
-            callbacks,
-            acknowledges,
-            outcome: mut answer,
-        } = run;
-        let deadline = Instant::now() + timeout;
-        let outcome = self
-            .run(
-                id,
-                frame.as_deref(),
-                &label,
-                deadline,
-                callbacks.as_ref(),
-                acknowledges,
-                &mut answer,
-            )
-            .await;
+        let Job {
+            id,
+            frame,
+            run: mut job,
+        } = job;
+        let outcome = self.run(id, frame.as_deref(), &mut job).await;
         // Chosen before the outcome is delivered: the pool hands the
         // worker to that request's caller only once this one has its answer.
         let next = match outcome {
@@ -315,7 +307,7 @@ impl Actor {
         };
         match outcome {
             Some(outcome) => {
-                if let Err(outcome) = answer.send(outcome) {
+                if let Err(outcome) = job.outcome.send(outcome) {
                     // The caller gave up as the answer came: it kills the
                     // worker (its lease's drop); nothing more runs here.
                     drop(outcome);

@@ -4,18 +4,15 @@
 //! worker killed if its caller gives up.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use serde_json::Value;
-use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 use tokio::time::{timeout, timeout_at, Instant};
 
-use super::actor::Actor;
+use super::actor::{Actor, JobParts};
 use super::deadline::{Deadline, Fired};
 use super::{
-    CallOutcome, CallbackError, CallbackService, Termination, DEADLINE_DRAIN, HANGUP_EXIT_WAIT,
-    MAX_OPEN_CALLBACKS,
+    CallOutcome, CallbackError, Termination, DEADLINE_DRAIN, HANGUP_EXIT_WAIT, MAX_OPEN_CALLBACKS,
 };
 use crate::protocol::{
     encode_frame, next_message, write_frame, CallbackReply, Message, ProtocolError, RemoteError,
@@ -24,26 +21,20 @@ use crate::protocol::{
 
 impl Actor {
     /// Runs request `id` (`frame`: to write; `None` when on the wire
-    /// already) to its end; `None` when its caller gave up (`answer`
-    /// closed) and the worker was killed.
-    #[allow(clippy::too_many_arguments)]
+    /// already) to its end; `None` when its caller gave up (`job`'s answer
+    /// channel closed) and the worker was killed.
     pub(super) async fn run(
         &mut self,
         id: u64,
         frame: Option<&[u8]>,
-        label: &str,
-        deadline: Instant,
-        callbacks: Option<&Arc<dyn CallbackService>>,
-        acknowledges: bool,
-        answer: &mut oneshot::Sender<CallOutcome>,
+        job: &mut JobParts,
     ) -> Option<CallOutcome> {
-        let call = format!("{label}#{id}");
+        let call = format!("{}#{id}", job.label);
         if let Ok(mut tag) = self.call_tag.lock() {
             *tag = Some(call.clone());
         }
-        let outcome = self
-            .exchange(id, frame, deadline, label, callbacks, !acknowledges, answer)
-            .await;
+        let outcome = self.exchange(id, frame, job).await;
+        let label = &job.label;
         if let Ok(mut tag) = self.call_tag.lock() {
             *tag = None;
         }
@@ -109,33 +100,15 @@ impl Actor {
     /// deadline is suspended and the worker's processes are stopped; they
     /// resume, the deadline pushed back by the wait, before the answer is
     /// written.
-    #[allow(clippy::too_many_arguments)]
-    async fn exchange(
-        &mut self,
-        id: u64,
-        frame: Option<&[u8]>,
-        deadline: Instant,
-        label: &str,
-        callbacks: Option<&Arc<dyn CallbackService>>,
-        acknowledged: bool,
-        answer: &mut oneshot::Sender<CallOutcome>,
-    ) -> Exchange {
+    async fn exchange(&mut self, id: u64, frame: Option<&[u8]>, job: &mut JobParts) -> Exchange {
         // Dropped with the exchange (the call was cancelled): any callback
         // still running, a human prompt say, is aborted with it. Otherwise
         // they are over (aborted if need be) before the call returns.
         let mut pending = JoinSet::new();
-        let mut deadline = Deadline::new(deadline);
+        // From the moment this request starts running here.
+        let mut deadline = Deadline::new(Instant::now() + job.timeout);
         let outcome = self
-            .exchange_serving(
-                id,
-                frame,
-                &mut deadline,
-                label,
-                callbacks,
-                &mut pending,
-                acknowledged,
-                answer,
-            )
+            .exchange_serving(id, frame, &mut deadline, job, &mut pending)
             .await;
         if !pending.is_empty() {
             pending.shutdown().await;
@@ -148,18 +121,23 @@ impl Actor {
         outcome
     }
 
-    #[allow(clippy::too_many_arguments)]
     async fn exchange_serving(
         &mut self,
         id: u64,
         frame: Option<&[u8]>,
         deadline: &mut Deadline,
-        label: &str,
-        callbacks: Option<&Arc<dyn CallbackService>>,
+        job: &mut JobParts,
         pending: &mut JoinSet<Result<Value, CallbackError>>,
-        mut acknowledged: bool,
-        answer: &mut oneshot::Sender<CallOutcome>,
     ) -> Exchange {
+        let JobParts {
+            label,
+            callbacks,
+            acknowledges,
+            outcome: answer,
+            ..
+        } = job;
+        // A request the worker does not acknowledge counts as started.
+        let mut acknowledged = !*acknowledges;
         let Some(stdin) = self.stdin.as_mut() else {
             return Exchange::Broken(ProtocolError::Closed);
         };
@@ -287,7 +265,7 @@ impl Actor {
                     id: call_id,
                     method,
                     params,
-                })) => match callbacks {
+                })) => match callbacks.as_ref() {
                     None => {
                         let error = CallbackError::new(
                             "NotImplementedError",

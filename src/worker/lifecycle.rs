@@ -139,6 +139,14 @@ pub struct WorkerKiller {
 }
 
 impl WorkerKiller {
+    /// The worker's pid as the kernel names it (the guardian's when the
+    /// guardian is the worker).
+    pub fn pid(&self) -> i32 {
+        self.process
+            .as_ref()
+            .map_or(self.guardian.raw(), |p| p.pid.raw())
+    }
+
     /// SIGKILL to the worker and its group (to the guardian's group when
     /// the guardian is the worker).
     pub fn kill(&self) {

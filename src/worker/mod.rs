@@ -43,7 +43,7 @@ use self::stderr::{pump_stderr, CallTag, StderrTail};
 pub use self::termination::{describe_exit, Termination};
 
 use self::pipeline::Slot;
-use crate::process::{KillMechanism, ProcessId, Tracked};
+use crate::process::{KillMechanism, ProcessId};
 use crate::protocol::{
     encode_frame, message_reader, CallContext, RemoteError, ReplyValue, Request, PROTOCOL_VERSION,
 };
@@ -187,11 +187,8 @@ pub struct Worker {
     /// The actor's mailbox; closed when this handle is dropped, and the
     /// actor then ends the worker.
     mailbox: mpsc::UnboundedSender<Command>,
-    /// The guardian's pid, as the kernel gave it.
-    guardian: ProcessId,
-    /// The worker process, as the kernel lists it; `None` when the guardian
-    /// speaks the protocol itself.
-    process: Option<Tracked>,
+    /// The guardian and the worker process, as the kernel names them.
+    killer: WorkerKiller,
     spec: Arc<WorkerSpec>,
     /// The requests queued behind the running call (pipelining), and the
     /// worker's request ids; shared with the actor.
@@ -260,8 +257,7 @@ impl Worker {
         let (mailbox, commands) = mpsc::unbounded_channel();
         let worker = Worker {
             mailbox,
-            guardian,
-            process: actor.process.clone(),
+            killer: actor.killer(),
             spec,
             slot,
             calls_served: 0,
@@ -285,18 +281,13 @@ impl Worker {
     /// The worker's process as the kernel knows it, for killing it from
     /// elsewhere (shutdown). `None` when the guardian is the worker.
     pub fn killer(&self) -> WorkerKiller {
-        WorkerKiller {
-            guardian: self.guardian,
-            process: self.process.clone(),
-        }
+        self.killer.clone()
     }
 
     /// The worker's pid as the kernel names it (the guardian's when the
     /// guardian is the worker).
     pub fn pid(&self) -> i32 {
-        self.process
-            .as_ref()
-            .map_or(self.guardian.raw(), |p| p.pid.raw())
+        self.killer.pid()
     }
 
     /// What it was started with (under `--sandbox`, for one session).
@@ -306,7 +297,7 @@ impl Worker {
 
     /// The guardian's pid, as the kernel gave it (it ends when the worker does).
     pub fn guardian_pid(&self) -> ProcessId {
-        self.guardian
+        self.killer.guardian
     }
 
     pub fn calls_served(&self) -> u64 {
@@ -321,9 +312,8 @@ impl Worker {
     /// Asks the worker for the catalog it built when importing the tools.
     pub async fn catalog(&mut self) -> CallOutcome {
         let id = self.slot.take_id();
-        let timeout = self.spec.start_timeout;
-        self.request(id, &Request::Catalog { id }, "catalog", timeout)
-            .await
+        let (run, answer) = JobParts::new("catalog", self.spec.start_timeout, None, false);
+        self.run(&Request::Catalog { id }, id, run, answer).await
     }
 
     /// A round trip through the worker's whole request path. The first
@@ -331,36 +321,8 @@ impl Worker {
     /// ones; a spare is pinged before it waits, so the call it takes over is not.
     pub async fn ping(&mut self) -> CallOutcome {
         let id = self.slot.take_id();
-        let timeout = self.spec.start_timeout;
-        self.request(id, &Request::Ping { id }, "ping", timeout)
-            .await
-    }
-
-    /// A request the worker answers without running a tool.
-    async fn request(
-        &mut self,
-        id: u64,
-        request: &Request<'_>,
-        label: &str,
-        timeout: Duration,
-    ) -> CallOutcome {
-        let frame = match encode_frame(request, self.spec.max_frame) {
-            Ok(frame) => frame,
-            Err(e) => {
-                return CallOutcome::Died(Termination::BrokeProtocol {
-                    error: e.to_string(),
-                })
-            }
-        };
-        let (outcome, answer) = oneshot::channel();
-        let run = JobParts {
-            label: label.to_string(),
-            timeout,
-            callbacks: None,
-            acknowledges: false,
-            outcome,
-        };
-        self.send_job(id, Some(frame), run, answer).await
+        let (run, answer) = JobParts::new("ping", self.spec.start_timeout, None, false);
+        self.run(&Request::Ping { id }, id, run, answer).await
     }
 
     /// Runs one tool call; on `TimedOut` or `Died` the worker is gone.
@@ -389,19 +351,8 @@ impl Worker {
                     args,
                     context,
                 };
-                let frame = match encode_frame(&request, self.spec.max_frame) {
-                    Ok(frame) => frame,
-                    Err(e) => {
-                        // Nothing was sent: the worker is still usable.
-                        return CallOutcome::Reply(Err(RemoteError {
-                            kind: "InvalidArguments".into(),
-                            message: format!("arguments cannot be sent to the worker: {e}"),
-                            traceback: None,
-                        }));
-                    }
-                };
                 let (run, answer) = JobParts::invoke(name, timeout, callbacks.cloned());
-                self.send_job(id, Some(frame), run, answer).await
+                self.run(&request, id, run, answer).await
             }
         };
         if !matches!(outcome, CallOutcome::Withdrawn) {
@@ -410,14 +361,30 @@ impl Worker {
         outcome
     }
 
-    async fn send_job(
+    /// Has the actor run `request` (id `id`) to its end.
+    async fn run(
         &mut self,
+        request: &Request<'_>,
         id: u64,
-        frame: Option<Vec<u8>>,
         run: JobParts,
         answer: oneshot::Receiver<CallOutcome>,
     ) -> CallOutcome {
-        let job = Job { id, frame, run };
+        let frame = match encode_frame(request, self.spec.max_frame) {
+            Ok(frame) => frame,
+            Err(e) => {
+                // Nothing was sent: the worker is still usable.
+                return CallOutcome::Reply(Err(RemoteError {
+                    kind: "InvalidArguments".into(),
+                    message: format!("arguments cannot be sent to the worker: {e}"),
+                    traceback: None,
+                }));
+            }
+        };
+        let job = Job {
+            id,
+            frame: Some(frame),
+            run,
+        };
         if self.mailbox.send(Command::Run(job)).is_err() {
             return CallOutcome::NotStarted(Termination::StatusUnknown);
         }
@@ -430,7 +397,7 @@ impl Worker {
     /// sees the worker gone (and by [`Worker::kill`]'s sweep).
     pub fn kill_now(&self) {
         if !self.reaped.load(Ordering::Acquire) {
-            self.killer().kill();
+            self.killer.kill();
         }
     }
 

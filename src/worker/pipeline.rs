@@ -2,12 +2,13 @@
 //! call, so that the worker starts it the moment the running one ends,
 //! without waiting for the supervisor to read the reply and send more.
 //!
-//! Each worker has one [`Slot`] (up to [`MAX_QUEUED`] requests), shared by the task running the worker's
-//! current call (which alone writes to the worker) and the pool. A queued
-//! request is in one of these states, and every change is made under the
-//! slot's lock:
+//! Each worker has one [`Slot`] (up to [`MAX_QUEUED`] requests), shared by
+//! the worker's actor (which alone writes to the worker) and the pool. A
+//! queued request is in one of these states, and every change is made under
+//! the slot's lock:
 //! - **unsent**: its frame waits here; the running call's exchange writes it;
-//! - **on the wire**: the worker has it, behind the running call;
+//! - **on the wire**: the worker has it, behind the running call; once the
+//!   call before it ends, the actor takes its parts and runs it;
 //! - **withdrawing**: a worker came free elsewhere, so the pool asked for it
 //!   back; the worker answers `withdrawn` (it never started it) or, too late,
 //!   starts it — never both, since it decides under its own lock;
@@ -237,4 +238,44 @@ pub(crate) struct TakenRequest {
     /// only in their order (see [`Slot::next_on_wire`]); such a worker
     /// cannot be trusted.
     pub skipped: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn queue(slot: &Slot) -> u64 {
+        let id = slot.take_id();
+        let (parts, _outcome) = JobParts::invoke("t", std::time::Duration::from_secs(1), None);
+        slot.queue(id, vec![0; 8], parts).expect("room");
+        id
+    }
+
+    #[test]
+    fn the_actor_takes_requests_up_in_order_and_only_once_on_the_wire() {
+        let slot = Slot::new();
+        let (a, b) = (queue(&slot), queue(&slot));
+        assert!(slot.next_on_wire().is_none(), "nothing is written yet");
+        assert_eq!(slot.frames_to_write(1 << 20).unwrap().len(), 16);
+        assert_eq!(slot.next_on_wire().map(|(id, _)| id), Some(a));
+        assert_eq!(slot.next_on_wire().map(|(id, _)| id), Some(b));
+        assert!(slot.next_on_wire().is_none(), "each is taken up once");
+        // The pool hands them over in the same order, each taken up.
+        let first = slot.take().expect("a");
+        assert!(first.sent && !first.skipped);
+        assert!(!slot.take().expect("b").skipped);
+    }
+
+    #[test]
+    fn a_request_on_the_wire_handed_over_before_the_actor_took_it_up_is_skipped() {
+        let slot = Slot::new();
+        queue(&slot);
+        slot.frames_to_write(1 << 20).unwrap();
+        let taken = slot.take().expect("queued");
+        assert!(taken.sent && taken.skipped);
+        // Unsent, it is not: its caller writes it afresh.
+        queue(&slot);
+        let taken = slot.take().expect("queued");
+        assert!(!taken.sent && !taken.skipped);
+    }
 }
