@@ -38,8 +38,9 @@ STOP_SIGNALS = {signal.SIGTERM, signal.SIGHUP, signal.SIGINT}
 # The template's channel to the supervisor (a SOCK_SEQPACKET socket).
 TEMPLATE_FD = 3
 MAX_TEMPLATE_REQUEST = 1 << 20
-# Descriptors a request brings: stdin, stdout, stderr, dump pipe, go pipe.
-TEMPLATE_FDS = 5
+# Descriptors a request brings: stdin, stdout, stderr, dump pipe, the
+# started-request memfd, go pipe.
+TEMPLATE_FDS = 6
 CLONE_PARENT = 0x00008000
 # What the template imports for itself, forgotten by the guardians it clones.
 TEMPLATE_ONLY_MODULES = ("_socket",)
@@ -88,11 +89,12 @@ def _guard(config: dict) -> None:
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)
     os.close(devnull)
-    if config.get("dump_fd") is not None:
-        try:
-            os.close(config["dump_fd"])
-        except OSError:
-            pass
+    for worker_only in ("dump_fd", "ack_fd"):
+        if config.get(worker_only) is not None:
+            try:
+                os.close(config[worker_only])
+            except OSError:
+                pass
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
     status = _wait_for(worker)
@@ -105,10 +107,11 @@ def _template(supervisor: int) -> None:
     """Be the template: start the interpreter and import the shim once, then
     clone a guardian for each request on the channel (fd 3). Never returns.
 
-    A request is one message: the guardian's config JSON, with five
-    descriptors (its stdin, stdout, stderr and dump pipe, and a pipe it
-    waits on before it forks its worker: the supervisor first moves it into
-    its own cgroup under --sandbox). The guardian is
+    A request is one message: the guardian's config JSON, with six
+    descriptors (its stdin, stdout, stderr and dump pipe, the memfd its
+    worker says which request it started in, and a pipe it waits on before
+    it forks its worker: the supervisor first moves it into its own cgroup
+    under --sandbox). The guardian is
     cloned with CLONE_PARENT, so that it is the supervisor's child, not
     ours: the supervisor waits for it and kills it as if it had spawned it.
     The answer is its pid, or `error <errno>`. No tool is imported here: a
@@ -174,16 +177,23 @@ def _become_guardian(request: bytes, fds: list, supervisor: int) -> None:
     try:
         for name in TEMPLATE_ONLY_MODULES:
             sys.modules.pop(name, None)
-        *stdio_and_dump, go = fds
-        for target, fd in enumerate(stdio_and_dump):
-            os.dup2(fd, target)
+        *inherited, go = fds
+        # Out of the way of the targets (0 up) first, so no dup2 overwrites
+        # a descriptor still to be placed.
+        count = len(inherited)
+        go = go if go >= count else _dup_at_or_above(go, count)
+        inherited = [fd if fd >= count or fd == target else _dup_at_or_above(fd, count)
+                     for target, fd in enumerate(inherited)]
+        for target, fd in enumerate(inherited):
+            if fd != target:
+                os.dup2(fd, target)
         os.setpgid(0, 0)
         _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
         if os.getppid() != supervisor:
             os._exit(1)  # the supervisor died before the parent-death signal was armed
         if os.read(go, 1) != b"g":
             os._exit(1)  # the supervisor gave this start up
-        os.closerange(len(stdio_and_dump), resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+        os.closerange(len(inherited), resource.getrlimit(resource.RLIMIT_NOFILE)[0])
         config = json.loads(request)
         if config.get("sandbox"):
             # Siblings share the template's namespaces: the worker makes the
@@ -197,6 +207,20 @@ def _become_guardian(request: bytes, fds: list, supervisor: int) -> None:
         sys.stderr.flush()
     finally:
         os._exit(1)
+
+
+def _dup_at_or_above(fd: int, lowest: int) -> int:
+    """A duplicate of `fd` numbered `lowest` or more (what fcntl's F_DUPFD
+    does, without importing `fcntl`: a cloned worker loads only the modules
+    a spawned one does)."""
+    below = []
+    duplicate = os.dup(fd)
+    while duplicate < lowest:
+        below.append(duplicate)
+        duplicate = os.dup(fd)
+    for extra in below:
+        os.close(extra)
+    return duplicate
 
 
 def _enter_pid_namespace() -> None:

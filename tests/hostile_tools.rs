@@ -2,8 +2,8 @@
 //! a hello that lies about the worker's pid, a tool that leaves its group
 //! and holds the GIL in C, a supervisor stopped past its calls' deadlines,
 //! tools that damage their worker and return OK, a human prompt opened to
-//! pause the timer while the tool spins on, and file descriptors a worker
-//! must not inherit. Each checks what a user relies on: the error text, that
+//! pause the timer while the tool spins on, file descriptors a worker must
+//! not inherit, and the shared cell a worker notes started requests in. Each checks what a user relies on: the error text, that
 //! nothing of the call is alive once `call` exits, that the next call works.
 
 mod common;
@@ -424,7 +424,7 @@ async fn human_timeout_bounds_an_unanswered_prompt() {
 }
 
 #[tokio::test]
-async fn only_stdio_and_the_dump_pipe_reach_a_worker() {
+async fn only_stdio_the_dump_pipe_and_the_started_cell_reach_a_worker() {
     // A descriptor this process leaves inheritable (no O_CLOEXEC).
     let marker = tempfile::NamedTempFile::new().unwrap();
     let path = std::ffi::CString::new(marker.path().to_str().unwrap()).unwrap();
@@ -443,9 +443,49 @@ async fn only_stdio_and_the_dump_pipe_reach_a_worker() {
         !listed.iter().any(|entry| entry.ends_with(&marker_name)),
         "the worker inherited {marker_name}: {listed:?}"
     );
+    assert!(
+        listed
+            .iter()
+            .any(|entry| entry.starts_with("4 -> /memfd:toolpool-ack")),
+        "the started-request cell is on fd 4: {listed:?}"
+    );
     pool.shutdown().await;
     // SAFETY: the fd opened above.
     unsafe { libc::close(fd) };
+}
+
+#[tokio::test]
+async fn a_tool_cannot_shrink_the_started_cell_under_the_supervisors_mapping() {
+    let session = tempfile::tempdir().unwrap();
+    let pool = calls_pool(&session).build().await.unwrap();
+    let outcome = session.path().join("outcome");
+    let error = pool
+        .invoke(
+            "shrink_the_started_cell_and_die",
+            json!({"outcome_file": outcome.display().to_string()}),
+            InvokeOptions::default(),
+        )
+        .await
+        .unwrap_err();
+    // The cell is sealed at its size: the shrink fails with EPERM, and the
+    // supervisor reads the cell (the call started: it died running, and
+    // is not retried) without a SIGBUS.
+    assert_eq!(
+        std::fs::read_to_string(&outcome).unwrap(),
+        "refused: errno 1"
+    );
+    assert_eq!(error.kind, ErrorKind::WorkerDied, "{error}");
+    assert!(
+        error
+            .message
+            .ends_with("running 'shrink_the_started_cell_and_die' exited with code 3"),
+        "{error}"
+    );
+    let sum = pool
+        .invoke("add", json!({"a": 2, "b": 3}), InvokeOptions::default())
+        .await;
+    assert_eq!(sum.unwrap(), json!(5));
+    pool.shutdown().await;
 }
 
 #[test]

@@ -107,10 +107,11 @@ async fn start_error(mode: &str) -> String {
 #[tokio::test]
 async fn wrong_protocol_version_fails_the_start_naming_both_versions() {
     let error = start_error("wrong_protocol").await;
-    assert!(
-        error.contains("the worker speaks protocol 99, this supervisor speaks 4"),
-        "{error}"
+    let expected = format!(
+        "the worker speaks protocol 99, this supervisor speaks {}",
+        toolpool::protocol::PROTOCOL_VERSION
     );
+    assert!(error.contains(&expected), "{error}");
 }
 
 #[tokio::test]

@@ -7,6 +7,12 @@ the others to them. No thread sits between the pipe and the main thread, so
 a request costs no thread switch (one switch costs about half a bare echo
 round trip).
 
+Before it runs a call the worker stores the request's id in eight bytes of
+memory it shares with the supervisor (`Ack`): the supervisor reads them only
+if the worker dies, to know whether the call had started. Nothing is written
+on the pipe for it, so a call costs one write (its reply) and wakes the
+supervisor once.
+
 A watcher thread ends the process the moment the supervisor closes its end of
 stdin, even while a tool hangs and nobody reads. It also reads for a tool that
 has run for a while with nobody reading: the supervisor may have queued the
@@ -20,6 +26,7 @@ import collections
 import itertools
 import os
 import select
+import struct
 import sys
 import threading
 
@@ -32,6 +39,25 @@ _STARTED = b"\x82\xa1t\xa7started\xa2id"
 WATCH_INTERVAL = 0.025
 
 
+class Ack:
+    """The supervisor's memfd (inherited on `fd`) holding the id of the
+    request this worker started last, in the machine's byte order.
+
+    Written with pwrite, not through a mapping: importing `mmap` would tell
+    results.py that a tool may return a buffer, which costs every result
+    its fast path. A pwrite to a memfd wakes no one.
+    """
+
+    _ID = struct.Struct("=Q")
+
+    def __init__(self, fd: int):
+        os.set_inheritable(fd, False)  # the tools' children have no use for it
+        self._fd = fd
+
+    def started(self, request_id: int) -> None:
+        os.pwrite(self._fd, self._ID.pack(request_id), 0)
+
+
 class CallbackError(Exception):
     """The supervisor answered a worker-originated call with an error."""
 
@@ -42,21 +68,22 @@ class CallbackError(Exception):
 
 
 class Channel:
-    def __init__(self, in_fd: int, out_fd: int, max_frame: int):
+    def __init__(self, in_fd: int, out_fd: int, max_frame: int, ack: Ack | None = None):
         self._in_fd = in_fd
         # Every whole frame a read brings in is routed at once (see
         # _read_and_route): what waits unrouted is in the pipe, where the
         # watcher's poll sees it, not only in the reader's buffer.
         self._reader = frames.FrameReader(in_fd, max_frame)
-        self._arrived = select.poll()
-        self._arrived.register(in_fd, select.POLLIN)
         self._out_fd = out_fd
         self.max_frame = max_frame
         self._write_lock = threading.Lock()
-        # A reply not written yet (see reply_later), under the write lock.
-        self._pending = []
-        # Guards everything below; notified whenever a frame has been routed.
-        self._state = threading.Condition()
+        # Without it (a supervisor that shares no memory, tests) the worker
+        # says `started` in a frame.
+        self._ack = ack
+        # Guards everything below; notified whenever a frame has been routed
+        # and a thread waits (never taken twice by one thread: a plain lock).
+        self._state = threading.Condition(threading.Lock())
+        self._waiting = 0  # threads waiting on _state
         self._reading = False  # a thread is reading a frame right now
         self._requests = collections.deque()
         self._open_calls = set()  # ids of calls waiting for their reply
@@ -73,25 +100,13 @@ class Channel:
         threading.Thread(target=self._watch, name="toolpool-hangup", daemon=True).start()
 
     def next_request(self) -> dict:
-        """Block until the supervisor sends the next request (catalog, invoke, ...).
-
-        A reply left for later is written first unless the next request has
-        arrived already: then it goes out with that request's `started`.
-        """
+        """Block until the supervisor sends the next request (catalog, invoke, ...)."""
         self._running = False
 
         def take():
             return self._requests.popleft() if self._requests else None
 
-        with self._state:
-            request = take()
-            while request is None and not self._reading and self._reader.has_frame_after(self._arrived):
-                self._read_and_route()
-                request = take()
-        if request is None:
-            self._write([])
-            request = self._receive(take)
-        return request
+        return self._receive(take)
 
     def send(self, message: dict) -> None:
         """Encode and send one message.
@@ -103,47 +118,32 @@ class Channel:
 
     def send_body(self, body: bytes) -> None:
         """Send one message already encoded; raises frames.FrameTooLarge as send does."""
-        self._write([body])
-
-    def reply_later(self, body: bytes) -> None:
-        """Send a reply (encoded) with the next frame written, at the latest
-        before this thread waits for the next request: a pipelined request
-        that has arrived already starts without a system call of its own
-        for the reply. Raises frames.FrameTooLarge as send does."""
-        if len(body) > self.max_frame:
-            raise frames.FrameTooLarge(len(body), self.max_frame)
         with self._write_lock:
-            self._pending.append(body)
-
-    def _write(self, bodies: list) -> None:
-        """Write the replies left for later, then `bodies`, in one system call."""
-        with self._write_lock:
-            if self._pending:
-                bodies = self._pending + bodies
-                self._pending = []
-            if not bodies:
-                return
             try:
-                frames.write_frames(self._out_fd, bodies, self.max_frame)
+                frames.write_frame(self._out_fd, body, self.max_frame)
             except OSError:
                 # The supervisor closed its end: there is nobody left to answer.
                 os._exit(0)
 
     def acknowledge(self, request_id: int) -> None:
-        """Send {"t": "started", "id": request_id}: the request was taken and is about to run.
+        """Say that the request was taken and is about to run: in the shared
+        memory, or else as {"t": "started", "id": request_id}.
 
-        Sent before every call, so it is encoded by hand (the map is always
-        the same but for the id) rather than through the codec.
+        The frame is encoded by hand (the map is always the same but for
+        the id) rather than through the codec.
         """
         self._started_count += 1
         self._running = True
+        if self._ack is not None and isinstance(request_id, int) and 0 <= request_id < 2 ** 64:
+            self._ack.started(request_id)
+            return
         if isinstance(request_id, int) and 0 <= request_id < 128:
             body = _STARTED + bytes((request_id,))
         elif isinstance(request_id, int) and 0 <= request_id < 2 ** 64:
             body = _STARTED + b"\xcf" + request_id.to_bytes(8, "big")
         else:
             body = codec.pack({"t": "started", "id": request_id})
-        self._write([body])
+        self.send_body(body)
 
     def call(self, method: str, params: dict):
         """Ask the supervisor to run `method` (a context service) and wait for its answer."""
@@ -168,7 +168,11 @@ class Channel:
                 if found is not None:
                     return found
                 if self._reading:
-                    self._state.wait()
+                    self._waiting += 1
+                    try:
+                        self._state.wait()
+                    finally:
+                        self._waiting -= 1
                     continue
                 self._read_and_route()
 
@@ -187,7 +191,8 @@ class Channel:
             self._reading = False
         for message in messages:
             self._route(message)
-        self._state.notify_all()
+        if self._waiting:
+            self._state.notify_all()
 
     def _read_message(self) -> dict:
         try:

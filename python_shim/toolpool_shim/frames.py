@@ -42,16 +42,6 @@ class FrameReader:
         # One over the limit is "whole" too: reading it raises at once.
         return size > self._max_frame or len(self._buffer) - _HEADER.size >= size
 
-    def has_frame_after(self, arrived) -> bool:
-        """has_frame, after taking in what has arrived on the descriptor
-        (`arrived`: a poll object watching it for input), without waiting."""
-        if not self.has_frame() and arrived.poll(0):
-            chunk = os.read(self._fd, _READ_SIZE)
-            if not chunk:
-                return True  # the end of the stream: read_frame reports it
-            self._buffer += chunk
-        return self.has_frame()
-
     def read_frame(self) -> bytes | None:
         """The next frame's body; None at a clean end of stream.
 

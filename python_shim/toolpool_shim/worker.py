@@ -12,18 +12,19 @@ import sys
 
 from . import codec, discovery, minipack, standins
 from .catalog import build_catalog
-from .channel import Channel
+from .channel import Ack, Channel
 from .frames import FrameTooLarge
 from .invoke import Invoker, ToolFailure
 from .results import Encoded
 
-PROTOCOL_VERSION = 4
+PROTOCOL_VERSION = 5
 SHIM_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def main(config: dict) -> None:
     frame_in, frame_out = _protect_channel()
-    channel = Channel(frame_in, frame_out, int(config["max_frame"]))
+    ack = Ack(config["ack_fd"]) if config.get("ack_fd") is not None else None
+    channel = Channel(frame_in, frame_out, int(config["max_frame"]), ack)
     # Watching starts before the tools are imported: a supervisor that goes
     # away during a slow or hanging import still ends this process.
     channel.watch_for_hangup()
@@ -113,17 +114,17 @@ def _serve(channel: Channel, toolset, classes, invoker: Invoker) -> None:
         kind = request.get("t")
         blocks = None
         try:
-            if kind == "ping":
+            if kind == "invoke" and isinstance(request.get("name"), str):
+                # Proof that this worker was sound when the call began: one
+                # that dies before this was broken by an earlier call.
+                channel.acknowledge(request_id)
+                value, blocks = invoker.invoke(request["name"], _arguments(request), _context(request))
+            elif kind == "ping":
                 value = Encoded()  # null; exercises the whole request path: warms a spare
             elif kind == "catalog":
                 if catalog is None:
                     catalog = build_catalog(toolset, classes.warnings, classes.blocks + classes.records)
                 value = Encoded(value=catalog)
-            elif kind == "invoke" and isinstance(request.get("name"), str):
-                # Proof that this worker was sound when the call began: one
-                # that dies before this was broken by an earlier call.
-                channel.acknowledge(request_id)
-                value, blocks = invoker.invoke(request["name"], _arguments(request), _context(request))
             else:
                 raise ToolFailure("ProtocolError", f"not a request this worker understands: {kind!r} (protocol {PROTOCOL_VERSION})")
         except ToolFailure as failure:
@@ -181,7 +182,7 @@ def _reply_value(channel: Channel, request_id, value: Encoded, blocks=None) -> N
     try:
         if blocks is None and key != "value":
             # The common reply, a blob under its key, encoded by hand.
-            channel.reply_later(minipack.reply_body(request_id, key, held))
+            channel.send_body(minipack.reply_body(request_id, key, held))
         else:
             reply = {"t": "reply", "id": request_id, "ok": True, key: held}
             if blocks is not None:

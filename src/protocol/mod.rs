@@ -16,7 +16,7 @@ mod python_text;
 pub use self::framing::{message_reader, next_message, MessageCodec, MessageReader};
 
 /// Version of the wire protocol; the worker's hello must carry the same.
-pub const PROTOCOL_VERSION: u32 = 4;
+pub const PROTOCOL_VERSION: u32 = 5;
 
 /// Default largest frame body either side sends or accepts (64 MiB).
 pub const DEFAULT_MAX_FRAME: usize = 64 * 1024 * 1024;

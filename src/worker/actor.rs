@@ -19,6 +19,8 @@ use tokio::net::unix::pipe;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{timeout, timeout_at, Instant};
 
+use super::ack::AckCell;
+use super::direct::ActorIdle;
 use super::guardian::GuardianProcess;
 use super::pipeline::Slot;
 use super::stderr::{CallTag, StderrTail};
@@ -45,9 +47,13 @@ pub(super) enum Command {
 /// One request as the actor runs it.
 pub(super) struct Job {
     pub(super) id: u64,
-    /// The request's frame; `None` when it is on the wire already (queued
-    /// behind the call before).
+    /// What is left to write of the request's frame; `None` when it is on
+    /// the wire already (queued behind the call before, or written by the
+    /// handle).
     pub(super) frame: Option<Vec<u8>>,
+    /// When the handle began writing it itself (the call's deadline runs
+    /// from then); `None`: from when the actor starts it.
+    pub(super) written_at: Option<Instant>,
     pub(super) run: JobParts,
 }
 
@@ -121,6 +127,10 @@ pub(super) struct Actor {
     pub(super) reaped: Arc<AtomicBool>,
     /// Removed once the worker's processes are gone (`--sandbox`).
     pub(super) _cgroup: Arc<WorkerCgroup>,
+    /// Tells the handle when it may write a request itself (`direct`).
+    pub(super) idle: ActorIdle,
+    /// Which request the worker started last, in memory it shares.
+    pub(super) ack: AckCell,
 }
 
 /// What the worker said in its hello.
@@ -262,7 +272,12 @@ impl Actor {
     /// The actor's life: commands until the handle is gone. Then the
     /// worker goes with it (`Drop`).
     pub(super) async fn serve(mut self, mut mailbox: mpsc::UnboundedReceiver<Command>) {
-        while let Some(command) = mailbox.recv().await {
+        loop {
+            self.idle.waiting();
+            let Some(command) = mailbox.recv().await else {
+                break;
+            };
+            self.idle.busy();
             match command {
                 Command::Run(job) => {
                     let mut next = Some(job);
@@ -290,9 +305,10 @@ impl Actor {
         let Job {
             id,
             frame,
+            written_at,
             run: mut job,
         } = job;
-        let outcome = self.run(id, frame.as_deref(), &mut job).await;
+        let outcome = self.run(id, frame.as_deref(), written_at, &mut job).await;
         // Chosen before the outcome is delivered: the pool hands the
         // worker to that request's caller only once this one has its answer.
         let next = match outcome {
@@ -300,6 +316,7 @@ impl Actor {
                 self.slot.next_on_wire().map(|(id, run)| Job {
                     id,
                     frame: None,
+                    written_at: None,
                     run,
                 })
             }

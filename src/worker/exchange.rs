@@ -20,20 +20,28 @@ use crate::protocol::{
 };
 
 impl Actor {
-    /// Runs request `id` (`frame`: to write; `None` when on the wire
-    /// already) to its end; `None` when its caller gave up (`job`'s answer
-    /// channel closed) and the worker was killed.
+    /// Runs request `id` (`frame`: what is left to write; `None` when on
+    /// the wire already) to its end; `None` when its caller gave up
+    /// (`job`'s answer channel closed) and the worker was killed.
+    /// `written_at`: when the handle began writing it (its deadline runs
+    /// from then, else from now).
     pub(super) async fn run(
         &mut self,
         id: u64,
         frame: Option<&[u8]>,
+        written_at: Option<Instant>,
         job: &mut JobParts,
     ) -> Option<CallOutcome> {
         let call = format!("{}#{id}", job.label);
         if let Ok(mut tag) = self.call_tag.lock() {
             *tag = Some(call.clone());
         }
-        let outcome = self.exchange(id, frame, job).await;
+        let outcome = match self.exchange(id, frame, written_at, job).await {
+            // The worker said so in the memory it shares (`ack`), not in a
+            // frame: it started the request before it broke.
+            Exchange::NotStarted(e) if self.ack.started(id) => Exchange::Broken(e),
+            outcome => outcome,
+        };
         let label = &job.label;
         if let Ok(mut tag) = self.call_tag.lock() {
             *tag = None;
@@ -100,13 +108,19 @@ impl Actor {
     /// deadline is suspended and the worker's processes are stopped; they
     /// resume, the deadline pushed back by the wait, before the answer is
     /// written.
-    async fn exchange(&mut self, id: u64, frame: Option<&[u8]>, job: &mut JobParts) -> Exchange {
+    async fn exchange(
+        &mut self,
+        id: u64,
+        frame: Option<&[u8]>,
+        written_at: Option<Instant>,
+        job: &mut JobParts,
+    ) -> Exchange {
         // Dropped with the exchange (the call was cancelled): any callback
         // still running, a human prompt say, is aborted with it. Otherwise
         // they are over (aborted if need be) before the call returns.
         let mut pending = JoinSet::new();
-        // From the moment this request starts running here.
-        let mut deadline = Deadline::new(Instant::now() + job.timeout);
+        // From the moment this request starts running.
+        let mut deadline = Deadline::new(written_at.unwrap_or_else(Instant::now) + job.timeout);
         let outcome = self
             .exchange_serving(id, frame, &mut deadline, job, &mut pending)
             .await;
@@ -136,7 +150,9 @@ impl Actor {
             outcome: answer,
             ..
         } = job;
-        // A request the worker does not acknowledge counts as started.
+        // A request the worker does not acknowledge counts as started. (A
+        // `started` frame is the older way to say it: `run` reads the
+        // shared cell as well.)
         let mut acknowledged = !*acknowledges;
         let Some(stdin) = self.stdin.as_mut() else {
             return Exchange::Broken(ProtocolError::Closed);

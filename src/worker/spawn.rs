@@ -13,6 +13,7 @@ use std::sync::Arc;
 use tokio::net::unix::pipe;
 use tokio::sync::oneshot;
 
+use super::ack::AckCell;
 use super::guardian::GuardianProcess;
 use super::template::Template;
 use super::{StartError, WorkerSpec, DUMP_FD};
@@ -39,6 +40,8 @@ pub(super) struct Spawned {
     pub(super) stdout: pipe::Receiver,
     pub(super) stderr: pipe::Receiver,
     pub(super) dump: OwnedFd,
+    /// Where the worker says which request it started.
+    pub(super) ack: AckCell,
     pub(super) cgroup: Arc<WorkerCgroup>,
 }
 
@@ -165,15 +168,21 @@ pub(super) fn worker_cgroup(spec: &WorkerSpec) -> std::io::Result<Arc<WorkerCgro
 
 fn spawn_process(spec: &WorkerSpec) -> std::io::Result<Spawned> {
     let (dump_read, dump_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    let (ack, ack_fd) = AckCell::new()?;
     let cgroup = worker_cgroup(spec)?;
     let boot_json = spec.boot_json();
-    let mut command = guardian_command(spec, &[&boot_json], dump_write.as_raw_fd(), Some(&cgroup));
+    let mut command = guardian_command(
+        spec,
+        &[&boot_json],
+        [dump_write.as_raw_fd(), ack_fd.as_raw_fd()],
+        Some(&cgroup),
+    );
     command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let mut child = crate::reaper::spawn_known(&mut command)?;
-    drop(dump_write);
+    drop((dump_write, ack_fd));
     let missing = || std::io::Error::other("a stdio pipe of the guardian is missing");
     let stdin = child.stdin.take().ok_or_else(missing)?.into_owned_fd()?;
     let stdout = child.stdout.take().ok_or_else(missing)?.into_owned_fd()?;
@@ -184,18 +193,19 @@ fn spawn_process(spec: &WorkerSpec) -> std::io::Result<Spawned> {
         stdout: pipe::Receiver::from_owned_fd(stdout)?,
         stderr: pipe::Receiver::from_owned_fd(stderr)?,
         dump: dump_read,
+        ack,
         cgroup,
     })
 }
 
 /// `python3 -I <boot script> <args>` as a guardian (or the template) is
 /// started: the spec's environment and workspace, a process group of its
-/// own, the parent-death signal, `fd_on_3` as fd 3 and nothing else above
-/// stdio, the memory limit, and (with `cgroup`) the spec's sandbox.
-pub(super) fn guardian_command(
+/// own, the parent-death signal, `inherited` as fds 3, 4, ... and nothing
+/// else above stdio, the memory limit, and (with `cgroup`) the spec's sandbox.
+pub(super) fn guardian_command<const N: usize>(
     spec: &WorkerSpec,
     args: &[&str],
-    fd_on_3: RawFd,
+    inherited: [RawFd; N],
     cgroup: Option<&Arc<WorkerCgroup>>,
 ) -> tokio::process::Command {
     let mut command = tokio::process::Command::new(&spec.python);
@@ -222,14 +232,8 @@ pub(super) fn guardian_command(
             if libc::getppid() != supervisor_pid {
                 libc::_exit(1);
             }
-            if fd_on_3 == DUMP_FD {
-                if libc::fcntl(DUMP_FD, libc::F_SETFD, 0) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            } else if libc::dup2(fd_on_3, DUMP_FD) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            close_other_fds_on_exec();
+            place_inherited(inherited)?;
+            close_other_fds_on_exec(FIRST_INHERITED_FD + N as RawFd);
             if let Some(bytes) = memory_limit {
                 let limit = libc::rlimit {
                     rlim_cur: bytes as libc::rlim_t,
@@ -248,13 +252,49 @@ pub(super) fn guardian_command(
     command
 }
 
-/// Marks every descriptor above the dump fd close-on-exec, so that only
-/// stdio and the dump pipe reach the worker, whatever toolpool's process
-/// (or the program embedding it) left inheritable. Runs between fork and exec.
-fn close_other_fds_on_exec() {
+/// The first descriptor a guardian inherits above stdio (the dump pipe's).
+const FIRST_INHERITED_FD: RawFd = DUMP_FD;
+
+/// Puts `fds` on 3, 4, ... (inheritable) between fork and exec. A source
+/// that sits on another's target is first moved above them all, so no dup2
+/// overwrites a descriptor still to be placed.
+fn place_inherited<const N: usize>(mut fds: [RawFd; N]) -> std::io::Result<()> {
+    let end = FIRST_INHERITED_FD + N as RawFd;
+    // SAFETY: plain system calls on integers, async-signal-safe.
+    unsafe {
+        for (index, fd) in fds.iter_mut().enumerate() {
+            let target = FIRST_INHERITED_FD + index as RawFd;
+            if *fd != target && (FIRST_INHERITED_FD..end).contains(fd) {
+                *fd = libc::fcntl(*fd, libc::F_DUPFD_CLOEXEC, end);
+                if *fd < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+        }
+        for (index, fd) in fds.iter().enumerate() {
+            let target = FIRST_INHERITED_FD + index as RawFd;
+            let placed = if *fd == target {
+                libc::fcntl(target, libc::F_SETFD, 0)
+            } else {
+                libc::dup2(*fd, target)
+            };
+            if placed < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Marks every descriptor from `first` up close-on-exec, so that only stdio
+/// and the inherited descriptors reach the worker, whatever toolpool's
+/// process (or the program embedding it) left inheritable. Runs between
+/// fork and exec.
+fn close_other_fds_on_exec(first: RawFd) {
     // SAFETY: plain system calls on integers.
     unsafe {
-        let first = (DUMP_FD + 1) as libc::c_uint;
+        let first_fd = first;
+        let first = first as libc::c_uint;
         if libc::syscall(
             libc::SYS_close_range,
             first,
@@ -274,7 +314,7 @@ fn close_other_fds_on_exec() {
         } else {
             1024
         };
-        for fd in (DUMP_FD + 1)..top {
+        for fd in first_fd..top {
             libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
         }
     }

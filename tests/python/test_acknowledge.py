@@ -1,4 +1,4 @@
-"""The hand-encoded `started` acknowledgement decodes as the message it stands for."""
+"""Without the shared memory, the hand-encoded `started` frame decodes as the message it stands for."""
 
 import os
 import unittest

@@ -3,13 +3,14 @@ and unencodable replies."""
 
 import os
 import queue
+import struct
 import threading
 import time
 import unittest
 
 import support  # noqa: F401  (puts the shim on sys.path)
 from toolpool_shim import codec, frames, worker
-from toolpool_shim.channel import CallbackError, Channel
+from toolpool_shim.channel import Ack, CallbackError, Channel
 from toolpool_shim.results import Encoded
 
 MAX_FRAME = 1 << 20
@@ -160,30 +161,32 @@ class Withdrawals(ChannelCase):
         self.assertEqual(self.read_from_worker(), {"t": "withdrawn", "id": 6})
 
 
-class RepliesLeftForLater(ChannelCase):
-    """A reply goes out with the next request's `started` when that request has arrived."""
+class StartedInSharedMemory(ChannelCase):
+    """With the supervisor's memfd, a started request's id goes there and nothing to the pipe."""
 
-    def test_it_goes_out_with_the_started_of_a_request_already_there(self):
-        self.send_to_worker({"t": "invoke", "id": 2, "name": "nap"})
-        time.sleep(0.05)  # request 2 is in the pipe before reply 1 is ready
-        self.channel.reply_later(codec.pack({"t": "reply", "id": 1, "ok": True, "value": None}))
-        self.assertEqual(self.channel.next_request()["id"], 2)
-        self.channel.acknowledge(2)
-        self.assertEqual(self.read_from_worker(), {"t": "reply", "id": 1, "ok": True, "value": None})
-        self.assertEqual(self.read_from_worker(), {"t": "started", "id": 2})
+    def setUp(self):
+        super().setUp()
+        cell = os.memfd_create("ack")
+        os.ftruncate(cell, 8)
+        self.cell = os.dup(cell)  # the supervisor's view (the channel's Ack takes `cell`)
+        self.addCleanup(os.close, self.cell)
+        self.channel = Channel(self.channel._in_fd, self.channel._out_fd, MAX_FRAME, Ack(cell))
 
-    def test_it_is_written_before_waiting_for_a_request_that_has_not_come(self):
-        self.channel.reply_later(codec.pack({"t": "reply", "id": 1, "ok": True, "value": None}))
-        waiting = threading.Thread(target=self.channel.next_request, daemon=True)
-        waiting.start()
-        self.assertEqual(self.read_from_worker(), {"t": "reply", "id": 1, "ok": True, "value": None})
-        self.send_to_worker({"t": "ping", "id": 2})
-        waiting.join(5)
-        self.assertFalse(waiting.is_alive())
+    def last_started(self) -> int:
+        return struct.unpack("=Q", os.pread(self.cell, 8, 0))[0]
 
-    def test_one_over_the_frame_limit_is_refused_at_once(self):
-        with self.assertRaises(frames.FrameTooLarge):
-            self.channel.reply_later(b"x" * (MAX_FRAME + 1))
+    def test_each_started_id_is_stored_and_no_frame_is_sent(self):
+        for request_id in (0, 7, 2**32, 2**64 - 1):
+            self.send_to_worker({"t": "invoke", "id": request_id, "name": "nap"})
+            self.assertEqual(self.channel.next_request()["id"], request_id)
+            self.channel.acknowledge(request_id)
+            self.assertEqual(self.last_started(), request_id)
+            self.channel.send({"t": "reply", "id": request_id, "ok": True, "value": None})
+            self.assertEqual(self.read_from_worker(), {"t": "reply", "id": request_id, "ok": True, "value": None},
+                             "the reply is the first frame: no `started` before it")
+
+    def test_a_tools_child_does_not_inherit_the_descriptor(self):
+        self.assertFalse(os.get_inheritable(self.channel._ack._fd))
 
 
 if __name__ == "__main__":
