@@ -89,6 +89,24 @@ async fn arguments_over_the_frame_limit_are_refused_before_sending() {
 }
 
 #[tokio::test]
+async fn an_argument_larger_than_the_pipe_arrives_whole() {
+    // More than a pipe holds (64 KiB): the call writes what the pipe takes
+    // and the worker's actor the rest, in order, before the next request.
+    let session = tempfile::tempdir().unwrap();
+    let pool = builder(&session, 1).build().await.unwrap();
+    let pid = call(&pool, "getpid", json!({})).await.unwrap();
+    let value: String = (0..300_000)
+        .map(|i| char::from(b'a' + (i % 26) as u8))
+        .collect();
+    for _ in 0..3 {
+        let echoed = call(&pool, "echo", json!({"value": value})).await.unwrap();
+        assert_eq!(echoed, json!(value));
+        assert_eq!(call(&pool, "getpid", json!({})).await.unwrap(), pid);
+    }
+    pool.shutdown().await;
+}
+
+#[tokio::test]
 async fn result_over_the_frame_limit_is_a_clear_error_and_the_worker_stays() {
     let session = tempfile::tempdir().unwrap();
     let pool = builder(&session, 1)
