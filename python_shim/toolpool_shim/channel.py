@@ -134,15 +134,15 @@ class Channel:
         """
         self._started_count += 1
         self._running = True
-        if self._ack is not None and isinstance(request_id, int) and 0 <= request_id < 2 ** 64:
+        if not (isinstance(request_id, int) and 0 <= request_id < 2 ** 64):
+            body = codec.pack({"t": "started", "id": request_id})
+        elif self._ack is not None:
             self._ack.started(request_id)
             return
-        if isinstance(request_id, int) and 0 <= request_id < 128:
+        elif request_id < 128:
             body = _STARTED + bytes((request_id,))
-        elif isinstance(request_id, int) and 0 <= request_id < 2 ** 64:
-            body = _STARTED + b"\xcf" + request_id.to_bytes(8, "big")
         else:
-            body = codec.pack({"t": "started", "id": request_id})
+            body = _STARTED + b"\xcf" + request_id.to_bytes(8, "big")
         self.send_body(body)
 
     def call(self, method: str, params: dict):

@@ -293,11 +293,9 @@ fn place_inherited<const N: usize>(mut fds: [RawFd; N]) -> std::io::Result<()> {
 fn close_other_fds_on_exec(first: RawFd) {
     // SAFETY: plain system calls on integers.
     unsafe {
-        let first_fd = first;
-        let first = first as libc::c_uint;
         if libc::syscall(
             libc::SYS_close_range,
-            first,
+            first as libc::c_uint,
             libc::c_uint::MAX,
             libc::CLOSE_RANGE_CLOEXEC,
         ) == 0
@@ -314,7 +312,7 @@ fn close_other_fds_on_exec(first: RawFd) {
         } else {
             1024
         };
-        for fd in first_fd..top {
+        for fd in first..top {
             libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
         }
     }
