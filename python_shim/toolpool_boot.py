@@ -1,7 +1,7 @@
 """The guardian: what the supervisor starts, as `python3 -I toolpool_boot.py '<config json>'`.
 
-It forks the worker (which imports and runs the tools) into a process group
-of its own, waits for it, kills that whole group so nothing the tools started
+It forks the worker (which imports and runs the tools) into a session and
+process group of its own, waits for it, kills that whole group so nothing the tools started
 outlives the worker, then ends the same way the worker did: same exit code,
 or same signal. The supervisor's waitpid on the guardian therefore tells how
 the worker ended. The guardian runs no tool code. See docs/protocol.md.
@@ -38,9 +38,8 @@ STOP_SIGNALS = {signal.SIGTERM, signal.SIGHUP, signal.SIGINT}
 # The template's channel to the supervisor (a SOCK_SEQPACKET socket).
 TEMPLATE_FD = 3
 MAX_TEMPLATE_REQUEST = 1 << 20
-# Descriptors a request brings: stdin, stdout, stderr, dump pipe, the
-# started-request memfd, go pipe.
-TEMPLATE_FDS = 6
+# Descriptors a request brings: stdin, stdout, stderr, dump pipe, go pipe.
+TEMPLATE_FDS = 5
 CLONE_PARENT = 0x00008000
 # What the template imports for itself, forgotten by the guardians it clones.
 TEMPLATE_ONLY_MODULES = ("_socket",)
@@ -77,28 +76,25 @@ def _guard(config: dict) -> None:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
         _run_worker(config, guardian)
 
+    # The worker makes itself a session (and so a group) of its own; a stop
+    # signal that comes before it did still reaches it by its pid.
     for signum in STOP_SIGNALS:
-        signal.signal(signum, lambda _signum, _frame: _kill_group(worker))
-    try:
-        os.setpgid(worker, worker)  # the worker does it too; whoever runs first wins the race
-    except OSError:
-        pass
+        signal.signal(signum, lambda _signum, _frame: _kill_worker(worker))
     # Only the worker may hold the channel: the supervisor must see EOF on the
     # worker's stdout exactly when the worker is gone.
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)
     os.close(devnull)
-    for worker_only in ("dump_fd", "ack_fd"):
-        if config.get(worker_only) is not None:
-            try:
-                os.close(config[worker_only])
-            except OSError:
-                pass
+    if config.get("dump_fd") is not None:
+        try:
+            os.close(config["dump_fd"])  # the worker's only
+        except OSError:
+            pass
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
     status = _wait_for(worker)
-    _kill_group(worker)
+    _kill_worker(worker)
     _kill_adopted()
     _mirror(status)
 
@@ -107,11 +103,10 @@ def _template(supervisor: int) -> None:
     """Be the template: start the interpreter and import the shim once, then
     clone a guardian for each request on the channel (fd 3). Never returns.
 
-    A request is one message: the guardian's config JSON, with six
-    descriptors (its stdin, stdout, stderr and dump pipe, the memfd its
-    worker says which request it started in, and a pipe it waits on before
-    it forks its worker: the supervisor first moves it into its own cgroup
-    under --sandbox). The guardian is
+    A request is one message: the guardian's config JSON, with five
+    descriptors (its stdin, stdout, stderr and dump pipe, and a pipe it
+    waits on before it forks its worker: the supervisor first moves it into
+    its own cgroup under --sandbox). The guardian is
     cloned with CLONE_PARENT, so that it is the supervisor's child, not
     ours: the supervisor waits for it and kills it as if it had spawned it.
     The answer is its pid, or `error <errno>`. No tool is imported here: a
@@ -306,7 +301,10 @@ def _children() -> list:
 def _run_worker(config: dict, guardian: int) -> None:
     """The forked child: become the worker. Never returns."""
     try:
-        os.setpgid(0, 0)
+        # A session of its own: no controlling terminal, so nothing a tool
+        # does (TIOCSTI, a fake prompt on /dev/tty) reaches the terminal of
+        # the person who started toolpool; its own group, killed as one.
+        os.setsid()
         _die_with_parent()
         if _parent_pid() != guardian:
             os._exit(1)  # the guardian died before the parent-death signal was armed
@@ -369,11 +367,13 @@ def _prctl(option: int, value: int) -> None:
         raise OSError(errno, f"prctl({option}): {os.strerror(errno)}")
 
 
-def _kill_group(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass  # the group is already empty
+def _kill_worker(worker: int) -> None:
+    """SIGKILL to the worker's group (its session's) and to the worker itself."""
+    for kill in (os.killpg, os.kill):
+        try:
+            kill(worker, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass  # already gone
 
 
 def _mirror(status: int) -> None:

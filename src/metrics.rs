@@ -81,16 +81,6 @@ pub fn render(stats: &PoolStats) -> String {
         stats.cancelled,
     );
     counter(
-        "pipelined_total",
-        "Calls queued behind a busy worker's running call that ran there as soon as it ended.",
-        stats.pipelined,
-    );
-    counter(
-        "withdrawn_total",
-        "Calls queued behind a running call, taken back to run on a worker that came free.",
-        stats.withdrawn,
-    );
-    counter(
         "kills_total",
         "Workers the supervisor killed (timeouts, abandoned calls).",
         stats.kills,

@@ -308,12 +308,12 @@ async fn damage_then_call(tool: &str, culprit: &str) {
     // worker waited (a worker that ended: its guardian's pidfd says so at
     // once), or by the next call (a worker still running, channel broken).
     let log = String::from_utf8_lossy(&log.0.lock().unwrap()).into_owned();
+    // The call that left something running is the one blamed, and its
+    // worker went with it: nothing it left could reach the next call.
     assert!(
-        log.contains(&format!("the worker was found broken after {culprit}#")),
-        "{log}"
-    );
-    assert!(
-        log.contains("before it started add") || log.contains("while it waited"),
+        log.contains(&format!(
+            "{culprit} left 1 thread still running after it answered: killing its worker"
+        )),
         "{log}"
     );
 }
@@ -424,7 +424,7 @@ async fn human_timeout_bounds_an_unanswered_prompt() {
 }
 
 #[tokio::test]
-async fn only_stdio_the_dump_pipe_and_the_started_cell_reach_a_worker() {
+async fn only_stdio_and_the_dump_pipe_reach_a_worker() {
     // A descriptor this process leaves inheritable (no O_CLOEXEC).
     let marker = tempfile::NamedTempFile::new().unwrap();
     let path = std::ffi::CString::new(marker.path().to_str().unwrap()).unwrap();
@@ -444,47 +444,256 @@ async fn only_stdio_the_dump_pipe_and_the_started_cell_reach_a_worker() {
         "the worker inherited {marker_name}: {listed:?}"
     );
     assert!(
+        listed.iter().any(|entry| entry.starts_with("3 -> pipe:")),
+        "the dump pipe is on fd 3: {listed:?}"
+    );
+    // Above it, only the shim's private copies of the channel's pipes.
+    assert!(
         listed
             .iter()
-            .any(|entry| entry.starts_with("4 -> /memfd:toolpool-ack")),
-        "the started-request cell is on fd 4: {listed:?}"
+            .skip(3)
+            .all(|entry| entry.contains(" -> pipe:")),
+        "only pipes above stdio: {listed:?}"
     );
     pool.shutdown().await;
     // SAFETY: the fd opened above.
     unsafe { libc::close(fd) };
 }
 
+fn with_timeout(secs: f64) -> InvokeOptions {
+    InvokeOptions {
+        timeout: Some(Duration::from_secs_f64(secs)),
+        ..InvokeOptions::default()
+    }
+}
+
+/// Issue 29, 1: a call waiting behind a call that ends a few ms past its
+/// timeout (inside the stack dump's window before the kill) runs once.
 #[tokio::test]
-async fn a_tool_cannot_shrink_the_started_cell_under_the_supervisors_mapping() {
+async fn a_call_waiting_behind_one_that_ends_just_past_its_timeout_runs_once() {
     let session = tempfile::tempdir().unwrap();
     let pool = calls_pool(&session).build().await.unwrap();
-    let outcome = session.path().join("outcome");
+    for (round, late_ms) in [2u64, 6, 10, 20].into_iter().enumerate() {
+        let file = session.path().join(format!("ran-{round}"));
+        let slow = {
+            let pool = pool.clone();
+            let seconds = 1.0 + late_ms as f64 / 1000.0;
+            tokio::spawn(async move {
+                pool.invoke("sleep", json!({ "seconds": seconds }), with_timeout(1.0))
+                    .await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let appended = pool
+            .invoke(
+                "append_line",
+                json!({"path": file.display().to_string(), "seconds": 0.2}),
+                with_timeout(5.0),
+            )
+            .await;
+        let _ = slow.await.unwrap();
+        assert_eq!(appended.unwrap(), json!("appended"));
+        let lines = std::fs::read_to_string(&file).unwrap();
+        assert_eq!(
+            lines,
+            "ran\n",
+            "late by {late_ms} ms: the call ran {} times",
+            lines.lines().count()
+        );
+    }
+    pool.shutdown().await;
+}
+
+/// Issue 29, 2: a `withdrawn` (or anything else) a tool forges for its own
+/// request does not end or suspend its deadline.
+#[tokio::test]
+async fn a_forged_withdrawn_does_not_let_a_tool_outlive_its_deadline() {
+    let session = tempfile::tempdir().unwrap();
+    let pool = calls_pool(&session).build().await.unwrap();
+    let started = std::time::Instant::now();
     let error = pool
         .invoke(
-            "shrink_the_started_cell_and_die",
-            json!({"outcome_file": outcome.display().to_string()}),
-            InvokeOptions::default(),
+            "forge_withdrawn_and_run_on",
+            json!({"seconds": 30}),
+            with_timeout(1.0),
         )
         .await
         .unwrap_err();
-    // The cell is sealed at its size: the shrink fails with EPERM, and the
-    // supervisor reads the cell (the call started: it died running, and
-    // is not retried) without a SIGBUS.
-    assert_eq!(
-        std::fs::read_to_string(&outcome).unwrap(),
-        "refused: errno 1"
-    );
-    assert_eq!(error.kind, ErrorKind::WorkerDied, "{error}");
     assert!(
-        error
-            .message
-            .ends_with("running 'shrink_the_started_cell_and_die' exited with code 3"),
+        matches!(error.kind, ErrorKind::WorkerDied | ErrorKind::Timeout),
         "{error}"
     );
+    assert!(started.elapsed() < Duration::from_secs(10), "{error}");
+    // The call ran: it is never run again.
+    assert!(!error.message.contains("twice"), "{error}");
     let sum = pool
         .invoke("add", json!({"a": 2, "b": 3}), InvokeOptions::default())
         .await;
     assert_eq!(sum.unwrap(), json!(5));
+    pool.shutdown().await;
+}
+
+/// Issue 29, 3: a call never waits behind a running call while a worker
+/// comes free.
+#[tokio::test]
+async fn a_call_takes_the_worker_that_comes_free_not_a_place_behind_a_long_call() {
+    let session = tempfile::tempdir().unwrap();
+    let pool = calls_pool(&session).workers(2).build().await.unwrap();
+    let long = {
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            pool.invoke("sleep", json!({"seconds": 8}), InvokeOptions::default())
+                .await
+        })
+    };
+    let short = {
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            pool.invoke("sleep", json!({"seconds": 0.5}), InvokeOptions::default())
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let asked = std::time::Instant::now();
+    let sum = pool
+        .invoke("add", json!({"a": 2, "b": 3}), InvokeOptions::default())
+        .await;
+    assert_eq!(sum.unwrap(), json!(5));
+    // Answered once the short call's worker came free, not after the long call.
+    assert!(
+        asked.elapsed() < Duration::from_secs(6),
+        "{:?}",
+        asked.elapsed()
+    );
+    short.await.unwrap().unwrap();
+    long.abort();
+    pool.shutdown().await;
+}
+
+/// Issue 29, 4: a tool that closes or replaces the channel's request pipe
+/// and returns OK fails no other call, and no call runs twice.
+#[tokio::test]
+async fn a_tool_that_closes_or_replaces_the_request_pipe_fails_no_other_call() {
+    for tool in ["close_the_request_pipe", "replace_the_request_pipe"] {
+        let session = tempfile::tempdir().unwrap();
+        let pool = calls_pool(&session).build().await.unwrap();
+        let damaging = pool.invoke(tool, json!({}), InvokeOptions::default()).await;
+        assert_eq!(damaging.unwrap(), json!("ok"), "{tool} itself succeeds");
+        for _ in 0..3 {
+            let file = session.path().join("ran");
+            let _ = std::fs::remove_file(&file);
+            let appended = pool
+                .invoke(
+                    "append_line",
+                    json!({"path": file.display().to_string()}),
+                    InvokeOptions::default(),
+                )
+                .await;
+            assert_eq!(appended.unwrap(), json!("appended"), "after {tool}");
+            assert_eq!(
+                std::fs::read_to_string(&file).unwrap(),
+                "ran\n",
+                "after {tool}"
+            );
+        }
+        pool.shutdown().await;
+    }
+}
+
+/// Issue 29, 5: a tool's child that returns into the shim (fork without
+/// `_exit`) never serves another call: the worker is retired after it.
+#[tokio::test]
+async fn a_fork_without_exit_fails_no_other_call() {
+    let session = tempfile::tempdir().unwrap();
+    let pool = calls_pool(&session)
+        .timeout(Duration::from_secs(5))
+        .build()
+        .await
+        .unwrap();
+    let forked = pool
+        .invoke("fork_without_exit", json!({}), InvokeOptions::default())
+        .await;
+    assert_eq!(forked.unwrap(), json!("forked"));
+    for a in 0..10 {
+        let sum = pool
+            .invoke("add", json!({"a": a, "b": 1}), InvokeOptions::default())
+            .await;
+        assert_eq!(sum.unwrap(), json!(a + 1));
+    }
+    assert_eq!(
+        pool.stats()
+            .terminations
+            .get("left_running")
+            .copied()
+            .unwrap_or(0),
+        1,
+        "{:?}",
+        pool.stats()
+    );
+    pool.shutdown().await;
+}
+
+/// Issue 29, 6: `--max-calls-per-worker` is exact under load.
+#[tokio::test]
+async fn max_calls_per_worker_is_exact_under_load() {
+    let session = tempfile::tempdir().unwrap();
+    let pool = calls_pool(&session)
+        .workers(2)
+        .max_calls_per_worker(Some(3))
+        .build()
+        .await
+        .unwrap();
+    let calls = (0..60).map(|_| {
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            pool.invoke("getpid", json!({}), InvokeOptions::default())
+                .await
+        })
+    });
+    let mut served: std::collections::HashMap<i64, u32> = Default::default();
+    for call in calls.collect::<Vec<_>>() {
+        let pid = call.await.unwrap().unwrap().as_i64().unwrap();
+        *served.entry(pid).or_default() += 1;
+    }
+    assert!(served.values().all(|&n| n <= 3), "{served:?}");
+    pool.shutdown().await;
+}
+
+/// Issue 29, 7: nothing is written to a worker behind its running call, so
+/// a running tool never sees another call's request.
+#[tokio::test]
+async fn a_running_tool_never_sees_another_calls_request() {
+    let session = tempfile::tempdir().unwrap();
+    let pool = calls_pool(&session).build().await.unwrap();
+    let peeking = {
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            pool.invoke(
+                "peek_at_the_request_pipe",
+                json!({"seconds": 1.0}),
+                InvokeOptions::default(),
+            )
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let others: Vec<_> = (0..8)
+        .map(|a| {
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                pool.invoke("add", json!({"a": a, "b": 1}), InvokeOptions::default())
+                    .await
+            })
+        })
+        .collect();
+    assert_eq!(
+        peeking.await.unwrap().unwrap(),
+        json!(0),
+        "the tool read other calls' requests"
+    );
+    for (a, other) in others.into_iter().enumerate() {
+        assert_eq!(other.await.unwrap().unwrap(), json!(a + 1));
+    }
     pool.shutdown().await;
 }
 

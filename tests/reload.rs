@@ -174,7 +174,6 @@ async fn a_call_after_a_reload_is_not_queued_behind_a_worker_on_old_code() {
     pool.reload().await.unwrap();
     assert_eq!(call(&pool, "version", json!({})).await.unwrap(), json!(2));
     assert_eq!(in_flight.await.unwrap().unwrap(), json!(1));
-    assert_eq!(pool.stats().pipelined, 0, "{:?}", pool.stats());
     pool.shutdown().await;
 }
 

@@ -12,19 +12,18 @@ import sys
 
 from . import codec, discovery, minipack, standins
 from .catalog import build_catalog
-from .channel import Ack, Channel
+from .channel import Channel
 from .frames import FrameTooLarge
 from .invoke import Invoker, ToolFailure
 from .results import Encoded
 
-PROTOCOL_VERSION = 5
+PROTOCOL_VERSION = 6
 SHIM_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def main(config: dict) -> None:
     frame_in, frame_out = _protect_channel()
-    ack = Ack(config["ack_fd"]) if config.get("ack_fd") is not None else None
-    channel = Channel(frame_in, frame_out, int(config["max_frame"]), ack)
+    channel = Channel(frame_in, frame_out, int(config["max_frame"]))
     # Watching starts before the tools are imported: a supervisor that goes
     # away during a slow or hanging import still ends this process.
     channel.watch_for_hangup()
@@ -115,9 +114,6 @@ def _serve(channel: Channel, toolset, classes, invoker: Invoker) -> None:
         blocks = None
         try:
             if kind == "invoke" and isinstance(request.get("name"), str):
-                # Proof that this worker was sound when the call began: one
-                # that dies before this was broken by an earlier call.
-                channel.acknowledge(request_id)
                 value, blocks = invoker.invoke(request["name"], _arguments(request), _context(request))
             elif kind == "ping":
                 value = Encoded()  # null; exercises the whole request path: warms a spare

@@ -11,8 +11,8 @@ use std::time::Duration;
 use tokio::task::JoinSet;
 
 use super::{
-    Counters, Destination, Dispatcher, Pool, Queueing, SessionIsolation, Shared,
-    DEFAULT_IMPORT_TIMEOUT, MAX_QUARANTINED,
+    Counters, Destination, Dispatcher, Pool, SessionIsolation, Shared, DEFAULT_IMPORT_TIMEOUT,
+    MAX_QUARANTINED,
 };
 use crate::catalog::Catalog;
 use crate::context::{AttachmentStore, HumanPrompt, SessionPaths, SessionServices};
@@ -387,7 +387,6 @@ impl PoolBuilder {
             size: self.workers,
             catalog: RwLock::new(Arc::new(catalog)),
             counters: Counters::default(),
-            queueing: Queueing::default(),
             start_failure: Mutex::new(None),
             start_failed: tokio::sync::Notify::new(),
             restart_failures: AtomicU64::new(0),
@@ -450,7 +449,14 @@ pub(super) async fn start_quarantining(
 /// Pings a fresh worker twice (see [`Worker::ping`]); false if it failed.
 pub(super) async fn warm(worker: &mut Worker) -> bool {
     for _ in 0..2 {
-        if !matches!(worker.ping().await, CallOutcome::Reply(Ok(_))) {
+        let sound = matches!(
+            worker.ping().await,
+            CallOutcome::Reply {
+                result: Ok(_),
+                left_running: None
+            }
+        );
+        if !sound {
             return false;
         }
     }
@@ -463,20 +469,18 @@ pub(super) fn catalog_from(
     functions_dir: PathBuf,
 ) -> Result<Catalog, PoolError> {
     match outcome {
-        CallOutcome::Reply(Ok(reply)) => {
-            Catalog::from_worker(functions_dir, reply.value).map_err(PoolError::Catalog)
+        CallOutcome::Reply {
+            result: Ok(reply), ..
+        } => Catalog::from_worker(functions_dir, reply.value).map_err(PoolError::Catalog),
+        CallOutcome::Reply { result: Err(e), .. } => {
+            Err(PoolError::Catalog(format!("{}: {}", e.kind, e.message)))
         }
-        CallOutcome::Reply(Err(e)) => Err(PoolError::Catalog(format!("{}: {}", e.kind, e.message))),
         CallOutcome::TimedOut { .. } => Err(PoolError::Catalog(
             "the worker did not answer in time".into(),
         )),
         CallOutcome::Died(how) | CallOutcome::NotStarted(how) => {
             Err(PoolError::Catalog(format!("the worker {how}")))
         }
-        // Only a queued invoke is ever given back.
-        CallOutcome::Withdrawn => Err(PoolError::Catalog(
-            "the worker gave the catalog request back".into(),
-        )),
     }
 }
 

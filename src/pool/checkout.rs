@@ -1,30 +1,24 @@
-//! A call's checkout: an idle worker, in arrival order, or a place behind a
-//! busy worker's running call (pipelining), within the queue-wait limit.
+//! A call's checkout: an idle worker, in arrival order, within the
+//! queue-wait limit. A call never waits behind a running one: it waits in
+//! line for the next worker that comes free, whichever it is.
 
 use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use super::pipelined::{MakeQueued, Ticket, TicketEnd};
 use super::{Gauge, Lease, Shared};
 use crate::duration_text::format_secs;
 use crate::error::{ErrorKind, ToolError};
-use crate::worker::{QueuedOnWire, Worker};
+use crate::worker::Worker;
 
 impl Shared {
-    /// Waits for a worker for a call of `session`, within the queue-wait
-    /// limit: an idle one, or a busy one the call is queued behind
-    /// (`encode` makes its request under that worker's id).
-    pub(super) async fn checkout(
-        self: &Arc<Self>,
-        tool: &str,
-        session: &str,
-        encode: &MakeQueued<'_>,
-    ) -> Result<Checkout, ToolError> {
+    /// Waits for a worker for a call of `tool`, within the queue-wait limit.
+    pub(super) async fn checkout(self: &Arc<Self>, tool: &str) -> Result<Lease, ToolError> {
         let started = Instant::now();
         let limit = self.queue_wait.map(|limit| started + limit);
-        let busy_error = || {
-            ToolError::new(
+        match self.wait_for_worker(tool, limit).await? {
+            Some(worker) => Ok(Lease::new(worker, self)),
+            None => Err(ToolError::new(
                 tool,
                 ErrorKind::PoolBusy,
                 format!(
@@ -32,43 +26,16 @@ impl Shared {
                     format_secs(started.elapsed()),
                     self.size
                 ),
-            )
-        };
-        loop {
-            let ticket = match self.wait_for_worker(tool, session, encode, limit).await? {
-                Some(Got::Idle(worker)) => {
-                    return Ok(Checkout {
-                        lease: Lease::new(worker, self),
-                        queued: None,
-                    })
-                }
-                Some(Got::Queued(ticket)) => ticket,
-                None => return Err(busy_error()),
-            };
-            let queued = Gauge::up(&self.counters.queued);
-            let end = ticket.wait(limit).await;
-            drop(queued);
-            return match end {
-                TicketEnd::Queued { lease, queued } => Ok(Checkout { lease, queued }),
-                TicketEnd::Rescued(lease) => Ok(Checkout {
-                    lease,
-                    queued: None,
-                }),
-                // The worker it was queued on died before it started.
-                TicketEnd::Retry => continue,
-                TicketEnd::TimedOut => Err(busy_error()),
-            };
+            )),
         }
     }
 
-    /// An idle worker, or a place behind a busy one; `None` when `limit` passed first.
+    /// An idle worker; `None` when `limit` passed first.
     async fn wait_for_worker(
         self: &Arc<Self>,
         tool: &str,
-        session: &str,
-        encode: &MakeQueued<'_>,
         limit: Option<Instant>,
-    ) -> Result<Option<Got>, ToolError> {
+    ) -> Result<Option<Worker>, ToolError> {
         let closed_error =
             || ToolError::new(tool, ErrorKind::PoolClosed, "the pool is shutting down");
         if self.workers.is_closed() {
@@ -87,31 +54,13 @@ impl Shared {
         if let Some(error) = fail_fast() {
             return Err(error);
         }
-        // Nobody waiting and a worker idle: take it without queueing.
+        // Nobody waiting and a worker idle: take it at once.
         if let Some(worker) = self.workers.try_take_idle() {
-            return Ok(Some(Got::Idle(worker)));
-        }
-        if let Some(ticket) = self.try_queue(session, encode) {
-            return Ok(Some(Got::Queued(ticket)));
+            return Ok(Some(worker));
         }
         let queued = Gauge::up(&self.counters.queued);
-        let _leaving = LeavingTheLine(self);
-        // In line for the next idle worker (the place is kept while this
-        // waits), or a running call's slot as it frees up.
-        let take = async {
-            let idle = self.workers.take_idle();
-            tokio::pin!(idle);
-            loop {
-                tokio::select! {
-                    worker = &mut idle => return worker.map(Got::Idle),
-                    () = self.queueing.slot_freed().notified() => {
-                        if let Some(ticket) = self.try_queue(session, encode) {
-                            return Some(Got::Queued(ticket));
-                        }
-                    }
-                }
-            }
-        };
+        // In line for the next idle worker (the place is kept while this waits).
+        let take = self.workers.take_idle();
         let waited = async {
             match limit {
                 Some(limit) => tokio::time::timeout_at(limit, take).await.ok(),
@@ -141,34 +90,4 @@ impl Shared {
             None => Ok(None),
         }
     }
-}
-
-/// Leaving the line for an idle worker (with one or not): a worker kept
-/// idle for this caller while calls wait queued behind running ones goes to
-/// the first of them (see [`Shared::make_idle`]).
-struct LeavingTheLine<'a>(&'a Arc<Shared>);
-
-impl Drop for LeavingTheLine<'_> {
-    fn drop(&mut self) {
-        let shared = self.0;
-        if shared.has_queued_calls() {
-            if let Some(worker) = shared.workers.try_take_idle() {
-                shared.make_idle(worker);
-            }
-        }
-    }
-}
-
-/// What a caller waiting for a worker got.
-pub(super) enum Got {
-    Idle(Worker),
-    Queued(Ticket),
-}
-
-/// A worker checked out for a call.
-pub(super) struct Checkout {
-    pub(super) lease: Lease,
-    /// The call's request is on the wire already (queued behind the
-    /// worker's call before).
-    pub(super) queued: Option<QueuedOnWire>,
 }

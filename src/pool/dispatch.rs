@@ -8,14 +8,13 @@
 //! which wakes every waiter at once.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
-use super::Gauge;
 use crate::worker::{Worker, WorkerKiller};
 
 /// What the pool tracks of each live worker.
@@ -36,8 +35,6 @@ pub(super) struct Dispatcher {
     /// As many permits as `idle` holds workers; FIFO, so the first caller
     /// in line gets the next worker that comes back.
     idle_permits: Semaphore,
-    /// Callers waiting in [`Dispatcher::take_idle`].
-    in_line: AtomicUsize,
     /// Started workers waiting to replace one that is killed or retired.
     spares: Mutex<Vec<Worker>>,
     /// Live workers (spares included), by pid.
@@ -59,7 +56,6 @@ impl Dispatcher {
         Dispatcher {
             idle: Mutex::new(VecDeque::new()),
             idle_permits: Semaphore::new(0),
-            in_line: AtomicUsize::new(0),
             spares: Mutex::new(Vec::new()),
             live: Mutex::new(HashMap::new()),
             left: Notify::new(),
@@ -115,16 +111,10 @@ impl Dispatcher {
     /// pool has closed. Cancel-safe: dropped, it gives its place up, and a
     /// worker already assigned to it goes to the next in line.
     pub(super) async fn take_idle(&self) -> Option<Worker> {
-        let _in_line = Gauge::up(&self.in_line);
         let permit = self.idle_permits.acquire().await.ok()?;
         permit.forget();
         // Every permit was added after its worker was queued.
         locked(&self.idle).pop_front()
-    }
-
-    /// Whether a caller is waiting for an idle worker right now.
-    pub(super) fn anyone_in_line(&self) -> bool {
-        self.in_line.load(Ordering::Relaxed) > 0
     }
 
     /// Every idle worker, taken out of the pool's queue.

@@ -3,6 +3,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use super::call::{worker_after, WorkerAfter};
 use super::Shared;
 use crate::worker::{Termination, Worker};
 
@@ -35,28 +36,28 @@ impl Lease {
             return;
         };
         let shared = &self.shared;
-        if let Some(how) = ended {
-            shared.counters.count_end(&how);
-            shared.lose_queued(&worker);
-            let spec = worker.spec().clone();
-            shared.workers.unregister(worker.pid());
-            shared.finish_off(worker);
-            shared.replace_like(&spec);
-            return;
-        }
-        // The call queued behind this one (pipelining) takes the worker.
-        let Some(worker) = shared.hand_over(worker) else {
-            return;
-        };
-        let worn_out = shared
-            .max_calls_per_worker
-            .is_some_and(|max| worker.calls_served() >= max);
-        if worn_out {
-            // Its replacement was started when this last call began.
-            shared.counters.recycled.fetch_add(1, Ordering::Relaxed);
-            shared.retire(worker, Termination::Retired);
-        } else {
-            shared.make_idle(worker);
+        // Stale and closing workers are sorted out by `make_idle`.
+        let after = worker_after(
+            ended,
+            worker.calls_served(),
+            shared.max_calls_per_worker,
+            false,
+            false,
+        );
+        match after {
+            WorkerAfter::Replace(how) => {
+                shared.counters.count_end(&how);
+                let spec = worker.spec().clone();
+                shared.workers.unregister(worker.pid());
+                shared.finish_off(worker);
+                shared.replace_like(&spec);
+            }
+            WorkerAfter::Retire(how) => {
+                // Its replacement was started when this last call began.
+                shared.counters.recycled.fetch_add(1, Ordering::Relaxed);
+                shared.retire(worker, how);
+            }
+            WorkerAfter::Idle => shared.make_idle(worker),
         }
     }
 }
@@ -70,7 +71,6 @@ impl Drop for Lease {
                 worker = worker.pid(),
                 "call abandoned mid-flight: killing its worker"
             );
-            self.shared.lose_queued(&worker);
             self.shared.counters.count_end(&Termination::Cancelled);
             let spec = worker.spec().clone();
             self.shared.workers.unregister(worker.pid());

@@ -3,7 +3,7 @@
 //!
 //! Idle workers wait in the dispatcher (`dispatch`); a call takes one out
 //! (waiting in FIFO order, no lock held), owns it for the call, and gives it
-//! back, or is queued behind a busy one (`pipelined`). A
+//! back; each call's life is the state machine of `call`. A
 //! worker that timed out or died is already reaped when the call returns; a
 //! replacement is started in the background with exponential back-off, so a
 //! worker that cannot start never turns into a spawn loop.
@@ -17,20 +17,19 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 mod builder;
+mod call;
 mod checkout;
 mod dispatch;
 mod idle_deaths;
 mod lease;
-mod pipelined;
 mod sandboxed;
 mod stats;
 
 use self::builder::{catalog_from, start_quarantining, warm};
 pub use self::builder::{resolve_interpreter, PoolBuilder};
-use self::checkout::Checkout;
+use self::call::{AttemptEnd, CallNext, CallState, Placement};
 use self::dispatch::Dispatcher;
 use self::lease::Lease;
-use self::pipelined::{Queueable, Queueing};
 use self::stats::{Counters, Gauge};
 pub use self::stats::{LatencyHistogram, PoolStats, WorkerStats};
 use crate::catalog::Catalog;
@@ -41,11 +40,9 @@ use crate::context::{
 };
 use crate::duration_text::format_secs;
 use crate::error::{ErrorKind, PoolError, ToolError};
-use crate::protocol::{encode_frame, CallContext, Request, SessionDirs, WireBlock};
+use crate::protocol::{CallContext, SessionDirs, WireBlock};
 use crate::sandbox::Sandbox;
-use crate::worker::{
-    CallOutcome, JobParts, QueuedOnWire, Spawner, Termination, Worker, WorkerInfo, WorkerSpec,
-};
+use crate::worker::{CallOutcome, Spawner, Termination, Worker, WorkerInfo, WorkerSpec};
 
 /// The tracing target of the log line of each failed call (and, at debug
 /// level, its traceback).
@@ -132,8 +129,6 @@ struct Shared {
     /// Replaced as a whole by [`Pool::reload`].
     catalog: RwLock<Arc<Catalog>>,
     counters: Counters,
-    /// Calls queued behind busy workers' running calls (pipelining).
-    queueing: Queueing,
     /// Why the last attempt to start a worker failed, while none is running.
     start_failure: Mutex<Option<String>>,
     /// Wakes queued calls when a start fails, to fail fast if none can run.
@@ -155,18 +150,19 @@ impl Shared {
     /// recycled instead (a warm spare takes its place) and the call checks
     /// out again; a fresh one is tagged with the session.
     fn admits(self: &Arc<Self>, lease: &mut Lease, session: &str) -> bool {
-        if self.isolation != SessionIsolation::Process {
+        let placement = self.placement();
+        if placement == Placement::Shared {
             return true;
         }
         let pid = lease.worker().pid();
         let admitted = self
             .workers
-            .with_live(pid, |entry| match &entry.session {
-                Some(served) => served == session,
-                None => {
+            .with_live(pid, |entry| {
+                let admitted = placement.admits(entry.session.as_deref(), session);
+                if admitted {
                     entry.session = Some(session.to_string());
-                    true
                 }
+                admitted
             })
             .unwrap_or(true);
         if !admitted {
@@ -179,12 +175,20 @@ impl Shared {
                 self.counters
                     .session_recycles
                     .fetch_add(1, Ordering::Relaxed);
-                self.lose_queued(&worker);
                 self.retire(worker, Termination::Retired);
                 self.replace();
             }
         }
         admitted
+    }
+
+    /// Where a call's workers come from.
+    fn placement(&self) -> Placement {
+        match (self.spec.sandbox.is_some(), self.isolation) {
+            (true, _) => Placement::Sandboxed,
+            (false, SessionIsolation::Process) => Placement::PerSession,
+            (false, SessionIsolation::Shared) => Placement::Shared,
+        }
     }
 
     /// Retires a healthy worker in the background (it exits when its stdin
@@ -225,16 +229,6 @@ impl Shared {
             self.retire(worker, Termination::ShutDown);
             return;
         }
-        // A caller in line for an idle worker takes it: nothing to ask back.
-        // Else a call queued behind a running one does (a queued call never
-        // waits behind a running one while a worker is idle).
-        let worker = match self.workers.anyone_in_line() {
-            true => worker,
-            false => match self.rescue(worker) {
-                Some(worker) => worker,
-                None => return,
-            },
-        };
         if let Some(worker) = self.workers.put_idle(worker) {
             // Closed meanwhile.
             self.retire(worker, Termination::ShutDown);
@@ -375,7 +369,6 @@ struct Call<'a> {
     name: &'a str,
     args: &'a Value,
     context: &'a CallContext,
-    session: &'a str,
     callbacks: &'a Arc<dyn CallbackService>,
     timeout: Duration,
 }
@@ -386,8 +379,16 @@ enum Attempt {
     Done(Result<Value, ToolError>, Option<Vec<WireBlock>>, i32),
     /// The worker was broken before it started the call.
     NotStarted { pid: i32, how: Termination },
-    /// Queued behind the call before, it was given back unstarted.
-    Withdrawn,
+}
+
+/// The error of a call whose state machine refused a transition: a bug in
+/// the pool, never a reason to run the call again.
+fn illegal(name: &str) -> ToolError {
+    ToolError::new(
+        name,
+        ErrorKind::WorkerDied,
+        "the pool lost track of the call (a bug in toolpool); it was not run again",
+    )
 }
 
 /// A pool of Python workers running the tools of one functions directory.
@@ -541,34 +542,21 @@ impl Pool {
                 packages_dir: session.paths.site_packages.clone(),
             }),
         };
-        // The request as queued behind a busy worker's call, under its id.
-        let encode = |id| {
-            let request = Request::Invoke {
-                id,
-                name,
-                args,
-                context: &context,
-            };
-            let frame = encode_frame(&request, shared.spec.max_frame).ok()?;
-            let (parts, outcome) = JobParts::invoke(name, timeout, Some(callbacks.clone()));
-            Some(Queueable {
-                frame,
-                parts,
-                outcome,
-            })
-        };
         let queued = Instant::now();
-        let mut moved = false;
+        let mut state = CallState::new();
         loop {
-            let checkout = shared.checkout(name, &services.session_id, &encode).await;
+            let checkout = shared.checkout(name).await;
             let queue_wait = queued.elapsed();
-            let Checkout {
-                mut lease,
-                queued: on_wire,
-            } = match checkout {
-                Ok(checkout) => checkout,
-                Err(e) => return (Err(e), None, None, queue_wait),
+            let mut lease = match checkout {
+                Ok(lease) => lease,
+                Err(e) => {
+                    state.abandoned();
+                    return (Err(e), None, None, queue_wait);
+                }
             };
+            if state.got_worker().is_err() {
+                return (Err(illegal(name)), None, None, queue_wait);
+            }
             if shared.spec.sandbox.is_some() {
                 lease = match shared
                     .sandboxed_lease(lease, options.session.as_deref(), name)
@@ -578,29 +566,36 @@ impl Pool {
                     Err(e) => return (Err(e), None, None, queued.elapsed()),
                 };
             } else if !shared.admits(&mut lease, &services.session_id) {
+                if state.refused_by_worker().is_err() {
+                    return (Err(illegal(name)), None, None, queue_wait);
+                }
                 continue;
             }
             let call = Call {
                 name,
                 args,
                 context: &context,
-                session: &services.session_id,
                 callbacks: &callbacks,
                 timeout,
             };
-            match self.run_on(lease, call, on_wire).await {
-                // An earlier call broke that worker: this one moves to a
-                // fresh worker, once.
-                Attempt::NotStarted { .. } if !moved => moved = true,
-                Attempt::Withdrawn => {}
-                Attempt::NotStarted { pid, how } => {
+            let attempt = self.run_on(lease, call).await;
+            let end = match &attempt {
+                Attempt::NotStarted { .. } => AttemptEnd::NeverStarted,
+                Attempt::Done(..) => AttemptEnd::Ran,
+            };
+            match (state.attempt_ended(&end), attempt) {
+                (Err(_), _) => return (Err(illegal(name)), None, None, queue_wait),
+                // An earlier call broke that worker before it read this
+                // call's request: the call moves to a fresh worker, once.
+                (Ok(CallNext::CheckOutAgain), _) => {}
+                (Ok(_), Attempt::NotStarted { pid, how }) => {
                     let message = format!(
-                        "the worker (pid {pid}) was found broken before it started '{name}', twice: it {how}"
+                        "the worker (pid {pid}) was found broken before it read '{name}', twice: it {how}"
                     );
                     let error = ToolError::new(name, ErrorKind::WorkerDied, message);
                     return (Err(error), None, Some(pid), queue_wait);
                 }
-                Attempt::Done(result, content, pid) => {
+                (Ok(_), Attempt::Done(result, content, pid)) => {
                     let content = match content {
                         Some(blocks) => Some(
                             shared
@@ -615,19 +610,12 @@ impl Pool {
         }
     }
 
-    /// One attempt of a call on the worker of `lease`; `queued`: its
-    /// request was written behind the worker's call before.
-    async fn run_on(
-        &self,
-        mut lease: Lease,
-        call: Call<'_>,
-        queued: Option<QueuedOnWire>,
-    ) -> Attempt {
+    /// One attempt of a call on the worker of `lease`.
+    async fn run_on(&self, mut lease: Lease, call: Call<'_>) -> Attempt {
         let Call {
             name,
             args,
             context,
-            session,
             callbacks,
             timeout,
         } = call;
@@ -642,26 +630,31 @@ impl Pool {
             shared.replace();
         }
         let busy = Gauge::up(&shared.counters.busy);
-        // From here a call may be queued behind this one.
-        let listed = shared.mark_busy(worker, session);
         let outcome = worker
-            .invoke(queued, name, args, context, timeout, Some(callbacks))
+            .invoke(name, args, context, timeout, Some(callbacks))
             .await;
-        drop(listed);
         drop(busy);
         let closing = shared.workers.is_closed();
         let mut content = None;
         // `ended`: how the worker ended, when the call ended it.
         let (result, ended) = match outcome {
-            CallOutcome::Reply(Ok(reply)) => {
-                content = reply.content;
-                (Ok(reply.value), None)
-            }
-            CallOutcome::Reply(Err(remote)) => {
-                let mut error =
-                    ToolError::new(name, ErrorKind::from_remote(&remote.kind), remote.message);
-                error.traceback = remote.traceback;
-                (Err(error), None)
+            CallOutcome::Reply {
+                result,
+                left_running,
+            } => {
+                let ended = left_running.map(|what| Termination::LeftRunning { what });
+                match result {
+                    Ok(reply) => {
+                        content = reply.content;
+                        (Ok(reply.value), ended)
+                    }
+                    Err(remote) => {
+                        let kind = ErrorKind::from_remote(&remote.kind);
+                        let mut error = ToolError::new(name, kind, remote.message);
+                        error.traceback = remote.traceback;
+                        (Err(error), ended)
+                    }
+                }
             }
             CallOutcome::TimedOut { stuck_at } => {
                 let place = match stuck_at {
@@ -688,10 +681,6 @@ impl Pool {
             CallOutcome::NotStarted(how) => {
                 lease.finish(Some(how.clone()));
                 return Attempt::NotStarted { pid, how };
-            }
-            CallOutcome::Withdrawn => {
-                lease.finish(None);
-                return Attempt::Withdrawn;
             }
             CallOutcome::Died(how) => {
                 let mut message = format!("the worker (pid {pid}) running '{name}' {how}");

@@ -44,8 +44,7 @@ impl Shared {
             if let Some(worker) = lease.worker.take() {
                 self.make_idle(worker);
             }
-            // Not queued behind a busy worker: that one may be another session's.
-            lease = self.checkout(tool, &paths.id, &|_| None).await?.lease;
+            lease = self.checkout(tool).await?;
         }
     }
 

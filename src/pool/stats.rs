@@ -21,11 +21,6 @@ pub(super) struct Counters {
     pub(super) recycled: AtomicU64,
     /// Workers recycled because a call of another session came to them.
     pub(super) session_recycles: AtomicU64,
-    /// Calls queued behind a running call that ran where they were queued.
-    pub(super) pipelined: AtomicU64,
-    /// Calls queued behind a running call, taken back to run on a worker
-    /// that came free.
-    pub(super) withdrawn: AtomicU64,
     pub(super) queued: AtomicUsize,
     pub(super) busy: AtomicUsize,
     pub(super) errors_by_type: Mutex<BTreeMap<String, u64>>,
@@ -116,12 +111,6 @@ pub struct PoolStats {
     /// Warm spares ready to replace a worker.
     pub spares: usize,
     pub cancelled: u64,
-    /// Calls whose request was queued behind a busy worker's running call
-    /// and ran there as soon as it ended (pipelining).
-    pub pipelined: u64,
-    /// Calls queued behind a running call that were taken back to run on a
-    /// worker that came free first.
-    pub withdrawn: u64,
     /// Workers the supervisor killed: at a timeout, or under an abandoned call.
     pub kills: u64,
     /// Workers that ended, by how ([`Termination::kind`]: `exited`,
@@ -185,8 +174,6 @@ impl Pool {
             session_recycles: c.session_recycles.load(Ordering::Relaxed),
             spares,
             cancelled: c.ended(&Termination::Cancelled),
-            pipelined: c.pipelined.load(Ordering::Relaxed),
-            withdrawn: c.withdrawn.load(Ordering::Relaxed),
             kills: c.ended(&Termination::TimedOut) + c.ended(&Termination::Cancelled),
             terminations: Termination::KINDS
                 .iter()

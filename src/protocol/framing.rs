@@ -156,16 +156,26 @@ mod tests {
             Err(ProtocolError::Closed)
         ));
         // Two frames back to back, then a clean end.
-        let mut two = encode_frame(&serde_json::json!({"t": "started", "id": 1}), 1024).unwrap();
-        two.extend(encode_frame(&serde_json::json!({"t": "started", "id": 2}), 1024).unwrap());
+        let mut two = encode_frame(
+            &serde_json::json!({"t": "importing", "module": "a", "file": "a.py"}),
+            1024,
+        )
+        .unwrap();
+        two.extend(
+            encode_frame(
+                &serde_json::json!({"t": "importing", "module": "b", "file": "b.py"}),
+                1024,
+            )
+            .unwrap(),
+        );
         let mut both = message_reader(&two[..], 1024);
         assert!(matches!(
             next_message(&mut both).await,
-            Ok(Message::Started { id: 1 })
+            Ok(Message::Importing { module, .. }) if module == "a"
         ));
         assert!(matches!(
             next_message(&mut both).await,
-            Ok(Message::Started { id: 2 })
+            Ok(Message::Importing { module, .. }) if module == "b"
         ));
         assert!(matches!(
             next_message(&mut both).await,

@@ -16,7 +16,7 @@ mod python_text;
 pub use self::framing::{message_reader, next_message, MessageCodec, MessageReader};
 
 /// Version of the wire protocol; the worker's hello must carry the same.
-pub const PROTOCOL_VERSION: u32 = 5;
+pub const PROTOCOL_VERSION: u32 = 6;
 
 /// Default largest frame body either side sends or accepts (64 MiB).
 pub const DEFAULT_MAX_FRAME: usize = 64 * 1024 * 1024;
@@ -89,12 +89,6 @@ pub enum Request<'a> {
         /// the parsed context while the text repeats (a session's calls).
         #[serde(rename = "context_json", serialize_with = "as_json_text")]
         context: &'a CallContext,
-    },
-    /// Asks for request `id` back, queued behind the running call, if the
-    /// worker has not started it: answered by [`Message::Withdrawn`], or by
-    /// the request's own `started` when it is too late.
-    Withdraw {
-        id: u64,
     },
 }
 
@@ -286,12 +280,6 @@ pub enum Message {
         #[serde(default)]
         content: Option<Vec<WireBlock>>,
     },
-    /// The worker took request `id` and is about to run it: a worker that
-    /// dies before this was broken by an earlier call, not by this one.
-    Started { id: u64 },
-    /// The worker gave back request `id`, queued behind its running call,
-    /// unstarted (the answer to [`Request::Withdraw`]).
-    Withdrawn { id: u64 },
     /// Sent before each tool module's import: a worker that dies or hangs
     /// during its start names the module that did it.
     Importing { module: String, file: String },

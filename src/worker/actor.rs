@@ -1,15 +1,15 @@
 //! The worker's actor: one task per worker that owns its processes (the
-//! guardian, as this process's child, and the worker it forked), its channel
-//! (stdin, the framed stdout, the dump pipe) and the requests in flight on
-//! it. The [`Worker`](super::Worker) handle the pool moves around sends it
-//! [`Command`]s and awaits the answers; nothing else touches the pipes.
+//! guardian, as this process's child, and the worker it forked), its
+//! channel's read side (the framed stdout, the dump pipe) and, while a
+//! request runs, the worker's stdin (handed over with the job, handed back
+//! with its end). The [`Worker`](super::Worker) handle the pool moves
+//! around sends it [`Command`]s and awaits the answers.
 //!
-//! A call's job runs to its end here: its request written, its callbacks
+//! A request's job runs to its end here: its request written, its callbacks
 //! served, its deadline kept, the worker killed at the deadline (or when
-//! its caller gives up: the job's answer channel closes). When a reply
-//! leaves the worker sound and the next request is already queued on the
-//! wire behind it (pipelining, [`Slot`]), the actor runs that one next at
-//! once, without waiting for its caller to be handed the worker.
+//! its caller gives up: the job's answer channel closes), what the call
+//! left running checked before the worker may serve again. One request at
+//! a time: nothing is ever written to a worker behind a running call.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -19,10 +19,9 @@ use tokio::net::unix::pipe;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{timeout, timeout_at, Instant};
 
-use super::ack::AckCell;
-use super::direct::ActorIdle;
 use super::guardian::GuardianProcess;
-use super::pipeline::Slot;
+use super::leftovers::Leftovers;
+use super::request::RequestState;
 use super::stderr::{CallTag, StderrTail};
 use super::{
     describe_exit, CallOutcome, CallbackService, StartError, StderrText, Termination, WorkerSpec,
@@ -38,7 +37,7 @@ pub(super) enum Command {
     /// Kill every process of the worker and reap the guardian; answers with
     /// the guardian's status (it mirrors the worker's).
     Kill(oneshot::Sender<Option<std::process::ExitStatus>>),
-    /// Close the worker's stdin (it exits), reap it; killed if it lingers.
+    /// Reap a worker whose stdin the handle closed (it exits); killed if it lingers.
     Retire(oneshot::Sender<()>),
     /// The worker died while it waited: reap it and say how it ended.
     HowItEnded(oneshot::Sender<Termination>),
@@ -47,54 +46,46 @@ pub(super) enum Command {
 /// One request as the actor runs it.
 pub(super) struct Job {
     pub(super) id: u64,
-    /// What is left to write of the request's frame; `None` when it is on
-    /// the wire already (queued behind the call before, or written by the
-    /// handle).
-    pub(super) frame: Option<Vec<u8>>,
-    /// When the handle began writing it itself (the call's deadline runs
-    /// from then); `None`: from when the actor starts it.
-    pub(super) written_at: Option<Instant>,
+    /// The request's whole frame; `state` says how much of it is written.
+    pub(super) frame: Vec<u8>,
+    pub(super) state: RequestState,
+    /// The worker's stdin, the actor's until the job ends.
+    pub(super) stdin: pipe::Sender,
+    /// When its first bytes were written: its deadline runs from then.
+    pub(super) written_at: Instant,
     pub(super) run: JobParts,
 }
 
-/// What the actor needs to run a request beyond its frame; kept in the
-/// slot with a request queued behind a running call.
+/// How a job ended: its outcome, and the worker's stdin when the worker is
+/// sound (else `None`: it is being killed).
+pub(super) struct JobEnd {
+    pub(super) outcome: CallOutcome,
+    pub(super) stdin: Option<pipe::Sender>,
+}
+
+/// What the actor needs to run a request beyond its frame.
 pub struct JobParts {
     /// The tool's name (or `catalog`, `ping`), for logs and the stderr tag.
     pub(super) label: String,
-    /// From the moment the request starts running here.
+    /// From the moment the request is written.
     pub(super) timeout: Duration,
     pub(super) callbacks: Option<Arc<dyn CallbackService>>,
-    /// Whether the worker says `started` before it runs it (tool calls do:
-    /// until then a broken worker never ran it).
-    pub(super) acknowledges: bool,
-    /// Where the outcome goes; closed when the caller gave up.
-    pub(super) outcome: oneshot::Sender<CallOutcome>,
+    /// Where the end goes; closed when the caller gave up.
+    pub(super) end: oneshot::Sender<JobEnd>,
 }
 
 impl JobParts {
-    /// A tool call's parts and where its outcome arrives.
-    pub fn invoke(
-        name: &str,
-        timeout: Duration,
-        callbacks: Option<Arc<dyn CallbackService>>,
-    ) -> (JobParts, oneshot::Receiver<CallOutcome>) {
-        JobParts::new(name, timeout, callbacks, true)
-    }
-
     pub(super) fn new(
         label: &str,
         timeout: Duration,
         callbacks: Option<Arc<dyn CallbackService>>,
-        acknowledges: bool,
-    ) -> (JobParts, oneshot::Receiver<CallOutcome>) {
-        let (outcome, receiver) = oneshot::channel();
+    ) -> (JobParts, oneshot::Receiver<JobEnd>) {
+        let (end, receiver) = oneshot::channel();
         let parts = JobParts {
             label: label.to_string(),
             timeout,
             callbacks,
-            acknowledges,
-            outcome,
+            end,
         };
         (parts, receiver)
     }
@@ -112,25 +103,20 @@ pub(super) struct Actor {
     pub(super) process: Option<Tracked>,
     /// The call it ran last, blamed when the next finds it broken.
     pub(super) last_call: Option<String>,
-    /// `None` once the worker is being retired (closing stdin tells it to exit).
-    pub(super) stdin: Option<pipe::Sender>,
     /// Messages from its stdout; a read can race a callback (cancel-safe).
     pub(super) messages: MessageReader<pipe::Receiver>,
     pub(super) dump: pipe::Receiver,
     pub(super) stderr_tail: Arc<Mutex<StderrTail>>,
     pub(super) call_tag: CallTag,
     pub(super) spec: Arc<WorkerSpec>,
-    /// The requests queued behind the running call (pipelining).
-    pub(super) slot: Arc<Slot>,
     /// Set once the guardian is reaped; the handle reads it too, so that
     /// nothing signals a pid the kernel may have given to another process.
     pub(super) reaped: Arc<AtomicBool>,
     /// Removed once the worker's processes are gone (`--sandbox`).
     pub(super) _cgroup: Arc<WorkerCgroup>,
-    /// Tells the handle when it may write a request itself (`direct`).
-    pub(super) idle: ActorIdle,
-    /// Which request the worker started last, in memory it shares.
-    pub(super) ack: AckCell,
+    /// What a call left running, checked after each reply (set once the
+    /// worker said hello).
+    pub(super) leftovers: Option<Leftovers>,
 }
 
 /// What the worker said in its hello.
@@ -272,19 +258,9 @@ impl Actor {
     /// The actor's life: commands until the handle is gone. Then the
     /// worker goes with it (`Drop`).
     pub(super) async fn serve(mut self, mut mailbox: mpsc::UnboundedReceiver<Command>) {
-        loop {
-            self.idle.waiting();
-            let Some(command) = mailbox.recv().await else {
-                break;
-            };
-            self.idle.busy();
+        while let Some(command) = mailbox.recv().await {
             match command {
-                Command::Run(job) => {
-                    let mut next = Some(job);
-                    while let Some(job) = next.take() {
-                        next = self.run_job(job).await;
-                    }
-                }
+                Command::Run(job) => self.run_job(job).await,
                 Command::Kill(answer) => {
                     let _ = answer.send(self.kill().await);
                 }
@@ -299,42 +275,38 @@ impl Actor {
         }
     }
 
-    /// Runs one job and delivers its outcome; the next job when the worker
-    /// is sound and its request is on the wire behind this one.
-    async fn run_job(&mut self, job: Job) -> Option<Job> {
+    /// Runs one job and delivers its end.
+    async fn run_job(&mut self, job: Job) {
         let Job {
             id,
             frame,
+            mut state,
+            mut stdin,
             written_at,
-            run: mut job,
+            mut run,
         } = job;
-        let outcome = self.run(id, frame.as_deref(), written_at, &mut job).await;
-        // Chosen before the outcome is delivered: the pool hands the
-        // worker to that request's caller only once this one has its answer.
-        let next = match outcome {
-            Some(CallOutcome::Reply(_)) | Some(CallOutcome::Withdrawn) => {
-                self.slot.next_on_wire().map(|(id, run)| Job {
-                    id,
-                    frame: None,
-                    written_at: None,
-                    run,
-                })
-            }
-            _ => None,
-        };
-        match outcome {
-            Some(outcome) => {
-                if let Err(outcome) = job.outcome.send(outcome) {
-                    // The caller gave up as the answer came: it kills the
-                    // worker (its lease's drop); nothing more runs here.
-                    drop(outcome);
-                    self.kill_now();
-                    return None;
-                }
-            }
+        let Some(outcome) = self
+            .run(id, &frame, &mut state, &mut stdin, written_at, &mut run)
+            .await
+        else {
             // The caller gave up: the worker was killed.
-            None => return None,
+            return;
+        };
+        let sound = matches!(
+            outcome,
+            CallOutcome::Reply {
+                left_running: None,
+                ..
+            }
+        );
+        let end = JobEnd {
+            outcome,
+            stdin: sound.then_some(stdin),
+        };
+        if run.end.send(end).is_err() {
+            // The caller gave up as the answer came: it kills the worker
+            // (its lease's drop); nothing more runs here.
+            self.kill_now();
         }
-        next
     }
 }

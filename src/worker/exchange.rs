@@ -1,16 +1,20 @@
 //! One request's exchange with a worker, run by its actor: the request
-//! written, its callbacks served, requests queued behind it written, its
-//! reply read, its deadline kept (paused while a human is asked), and the
-//! worker killed if its caller gives up.
+//! written, its callbacks served, its reply read, its deadline kept (paused
+//! while a human is asked), the worker killed if its caller gives up, and
+//! what the call left running checked. Every decision about the request
+//! itself is a transition of its [`RequestState`].
 
 use std::collections::HashMap;
 
 use serde_json::Value;
+use tokio::io::AsyncWriteExt;
+use tokio::net::unix::pipe;
 use tokio::task::JoinSet;
 use tokio::time::{timeout, timeout_at, Instant};
 
 use super::actor::{Actor, JobParts};
 use super::deadline::{Deadline, Fired};
+use super::request::{unread_in_pipe, Action, RequestState};
 use super::{
     CallOutcome, CallbackError, Termination, DEADLINE_DRAIN, HANGUP_EXIT_WAIT, MAX_OPEN_CALLBACKS,
 };
@@ -20,42 +24,60 @@ use crate::protocol::{
 };
 
 impl Actor {
-    /// Runs request `id` (`frame`: what is left to write; `None` when on
-    /// the wire already) to its end; `None` when its caller gave up
-    /// (`job`'s answer channel closed) and the worker was killed.
-    /// `written_at`: when the handle began writing it (its deadline runs
-    /// from then, else from now).
+    /// Runs request `id` (`frame`, of which `state` says what is written)
+    /// to its end; `None` when its caller gave up (`job`'s answer channel
+    /// closed) and the worker was killed. Its deadline runs from `written_at`.
     pub(super) async fn run(
         &mut self,
         id: u64,
-        frame: Option<&[u8]>,
-        written_at: Option<Instant>,
+        frame: &[u8],
+        state: &mut RequestState,
+        stdin: &mut pipe::Sender,
+        written_at: Instant,
         job: &mut JobParts,
     ) -> Option<CallOutcome> {
         let call = format!("{}#{id}", job.label);
         if let Ok(mut tag) = self.call_tag.lock() {
             *tag = Some(call.clone());
         }
-        let outcome = match self.exchange(id, frame, written_at, job).await {
-            // The worker said so in the memory it shares (`ack`), not in a
-            // frame: it started the request before it broke.
-            Exchange::NotStarted(e) if self.ack.started(id) => Exchange::Broken(e),
-            outcome => outcome,
-        };
-        let label = &job.label;
+        if let Some(leftovers) = self.leftovers.as_mut() {
+            leftovers.call_starts();
+        }
+        let exchange = self
+            .exchange(id, frame, state, stdin, written_at, job)
+            .await;
         if let Ok(mut tag) = self.call_tag.lock() {
             *tag = None;
         }
         let previous = self.last_call.replace(call);
-        Some(match outcome {
-            Exchange::Reply(reply) => CallOutcome::Reply(reply),
-            Exchange::Withdrawn => CallOutcome::Withdrawn,
+        Some(match exchange {
+            Exchange::Reply(result) => {
+                let left_running = match self.leftovers.as_mut() {
+                    Some(leftovers) => leftovers.after_reply().await,
+                    None => None,
+                };
+                if let Some(what) = &left_running {
+                    // Nothing it left may reach another call: the worker goes now.
+                    tracing::info!(
+                        worker = self.pid(),
+                        "{} left {what} after it answered: killing its worker",
+                        job.label
+                    );
+                    self.kill_now();
+                }
+                CallOutcome::Reply {
+                    result,
+                    left_running,
+                }
+            }
             Exchange::Abandoned => {
+                state.abandoned();
                 // A call in flight leaves the worker in an unknown state.
                 self.kill_now();
                 return None;
             }
             Exchange::Timeout => {
+                state.timed_out();
                 let stuck_at = self.stack_dump().await;
                 // Every process of the call dies now (the worker by pidfd,
                 // its group, and in a PID namespace everything in it); the
@@ -64,16 +86,23 @@ impl Actor {
                 self.kill_now();
                 CallOutcome::TimedOut { stuck_at }
             }
-            Exchange::NotStarted(e) => {
+            Exchange::Broken(e) => {
+                // Every process of the worker is dead once this returns:
+                // only then does the pipe's count say what was never read.
                 let termination = self.end_broken(e).await;
-                let after = previous.as_deref().unwrap_or("its start");
-                tracing::warn!(
-                    worker = self.pid(),
-                    "the worker was found broken after {after}, before it started {label}: it {termination}"
-                );
-                CallOutcome::NotStarted(termination)
+                match state.lost(unread_in_pipe(stdin)) {
+                    Action::MoveElsewhere => {
+                        let after = previous.as_deref().unwrap_or("its start");
+                        tracing::warn!(
+                            worker = self.pid(),
+                            "the worker was found broken after {after}, before it read {}: it {termination}",
+                            job.label
+                        );
+                        CallOutcome::NotStarted(termination)
+                    }
+                    _ => CallOutcome::Died(termination),
+                }
             }
-            Exchange::Broken(e) => CallOutcome::Died(self.end_broken(e).await),
         })
     }
 
@@ -100,29 +129,30 @@ impl Actor {
         }
     }
 
-    /// Sends a request and reads until its reply, serving the tool's
-    /// callbacks meanwhile. Callbacks run as tasks of their own, concurrently
-    /// with the read: a tool may wait for a human while another of its
-    /// threads registers files, and a worker that dies while a prompt is
-    /// open is noticed at once. While any callback waits for a human the
+    /// Writes the rest of the request and reads until its reply, serving
+    /// the tool's callbacks meanwhile. Callbacks run as tasks of their own,
+    /// concurrently with the read: a tool may wait for a human while another
+    /// of its threads registers files, and a worker that dies while a prompt
+    /// is open is noticed at once. While any callback waits for a human the
     /// deadline is suspended and the worker's processes are stopped; they
     /// resume, the deadline pushed back by the wait, before the answer is
     /// written.
     async fn exchange(
         &mut self,
         id: u64,
-        frame: Option<&[u8]>,
-        written_at: Option<Instant>,
+        frame: &[u8],
+        state: &mut RequestState,
+        stdin: &mut pipe::Sender,
+        written_at: Instant,
         job: &mut JobParts,
     ) -> Exchange {
         // Dropped with the exchange (the call was cancelled): any callback
         // still running, a human prompt say, is aborted with it. Otherwise
         // they are over (aborted if need be) before the call returns.
         let mut pending = JoinSet::new();
-        // From the moment this request starts running.
-        let mut deadline = Deadline::new(written_at.unwrap_or_else(Instant::now) + job.timeout);
+        let mut deadline = Deadline::new(written_at + job.timeout);
         let outcome = self
-            .exchange_serving(id, frame, &mut deadline, job, &mut pending)
+            .exchange_serving(id, frame, state, stdin, &mut deadline, job, &mut pending)
             .await;
         if !pending.is_empty() {
             pending.shutdown().await;
@@ -135,10 +165,13 @@ impl Actor {
         outcome
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn exchange_serving(
         &mut self,
         id: u64,
-        frame: Option<&[u8]>,
+        frame: &[u8],
+        state: &mut RequestState,
+        stdin: &mut pipe::Sender,
         deadline: &mut Deadline,
         job: &mut JobParts,
         pending: &mut JoinSet<Result<Value, CallbackError>>,
@@ -146,27 +179,20 @@ impl Actor {
         let JobParts {
             label,
             callbacks,
-            acknowledges,
-            outcome: answer,
+            end: answer,
             ..
         } = job;
-        // A request the worker does not acknowledge counts as started. (A
-        // `started` frame is the older way to say it: `run` reads the
-        // shared cell as well.)
-        let mut acknowledged = !*acknowledges;
-        let Some(stdin) = self.stdin.as_mut() else {
-            return Exchange::Broken(ProtocolError::Closed);
-        };
-        // None: queued behind the call before, and written already.
-        if let Some(frame) = frame {
-            match timeout_at(deadline.at(), write_frame(stdin, frame)).await {
+        // What the handle did not write, counted byte by byte: a worker lost
+        // during the write is judged by how much of it reached the pipe.
+        while state.unwritten() > 0 {
+            let rest = &frame[frame.len() - state.unwritten()..];
+            match timeout_at(deadline.at(), stdin.write(rest)).await {
                 Err(_) => return Exchange::Timeout,
-                Ok(Err(e)) if !acknowledged => return Exchange::NotStarted(e),
-                Ok(Err(e)) => return Exchange::Broken(e),
-                Ok(Ok(())) => {}
+                Ok(Ok(0)) => return Exchange::Broken(ProtocolError::Closed),
+                Ok(Ok(n)) => state.wrote(n),
+                Ok(Err(e)) => return Exchange::Broken(e.into()),
             }
         }
-        let slot = self.slot.clone();
         // The worker's callback id, and whether it waits for a human, per task.
         let mut in_flight: HashMap<tokio::task::Id, (u64, bool)> = HashMap::new();
         loop {
@@ -181,8 +207,6 @@ impl Actor {
                 () = tokio::time::sleep_until(deadline.at()), if deadline.is_running() => {
                     Event::Deadline
                 }
-                // Not while the worker is stopped for a human: a write could fill the pipe.
-                () = slot.wake().notified(), if deadline.is_running() => Event::Queue,
                 () = answer.closed() => Event::Abandoned,
             };
             let (call_id, result) = match event {
@@ -194,45 +218,7 @@ impl Actor {
                     // or starved of CPU) reads it late.
                     Fired::Draining => continue,
                 },
-                Event::Queue => {
-                    let frames = match slot.frames_to_write(self.spec.max_frame) {
-                        Ok(frames) => frames,
-                        Err(e) => return Exchange::Broken(e),
-                    };
-                    if frames.is_empty() {
-                        continue;
-                    }
-                    let Some(stdin) = self.stdin.as_mut() else {
-                        return Exchange::Broken(ProtocolError::Closed);
-                    };
-                    match timeout_at(deadline.at(), write_frame(stdin, &frames)).await {
-                        Err(_) => return Exchange::Timeout,
-                        // The worker is gone (its end of the pipe is closed)
-                        // — but this call's reply may be in the pipe already,
-                        // ahead of the end: read on. The queued requests are
-                        // lost with the worker.
-                        Ok(Err(_)) | Ok(Ok(())) => continue,
-                    }
-                }
-                Event::Message(Ok(Message::Withdrawn { id: got })) if got == id => {
-                    // This call's own request, queued behind the call before:
-                    // given back unstarted. The worker is sound (it may
-                    // hold requests queued behind this one); the call checks
-                    // out again once the pool hands it the worker. (Its
-                    // place in the slot stays until then: the pool hands
-                    // the worker over in the order the requests were queued.)
-                    return Exchange::Withdrawn;
-                }
-                Event::Message(Ok(Message::Withdrawn { id: got })) => {
-                    slot.withdrawn(got);
-                    continue;
-                }
-                Event::Message(Err(e)) if !acknowledged => return Exchange::NotStarted(e),
                 Event::Message(Err(e)) => return Exchange::Broken(e),
-                Event::Message(Ok(Message::Started { id: got })) if got == id => {
-                    acknowledged = true;
-                    continue;
-                }
                 Event::Message(Ok(Message::Reply {
                     id: got,
                     ok,
@@ -242,18 +228,23 @@ impl Actor {
                     value_marshal,
                     content,
                 })) if got == id => {
-                    return Exchange::Reply(if ok {
-                        ReplyValue::decode(value, value_json, value_marshal, content)
-                    } else {
-                        Err(error.unwrap_or_else(|| RemoteError {
-                            kind: "WorkerDied".into(),
-                            message: "the worker reported a failure without an error".into(),
-                            traceback: None,
-                        }))
-                    });
+                    if let Err(refused) = state.reply() {
+                        return Exchange::Broken(ProtocolError::Malformed(refused.to_string()));
+                    }
+                    return match (ok, error) {
+                        (true, _) => Exchange::Reply(ReplyValue::decode(
+                            value,
+                            value_json,
+                            value_marshal,
+                            content,
+                        )),
+                        (false, Some(error)) => Exchange::Reply(Err(error)),
+                        (false, None) => Exchange::Broken(ProtocolError::Unexpected(
+                            "a failed reply without an error",
+                        )),
+                    };
                 }
-                Event::Message(Ok(Message::Reply { id: got, .. }))
-                | Event::Message(Ok(Message::Started { id: got })) => {
+                Event::Message(Ok(Message::Reply { id: got, .. })) => {
                     tracing::warn!(
                         worker = self.pid(),
                         id = got,
@@ -262,20 +253,12 @@ impl Actor {
                     continue;
                 }
                 Event::Message(Ok(Message::Hello { .. })) => {
-                    let e = ProtocolError::Unexpected("a second hello");
-                    return if acknowledged {
-                        Exchange::Broken(e)
-                    } else {
-                        Exchange::NotStarted(e)
-                    };
+                    return Exchange::Broken(ProtocolError::Unexpected("a second hello"));
                 }
                 Event::Message(Ok(Message::Importing { .. })) => {
-                    let e = ProtocolError::Unexpected("an import after the hello");
-                    return if acknowledged {
-                        Exchange::Broken(e)
-                    } else {
-                        Exchange::NotStarted(e)
-                    };
+                    return Exchange::Broken(ProtocolError::Unexpected(
+                        "an import after the hello",
+                    ));
                 }
                 Event::Message(Ok(Message::Call {
                     id: call_id,
@@ -367,9 +350,6 @@ impl Actor {
                     }
                 }
             };
-            let Some(stdin) = self.stdin.as_mut() else {
-                return Exchange::Broken(ProtocolError::Closed);
-            };
             // While a human is being asked the deadline is suspended.
             let written = if deadline.is_running() {
                 timeout_at(deadline.at(), write_frame(stdin, &frame)).await
@@ -387,12 +367,8 @@ impl Actor {
 
 enum Exchange {
     Reply(Result<ReplyValue, RemoteError>),
-    /// The request, queued behind the call before, was given back unstarted.
-    Withdrawn,
     Timeout,
     Broken(ProtocolError),
-    /// Broken before it acknowledged the request.
-    NotStarted(ProtocolError),
     /// The caller gave up.
     Abandoned,
 }
@@ -402,8 +378,6 @@ enum Event {
     Message(Result<Message, ProtocolError>),
     Answered(Result<(tokio::task::Id, Result<Value, CallbackError>), tokio::task::JoinError>),
     Deadline,
-    /// The pool queued a request behind this call, or wants it back.
-    Queue,
     /// The caller gave up (the answer's receiver is gone).
     Abandoned,
 }

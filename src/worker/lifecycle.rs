@@ -116,15 +116,14 @@ impl Actor {
         how
     }
 
-    /// Retires a healthy worker: closes its stdin (it exits at once), reaps it.
+    /// Retires a healthy worker whose stdin the handle closed (it exits at
+    /// once): reaps it, killed if it lingers.
     pub(super) async fn retire(&mut self) {
         if let Some(process) = &self.killer().process {
             // Its guardian may end first and leave it to this process's
             // reaper for a moment: it is going, not left behind.
             crate::reaper::expect_death(process.pid.raw());
         }
-        // Dropping our end of stdin is the worker's signal to exit.
-        drop(self.stdin.take());
         if self.exited_within(Duration::from_secs(2)).await.is_none() {
             let _ = self.kill().await;
         }

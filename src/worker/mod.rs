@@ -1,10 +1,10 @@
 //! One worker: a guardian `python3` process and the worker it forks (see
 //! `docs/protocol.md`), driven by an actor task of its own (`actor`) that
 //! this module's [`Worker`] handle sends commands to. Its spec (`spec`),
-//! spawn (`spawn`), handshake (`actor`), exchanges (`exchange`), the
-//! requests queued behind its call (`pipeline`), stack dumps (`dump`),
-//! stderr (`stderr`), its kill, reaping and retirement (`lifecycle`), and
-//! how it ended (`termination`).
+//! spawn (`spawn`), handshake (`actor`), exchanges (`exchange`), one
+//! request's state (`request`), what a call left running (`leftovers`),
+//! stack dumps (`dump`), stderr (`stderr`), its kill, reaping and
+//! retirement (`lifecycle`), and how it ended (`termination`).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -17,15 +17,14 @@ use serde_json::Value;
 use tokio::net::unix::pipe;
 use tokio::sync::{mpsc, oneshot};
 
-mod ack;
 mod actor;
 mod deadline;
-mod direct;
 mod dump;
 mod exchange;
 mod guardian;
+mod leftovers;
 mod lifecycle;
-pub mod pipeline;
+pub(crate) mod request;
 mod spawn;
 mod spec;
 mod stderr;
@@ -33,19 +32,18 @@ mod template;
 mod termination;
 
 pub use self::actor::JobParts;
-use self::actor::{Actor, Command, Job};
-use self::direct::{ActorIdle, DirectWriter};
+use self::actor::{Actor, Command, Job, JobEnd};
 pub use self::dump::locate_in_dump;
 use self::guardian::GuardianProcess;
+use self::leftovers::Leftovers;
 pub use self::lifecycle::WorkerKiller;
+use self::request::{unread_in_pipe, RequestState};
 use self::spawn::Spawned;
 pub use self::spawn::Spawner;
 pub use self::spec::{BootConfig, QuarantinedModule, WorkerSpec};
 pub use self::stderr::StderrText;
 use self::stderr::{pump_stderr, CallTag, StderrTail};
 pub use self::termination::{describe_exit, Termination};
-
-use self::pipeline::Slot;
 use crate::process::{KillMechanism, ProcessId};
 use crate::protocol::{
     encode_frame, message_reader, CallContext, RemoteError, ReplyValue, Request, PROTOCOL_VERSION,
@@ -142,22 +140,25 @@ pub enum StartError {
 /// How a call on a worker ended, seen from the worker's side.
 #[derive(Debug)]
 pub enum CallOutcome {
-    /// The worker answered; it is still usable.
-    Reply(Result<ReplyValue, RemoteError>),
+    /// The worker answered. `left_running`: what the call left running in
+    /// the worker (threads, processes), described; then the worker has been
+    /// killed and must not serve again. `None`: the worker is sound.
+    Reply {
+        result: Result<ReplyValue, RemoteError>,
+        left_running: Option<String>,
+    },
     /// The deadline passed; the worker's group was killed (the guardian
     /// finishes the clean-up, and is reaped, when the `Worker` is dropped).
     TimedOut {
         /// Where the code was, from the stack dump (`file:line in function`).
         stuck_at: Option<String>,
     },
-    /// The worker died or broke the protocol; it is gone.
+    /// The worker died or broke the protocol, and may have run the request
+    /// (it read some of it): it is gone, and the call must not run again.
     Died(Termination),
-    /// The request, queued behind the call before (pipelining), was given
-    /// back unstarted; the worker is sound and the call may run anywhere.
-    Withdrawn,
-    /// The worker was found dead or broken before it started the request
-    /// (it never acknowledged it): an earlier call damaged it. It is gone;
-    /// the request may run elsewhere.
+    /// The worker was lost before it read a byte of the request (the
+    /// kernel counted every byte still in the pipe): an earlier call damaged
+    /// it. It is gone; the request may run elsewhere.
     NotStarted(Termination),
 }
 
@@ -193,16 +194,18 @@ pub struct Worker {
     /// The guardian and the worker process, as the kernel names them.
     killer: WorkerKiller,
     spec: Arc<WorkerSpec>,
-    /// The requests queued behind the running call (pipelining), and the
-    /// worker's request ids; shared with the actor.
-    slot: Arc<Slot>,
+    /// The worker's stdin while no request is in flight. Whoever holds it
+    /// alone writes to the worker: this handle between requests (it writes
+    /// a request's first bytes itself), the actor during one (the rest, and
+    /// the callbacks' answers), which gives it back when the request leaves
+    /// the worker sound. `None` once the worker is lost.
+    stdin: Option<pipe::Sender>,
+    /// The id of the next request (ids are never reused on a worker).
+    next_id: u64,
     calls_served: u64,
     info: WorkerInfo,
     /// Set by the actor once the guardian is reaped.
     reaped: Arc<AtomicBool>,
-    /// Writes a request without the actor when it is idle; dropped before
-    /// the worker is retired (closing stdin is what tells it to exit).
-    direct: Option<DirectWriter>,
 }
 
 impl Worker {
@@ -215,7 +218,6 @@ impl Worker {
             stdout,
             stderr,
             dump,
-            ack,
             cgroup,
         } = spawner
             .spawn(spec.clone())
@@ -244,33 +246,30 @@ impl Worker {
             GuardianProcess::Spawned(_) => StartMethod::Spawned,
         };
         let reaped = Arc::new(AtomicBool::new(false));
-        let slot = Arc::new(Slot::new());
-        let idle = ActorIdle::default();
-        let direct = DirectWriter::new(&stdin, idle.clone());
         let mut actor = Actor {
             guardian_process,
             guardian,
             process: None,
             last_call: None,
-            stdin: Some(stdin),
             messages: message_reader(stdout, spec.max_frame),
             dump,
             stderr_tail,
             call_tag,
             spec: spec.clone(),
-            slot: slot.clone(),
             reaped: reaped.clone(),
             _cgroup: cgroup,
-            idle,
-            ack,
+            leftovers: None,
         };
         let hello = actor.handshake(pump).await?;
+        let killer = actor.killer();
+        actor.leftovers = Some(Leftovers::new(killer.pid(), guardian.raw()));
         let (mailbox, commands) = mpsc::unbounded_channel();
         let worker = Worker {
             mailbox,
-            killer: actor.killer(),
+            killer,
             spec,
-            slot,
+            stdin: Some(stdin),
+            next_id: 1,
             calls_served: 0,
             info: WorkerInfo {
                 python_version: hello.python,
@@ -280,7 +279,6 @@ impl Worker {
                 started,
             },
             reaped,
-            direct,
         };
         tokio::spawn(actor.serve(commands));
         Ok(worker)
@@ -316,15 +314,16 @@ impl Worker {
         self.calls_served
     }
 
-    /// Where the pool queues a request behind the running call.
-    pub fn slot(&self) -> &Arc<Slot> {
-        &self.slot
+    fn take_id(&mut self) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
     }
 
     /// Asks the worker for the catalog it built when importing the tools.
     pub async fn catalog(&mut self) -> CallOutcome {
-        let id = self.slot.take_id();
-        let (run, answer) = JobParts::new("catalog", self.spec.start_timeout, None, false);
+        let id = self.take_id();
+        let (run, answer) = JobParts::new("catalog", self.spec.start_timeout, None);
         self.run(&Request::Catalog { id }, id, run, answer).await
     }
 
@@ -332,95 +331,97 @@ impl Worker {
     /// requests a fresh worker serves are several times slower than later
     /// ones; a spare is pinged before it waits, so the call it takes over is not.
     pub async fn ping(&mut self) -> CallOutcome {
-        let id = self.slot.take_id();
-        let (run, answer) = JobParts::new("ping", self.spec.start_timeout, None, false);
+        let id = self.take_id();
+        let (run, answer) = JobParts::new("ping", self.spec.start_timeout, None);
         self.run(&Request::Ping { id }, id, run, answer).await
     }
 
-    /// Runs one tool call; on `TimedOut` or `Died` the worker is gone.
-    /// `callbacks` serves the tool's context services while it runs (without
-    /// it every callback fails in the tool); time spent waiting for a human
-    /// does not count against `timeout`, which runs from the moment the
-    /// worker's actor starts the request. `queued`: the call's request was
-    /// queued behind the call before (pipelining) and is on the wire.
+    /// Runs one tool call; on anything but a `Reply` that left nothing
+    /// running, the worker is gone. `callbacks` serves the tool's context
+    /// services while it runs (without it every callback fails in the
+    /// tool); time spent waiting for a human does not count against
+    /// `timeout`, which runs from the moment the request is written.
     pub async fn invoke(
         &mut self,
-        queued: Option<QueuedOnWire>,
         name: &str,
         args: &Value,
         context: &CallContext,
         timeout: Duration,
         callbacks: Option<&Arc<dyn CallbackService>>,
     ) -> CallOutcome {
-        let outcome = match queued {
-            // The actor runs it already, right after the call before.
-            Some(QueuedOnWire { outcome }) => await_outcome(outcome).await,
-            None => {
-                let id = self.slot.take_id();
-                let request = Request::Invoke {
-                    id,
-                    name,
-                    args,
-                    context,
-                };
-                let (run, answer) = JobParts::invoke(name, timeout, callbacks.cloned());
-                self.run(&request, id, run, answer).await
-            }
+        let id = self.take_id();
+        let request = Request::Invoke {
+            id,
+            name,
+            args,
+            context,
         };
-        if !matches!(outcome, CallOutcome::Withdrawn) {
+        let (run, answer) = JobParts::new(name, timeout, callbacks.cloned());
+        let outcome = self.run(&request, id, run, answer).await;
+        if !matches!(outcome, CallOutcome::NotStarted(_)) {
             self.calls_served += 1;
         }
         outcome
     }
 
-    /// Has the actor run `request` (id `id`) to its end.
+    /// Has the actor run `request` (id `id`) to its end. Its first bytes
+    /// are written here, at once, by the holder of the worker's stdin (a
+    /// caller outside the runtime's threads then pays no hop before the
+    /// worker starts); the actor writes the rest and reads the reply.
     async fn run(
         &mut self,
         request: &Request<'_>,
         id: u64,
         run: JobParts,
-        answer: oneshot::Receiver<CallOutcome>,
+        answer: oneshot::Receiver<JobEnd>,
     ) -> CallOutcome {
         let frame = match encode_frame(request, self.spec.max_frame) {
             Ok(frame) => frame,
             Err(e) => {
                 // Nothing was sent: the worker is still usable.
-                return CallOutcome::Reply(Err(RemoteError {
-                    kind: "InvalidArguments".into(),
-                    message: format!("arguments cannot be sent to the worker: {e}"),
-                    traceback: None,
-                }));
+                return CallOutcome::Reply {
+                    result: Err(RemoteError {
+                        kind: "InvalidArguments".into(),
+                        message: format!("arguments cannot be sent to the worker: {e}"),
+                        traceback: None,
+                    }),
+                    left_running: None,
+                };
             }
         };
-        let Some(direct) = self.direct.as_ref().filter(|d| d.actor_is_idle()) else {
-            let job = Job {
-                id,
-                frame: Some(frame),
-                written_at: None,
-                run,
-            };
-            return self.send_job(job, answer).await;
+        let Some(stdin) = self.stdin.take() else {
+            return CallOutcome::NotStarted(Termination::StatusUnknown);
+        };
+        let mut state = match RequestState::start(frame.len(), unread_in_pipe(&stdin)) {
+            Ok(state) => state,
+            // Nothing of this request was written: it never started here.
+            Err(refused) => {
+                return CallOutcome::NotStarted(Termination::BrokeProtocol {
+                    error: refused.to_string(),
+                })
+            }
         };
         let written_at = tokio::time::Instant::now();
-        // As much as the pipe takes now (all of a small request); the rest by the actor.
-        let mut frame = frame;
-        let written = direct.write_now(&frame);
-        frame.drain(..written);
+        state.wrote(write_now(&stdin, &frame));
         let job = Job {
             id,
-            frame: (!frame.is_empty()).then_some(frame),
-            written_at: (written > 0).then_some(written_at),
+            frame,
+            state,
+            stdin,
+            written_at,
             run,
         };
-        self.send_job(job, answer).await
-    }
-
-    /// Hands `job` to the actor and awaits its outcome.
-    async fn send_job(&self, job: Job, answer: oneshot::Receiver<CallOutcome>) -> CallOutcome {
         if self.mailbox.send(Command::Run(job)).is_err() {
             return CallOutcome::NotStarted(Termination::StatusUnknown);
         }
-        await_outcome(answer).await
+        match answer.await {
+            Ok(JobEnd { outcome, stdin }) => {
+                self.stdin = stdin;
+                outcome
+            }
+            // The actor ended with its worker before it answered.
+            Err(_) => CallOutcome::Died(Termination::StatusUnknown),
+        }
     }
 
     /// SIGKILL to the worker (by pidfd) and to its group, at once: in a PID
@@ -443,7 +444,8 @@ impl Worker {
 
     /// Retires a healthy worker: closes its stdin (it exits at once), reaps it.
     pub async fn retire(mut self) {
-        drop(self.direct.take());
+        // Dropping the only write end of stdin is the worker's signal to exit.
+        drop(self.stdin.take());
         let (answer, done) = oneshot::channel();
         if self.mailbox.send(Command::Retire(answer)).is_ok() {
             let _ = done.await;
@@ -462,6 +464,19 @@ impl Worker {
     }
 }
 
+/// Writes as much of `frame` as the pipe takes now, without waiting (the
+/// descriptor is non-blocking); how many bytes went. A failed write writes
+/// nothing: the actor's own write then meets the error and reports it.
+fn write_now(stdin: &pipe::Sender, frame: &[u8]) -> usize {
+    loop {
+        match nix::unistd::write(stdin, frame) {
+            Ok(written) => return written,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => return 0,
+        }
+    }
+}
+
 impl Drop for Worker {
     fn drop(&mut self) {
         // A worker dropped mid-call (a cancelled call, a dropped pool) must
@@ -469,18 +484,4 @@ impl Drop for Worker {
         // closed, finishes the clean-up and the reaping.
         self.kill_now();
     }
-}
-
-/// A call's request queued behind the call before on a worker it was then
-/// handed (pipelining): the worker's actor ran it (or runs it) right after
-/// that call, and its outcome arrives here.
-pub struct QueuedOnWire {
-    pub outcome: oneshot::Receiver<CallOutcome>,
-}
-
-/// The actor's answer; an actor gone without one ended with its worker.
-async fn await_outcome(answer: oneshot::Receiver<CallOutcome>) -> CallOutcome {
-    answer
-        .await
-        .unwrap_or(CallOutcome::NotStarted(Termination::StatusUnknown))
 }

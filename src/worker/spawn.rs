@@ -13,7 +13,6 @@ use std::sync::Arc;
 use tokio::net::unix::pipe;
 use tokio::sync::oneshot;
 
-use super::ack::AckCell;
 use super::guardian::GuardianProcess;
 use super::template::Template;
 use super::{StartError, WorkerSpec, DUMP_FD};
@@ -40,8 +39,6 @@ pub(super) struct Spawned {
     pub(super) stdout: pipe::Receiver,
     pub(super) stderr: pipe::Receiver,
     pub(super) dump: OwnedFd,
-    /// Where the worker says which request it started.
-    pub(super) ack: AckCell,
     pub(super) cgroup: Arc<WorkerCgroup>,
 }
 
@@ -168,21 +165,16 @@ pub(super) fn worker_cgroup(spec: &WorkerSpec) -> std::io::Result<Arc<WorkerCgro
 
 fn spawn_process(spec: &WorkerSpec) -> std::io::Result<Spawned> {
     let (dump_read, dump_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
-    let (ack, ack_fd) = AckCell::new()?;
     let cgroup = worker_cgroup(spec)?;
     let boot_json = spec.boot_json();
-    let mut command = guardian_command(
-        spec,
-        &[&boot_json],
-        [dump_write.as_raw_fd(), ack_fd.as_raw_fd()],
-        Some(&cgroup),
-    );
+    let mut command =
+        guardian_command(spec, &[&boot_json], [dump_write.as_raw_fd()], Some(&cgroup));
     command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let mut child = crate::reaper::spawn_known(&mut command)?;
-    drop((dump_write, ack_fd));
+    drop(dump_write);
     let missing = || std::io::Error::other("a stdio pipe of the guardian is missing");
     let stdin = child.stdin.take().ok_or_else(missing)?.into_owned_fd()?;
     let stdout = child.stdout.take().ok_or_else(missing)?.into_owned_fd()?;
@@ -193,7 +185,6 @@ fn spawn_process(spec: &WorkerSpec) -> std::io::Result<Spawned> {
         stdout: pipe::Receiver::from_owned_fd(stdout)?,
         stderr: pipe::Receiver::from_owned_fd(stderr)?,
         dump: dump_read,
-        ack,
         cgroup,
     })
 }

@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::ack::ACK_FD;
 use super::DUMP_FD;
 use crate::protocol::PROTOCOL_VERSION;
 use crate::sandbox::SessionMounts;
@@ -23,8 +22,8 @@ pub struct QuarantinedModule {
 
 /// What a worker is started with, set by the pool (the shim's
 /// `toolpool_boot.py` and `worker.main` read it). The worker adds what is
-/// its own: the protocol version, the stack-dump and started-request
-/// descriptors and the modules quarantined so far.
+/// its own: the protocol version, the stack-dump descriptor and the
+/// modules quarantined so far.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct BootConfig {
     pub functions_dir: PathBuf,
@@ -85,7 +84,6 @@ impl WorkerSpec {
             config: &'a BootConfig,
             protocol: u32,
             dump_fd: i32,
-            ack_fd: i32,
             skip_modules: Vec<QuarantinedModule>,
         }
         let skip_modules = self
@@ -97,7 +95,6 @@ impl WorkerSpec {
             config: &self.boot,
             protocol: PROTOCOL_VERSION,
             dump_fd: DUMP_FD,
-            ack_fd: ACK_FD,
             skip_modules,
         };
         // Paths that are not UTF-8 cannot be JSON: refused when the pool is built.

@@ -6,9 +6,9 @@
 //! shim's imports (~110 ms of CPU each on a slow machine) are paid once.
 //!
 //! The channel is a `SOCK_SEQPACKET` socket pair, the template's end on its
-//! fd 3. A request is the guardian's config JSON with six descriptors
-//! (stdin, stdout, stderr and dump pipe ends, the worker's started-request
-//! memfd, and a pipe it waits on to go) as `SCM_RIGHTS`; the template clones the
+//! fd 3. A request is the guardian's config JSON with five descriptors
+//! (stdin, stdout, stderr and dump pipe ends, and a pipe it waits on to
+//! go) as `SCM_RIGHTS`; the template clones the
 //! guardian with `CLONE_PARENT` and answers its pid (`python_shim/
 //! toolpool_boot.py`). The pid is taken only once the kernel says the
 //! process is this one's child; from then on it is held by a pidfd and
@@ -27,7 +27,6 @@ use nix::sys::time::TimeVal;
 use tokio::io::AsyncBufReadExt;
 use tokio::net::unix::pipe;
 
-use super::ack::AckCell;
 use super::guardian::{ClonedGuardian, GuardianProcess};
 use super::spawn::{guardian_command, worker_cgroup, Spawned};
 use super::WorkerSpec;
@@ -166,13 +165,11 @@ impl Template {
         // The guardian waits for a byte here before it forks its worker:
         // by then it is in its own cgroup.
         let (go_read, go_write) = pipe()?;
-        let (ack, ack_fd) = AckCell::new()?;
         let theirs = [
             stdin_read.as_raw_fd(),
             stdout_write.as_raw_fd(),
             stderr_write.as_raw_fd(),
             dump_write.as_raw_fd(),
-            ack_fd.as_raw_fd(),
             go_read.as_raw_fd(),
         ];
         let config = spec.boot_json();
@@ -209,14 +206,7 @@ impl Template {
             pidfd = Some(fd);
             Ok(pid.raw())
         })?;
-        drop((
-            stdin_read,
-            stdout_write,
-            stderr_write,
-            dump_write,
-            ack_fd,
-            go_read,
-        ));
+        drop((stdin_read, stdout_write, stderr_write, dump_write, go_read));
         let (Some(pid), Some(pidfd)) = (ProcessId::new(pid), pidfd) else {
             return Err(std::io::Error::other(
                 "the cloned guardian was not recorded",
@@ -233,7 +223,6 @@ impl Template {
             stdout: pipe::Receiver::from_owned_fd(stdout_read)?,
             stderr: pipe::Receiver::from_owned_fd(stderr_read)?,
             dump: dump_read,
-            ack,
             cgroup,
         })
     }

@@ -32,11 +32,14 @@ pub enum Termination {
     HungUp,
     /// It ended and its exit status could not be read.
     StatusUnknown,
+    /// Its call answered but left threads or processes running in it; the
+    /// supervisor killed it so that nothing left behind reaches another call.
+    LeftRunning { what: String },
 }
 
 impl Termination {
     /// Every [`Termination::kind`], in the order operators see them.
-    pub const KINDS: [&'static str; 9] = [
+    pub const KINDS: [&'static str; 10] = [
         "exited",
         "signalled",
         "timed_out",
@@ -46,6 +49,7 @@ impl Termination {
         "broke_protocol",
         "hung_up",
         "status_unknown",
+        "left_running",
     ];
 
     /// How it ended by itself, from the status its guardian mirrored.
@@ -77,6 +81,7 @@ impl Termination {
             Termination::BrokeProtocol { .. } => 6,
             Termination::HungUp => 7,
             Termination::StatusUnknown => 8,
+            Termination::LeftRunning { .. } => 9,
         }
     }
 }
@@ -110,6 +115,9 @@ impl std::fmt::Display for Termination {
                 "closed its end of the channel without exiting, and was killed"
             ),
             Termination::StatusUnknown => write!(f, "ended (its exit status could not be read)"),
+            Termination::LeftRunning { what } => {
+                write!(f, "was killed: its call left {what} after it answered")
+            }
         }
     }
 }
@@ -163,6 +171,9 @@ mod tests {
             Termination::BrokeProtocol { error: "x".into() },
             Termination::HungUp,
             Termination::StatusUnknown,
+            Termination::LeftRunning {
+                what: "1 thread".into(),
+            },
         ];
         for (i, t) in all.iter().enumerate() {
             assert_eq!(t.index(), i);

@@ -3,14 +3,12 @@ and unencodable replies."""
 
 import os
 import queue
-import struct
 import threading
-import time
 import unittest
 
 import support  # noqa: F401  (puts the shim on sys.path)
 from toolpool_shim import codec, frames, worker
-from toolpool_shim.channel import Ack, CallbackError, Channel
+from toolpool_shim.channel import CallbackError, Channel
 from toolpool_shim.results import Encoded
 
 MAX_FRAME = 1 << 20
@@ -123,70 +121,14 @@ class Replies(ChannelCase):
         self.assertEqual(error["traceback"], error["message"])
 
 
-class Withdrawals(ChannelCase):
-    """A request queued behind a running call is given back on `withdraw`, unless it started."""
+class OneRequestAtATime(ChannelCase):
+    """The worker says nothing before it runs a request: its reply is the first frame."""
 
-    def setUp(self):
-        super().setUp()
-        self.channel.watch_for_hangup()  # the watcher reads for a long-running call
-
-    def start(self, request_id: int) -> None:
-        self.send_to_worker({"t": "invoke", "id": request_id, "name": "nap"})
-        self.assertEqual(self.channel.next_request()["id"], request_id)
-        self.channel.acknowledge(request_id)
-        self.assertEqual(self.read_from_worker(), {"t": "started", "id": request_id})
-
-    def test_a_queued_request_is_given_back_while_a_call_runs(self):
-        self.start(1)
-        # The call "runs" (nobody reads) while the next request and its withdraw arrive.
-        self.send_to_worker({"t": "invoke", "id": 2, "name": "nap"})
-        self.send_to_worker({"t": "withdraw", "id": 2})
-        self.assertEqual(self.read_from_worker(), {"t": "withdrawn", "id": 2})
-        self.send_to_worker({"t": "ping", "id": 3})
-        self.assertEqual(self.channel.next_request(), {"t": "ping", "id": 3}, "the withdrawn request never runs")
-
-    def test_a_request_that_started_is_not_given_back(self):
-        self.start(4)
-        self.send_to_worker({"t": "withdraw", "id": 4})
-        time.sleep(0.3)  # a dozen of the watcher's looks
-        self.assertTrue(self.from_worker.empty(), "a started request was answered as withdrawn")
-
-    def test_a_request_and_its_withdraw_read_in_one_go_are_both_routed(self):
-        self.start(5)
-        # One write: the watcher's single read takes both frames in.
-        frames.write_frames(self.to_worker, [
-            codec.pack({"t": "invoke", "id": 6, "name": "nap"}),
-            codec.pack({"t": "withdraw", "id": 6}),
-        ], MAX_FRAME)
-        self.assertEqual(self.read_from_worker(), {"t": "withdrawn", "id": 6})
-
-
-class StartedInSharedMemory(ChannelCase):
-    """With the supervisor's memfd, a started request's id goes there and nothing to the pipe."""
-
-    def setUp(self):
-        super().setUp()
-        cell = os.memfd_create("ack")
-        os.ftruncate(cell, 8)
-        self.cell = os.dup(cell)  # the supervisor's view (the channel's Ack takes `cell`)
-        self.addCleanup(os.close, self.cell)
-        self.channel = Channel(self.channel._in_fd, self.channel._out_fd, MAX_FRAME, Ack(cell))
-
-    def last_started(self) -> int:
-        return struct.unpack("=Q", os.pread(self.cell, 8, 0))[0]
-
-    def test_each_started_id_is_stored_and_no_frame_is_sent(self):
-        for request_id in (0, 7, 2**32, 2**64 - 1):
-            self.send_to_worker({"t": "invoke", "id": request_id, "name": "nap"})
-            self.assertEqual(self.channel.next_request()["id"], request_id)
-            self.channel.acknowledge(request_id)
-            self.assertEqual(self.last_started(), request_id)
-            self.channel.send({"t": "reply", "id": request_id, "ok": True, "value": None})
-            self.assertEqual(self.read_from_worker(), {"t": "reply", "id": request_id, "ok": True, "value": None},
-                             "the reply is the first frame: no `started` before it")
-
-    def test_a_tools_child_does_not_inherit_the_descriptor(self):
-        self.assertFalse(os.get_inheritable(self.channel._ack._fd))
+    def test_the_reply_is_the_first_frame_after_a_request(self):
+        self.send_to_worker({"t": "invoke", "id": 7, "name": "nap"})
+        self.assertEqual(self.channel.next_request()["id"], 7)
+        self.channel.send({"t": "reply", "id": 7, "ok": True, "value": None})
+        self.assertEqual(self.read_from_worker(), {"t": "reply", "id": 7, "ok": True, "value": None})
 
 
 if __name__ == "__main__":

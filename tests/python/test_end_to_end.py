@@ -65,9 +65,8 @@ class Guardian:
         reader = frames.FrameReader(self.process.stdout.fileno(), MAX_FRAME)
         while (body := reader.read_frame()) is not None:
             message = codec.unpack(body)
-            # Announcements of each import and acknowledgements of each
-            # request: the tests here look at the answers.
-            if message.get("t") not in ("importing", "started"):
+            # Announcements of each import: the tests here look at the answers.
+            if message.get("t") != "importing":
                 self.replies.put(message)
         self.replies.put(None)  # end of stdout: the worker is gone
 

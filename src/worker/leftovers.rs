@@ -1,0 +1,182 @@
+//! What a call left running in its worker after it answered: threads
+//! beyond those the worker had while idle, and processes below its guardian
+//! besides the worker. A worker with leftovers is never trusted with another
+//! call (a thread that writes into the frame pipe 0.3 s later, a forked
+//! child that returned into the shim and reads the request pipe): the call
+//! gets its answer, and the worker is killed.
+//!
+//! Read from the kernel, never from the worker: the thread count from
+//! `/proc/<worker>/stat`, kept open and re-read; processes by a scan of
+//! `/proc` for the guardian's descendants, made only when the kernel gave
+//! out a pid since the call started (the last field of `/proc/loadavg`:
+//! every process or thread created anywhere below this one moves it), so a
+//! call that started nothing costs two small reads.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::time::Duration;
+
+/// How often, and how far apart, a thread count above the idle one is read
+/// again: a thread the tool joined may take a moment to leave the kernel's
+/// list after its Python side ended.
+const RECHECKS: u32 = 5;
+const RECHECK_EVERY: Duration = Duration::from_millis(1);
+
+pub(super) struct Leftovers {
+    worker: i32,
+    guardian: i32,
+    /// `/proc/<worker>/stat`, open for as long as the worker lives.
+    stat: Option<File>,
+    loadavg: Option<File>,
+    /// The fewest threads the worker was seen with, idle.
+    idle_threads: Option<u64>,
+    /// The last pid the kernel gave out when the running call started.
+    last_pid_at_start: Option<u64>,
+}
+
+impl Leftovers {
+    /// Watches `worker` (below `guardian`; the same pid when the guardian
+    /// is the worker), idle now: its thread count now is its idle one.
+    pub(super) fn new(worker: i32, guardian: i32) -> Leftovers {
+        let mut leftovers = Leftovers {
+            worker,
+            guardian,
+            stat: File::open(format!("/proc/{worker}/stat")).ok(),
+            loadavg: File::open("/proc/loadavg").ok(),
+            idle_threads: None,
+            last_pid_at_start: None,
+        };
+        leftovers.idle_threads = leftovers.threads();
+        leftovers
+    }
+
+    /// A call starts on the worker.
+    pub(super) fn call_starts(&mut self) {
+        self.last_pid_at_start = self.last_pid();
+    }
+
+    /// After the call's reply: what it left running, described, or `None`.
+    pub(super) async fn after_reply(&mut self) -> Option<String> {
+        let Some(idle) = self.idle_threads else {
+            return Some("its thread count cannot be read".into());
+        };
+        let mut threads = self.threads();
+        for _ in 0..RECHECKS {
+            match threads {
+                Some(now) if now <= idle => break,
+                None => break,
+                Some(_) => {}
+            }
+            tokio::time::sleep(RECHECK_EVERY).await;
+            threads = self.threads();
+        }
+        match threads {
+            None => return Some("it is gone".into()),
+            Some(now) if now > idle => {
+                let extra = now - idle;
+                let plural = if extra == 1 { "" } else { "s" };
+                return Some(format!("{extra} thread{plural} still running"));
+            }
+            Some(now) => self.idle_threads = Some(now),
+        }
+        let moved = match (self.last_pid_at_start, self.last_pid()) {
+            (Some(before), Some(now)) => before != now,
+            _ => true,
+        };
+        if !moved {
+            return None;
+        }
+        let mut processes = self.processes();
+        for _ in 0..RECHECKS {
+            if processes.is_empty() {
+                return None;
+            }
+            tokio::time::sleep(RECHECK_EVERY).await;
+            processes = self.processes();
+        }
+        if processes.is_empty() {
+            return None;
+        }
+        let plural = if processes.len() == 1 { "" } else { "es" };
+        Some(format!(
+            "{} process{plural} still running ({})",
+            processes.len(),
+            processes.join(", ")
+        ))
+    }
+
+    fn threads(&self) -> Option<u64> {
+        let text = read_again(self.stat.as_ref()?)?;
+        Some(crate::procfs::parse_stat(self.worker, &text)?.threads)
+    }
+
+    fn last_pid(&self) -> Option<u64> {
+        let text = read_again(self.loadavg.as_ref()?)?;
+        text.split_whitespace().last()?.parse().ok()
+    }
+
+    /// The guardian's descendants other than the worker, as `pid (name)`.
+    fn processes(&self) -> Vec<String> {
+        crate::procfs::descendants_of(self.guardian)
+            .into_iter()
+            .filter(|found| found.pid != self.worker)
+            .map(|found| format!("{} ({})", found.pid, found.command))
+            .collect()
+    }
+}
+
+/// A /proc file's text, read afresh from its start.
+fn read_again(file: &File) -> Option<String> {
+    let mut buffer = [0u8; 1024];
+    let read = file.read_at(&mut buffer, 0).ok()?;
+    Some(String::from_utf8_lossy(&buffer[..read]).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_thread_left_running_is_found_and_one_joined_is_not() {
+        // This test process plays the worker: its threads are counted.
+        let me = std::process::id() as i32;
+        let mut leftovers = Leftovers::new(me, me);
+        leftovers.call_starts();
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let running = std::thread::spawn(move || {
+            let _ = stopped.recv();
+        });
+        let found = leftovers.after_reply().await;
+        assert!(
+            found.as_deref().is_some_and(|f| f.contains("thread")),
+            "{found:?}"
+        );
+        stop.send(()).unwrap();
+        running.join().unwrap();
+        let mut again = Leftovers::new(me, me);
+        again.call_starts();
+        std::thread::spawn(|| ()).join().unwrap();
+        // Other tests' threads may come and go meanwhile: only a thread
+        // count at or below the idle one says "nothing left".
+        if let Some(found) = again.after_reply().await {
+            assert!(found.contains("thread"), "{found}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_child_process_left_running_is_found() {
+        let me = std::process::id() as i32;
+        let mut leftovers = Leftovers::new(me, me);
+        leftovers.idle_threads = Some(u64::MAX);
+        leftovers.call_starts();
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let found = leftovers.after_reply().await;
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let found = found.unwrap_or_default();
+        assert!(found.contains("sleep"), "{found}");
+    }
+}
