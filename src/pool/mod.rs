@@ -18,6 +18,8 @@ use tokio::time::Instant;
 
 mod builder;
 mod call;
+#[cfg(test)]
+mod call_model;
 mod checkout;
 mod dispatch;
 mod idle_deaths;
