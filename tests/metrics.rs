@@ -33,7 +33,7 @@ async fn stats_count_calls_errors_latency_and_workers() {
     assert_eq!(stats.timeouts, 1);
     assert_eq!(stats.kills, 1);
     // Every way a worker ends is listed; only the timeout's happened.
-    assert_eq!(stats.terminations.len(), 9, "{stats:?}");
+    assert_eq!(stats.terminations.len(), 10, "{stats:?}");
     assert_eq!(stats.terminations.get("timed_out"), Some(&1), "{stats:?}");
     assert_eq!(
         stats.terminations.values().sum::<u64>(),

@@ -31,7 +31,7 @@ class Guardian:
         os.makedirs(self.workspace)
         self.dump_in, dump_out = os.pipe()
         config = {
-            "protocol": 5,
+            "protocol": 6,
             "functions_dir": functions_dir,
             "session_dir": session_dir,
             "workspace": self.workspace,
@@ -153,7 +153,7 @@ class EndToEnd(unittest.TestCase):
     def test_hello_names_the_worker_and_its_python(self):
         hello = self.guardian.hello
         self.assertEqual(set(hello), {"t", "protocol", "pid", "python", "codec", "executable"})
-        self.assertEqual((hello["t"], hello["protocol"]), ("hello", 5))
+        self.assertEqual((hello["t"], hello["protocol"]), ("hello", 6))
         self.assertEqual(hello["python"], sys.version.split()[0])
         self.assertEqual(hello["codec"], codec.NAME)
         self.assertEqual(os.path.realpath(hello["executable"]), os.path.realpath(sys.executable))
