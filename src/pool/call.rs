@@ -1,8 +1,8 @@
 //! One call's life in the pool, as a state machine without processes: the
 //! worker it waits for, the attempt it runs, and what happens to the
 //! worker after each attempt. [`Pool`](super::Pool) drives it; the tests
-//! here and `tests/call_model.rs`-style model tests drive it with every
-//! interleaving.
+//! here, and the model-based test in `call_model.rs`, drive it through
+//! random interleavings.
 //!
 //! ```text
 //!             got_worker()              attempt_ended(outcome)

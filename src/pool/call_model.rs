@@ -329,7 +329,11 @@ impl Model {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 3000, ..ProptestConfig::default() })]
+    // 3 000 schedules in the test command; PROPTEST_CASES asks for more.
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(3000),
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn every_call_is_answered_once_and_runs_at_most_once(

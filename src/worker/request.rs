@@ -82,6 +82,8 @@ pub(crate) enum Refused {
     ReplyBeforeSent,
     #[error("{0} bytes were left unread in the worker's request pipe")]
     PipeNotEmpty(usize),
+    #[error("the kernel cannot say what is left in the worker's request pipe")]
+    PipeUnknown,
     #[error("the request has ended already")]
     Ended,
 }
@@ -95,7 +97,7 @@ impl RequestState {
         match unread {
             Some(0) => Ok(RequestState::Writing { written: 0, len }),
             Some(left) => Err(Refused::PipeNotEmpty(left)),
-            None => Err(Refused::PipeNotEmpty(usize::MAX)),
+            None => Err(Refused::PipeUnknown),
         }
     }
 
