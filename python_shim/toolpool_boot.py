@@ -314,6 +314,8 @@ def _run_worker(config: dict, guardian: int) -> None:
             from toolpool_shim.sandbox import lock_down
 
             lock_down(config["sandbox"])
+        elif config.get("terminal_filter"):
+            _refuse_terminal_ioctls(bytes.fromhex(config["terminal_filter"]))
         _forget_ctypes()
         from toolpool_shim import worker
 
@@ -325,6 +327,20 @@ def _run_worker(config: dict, guardian: int) -> None:
         sys.stderr.flush()
     finally:
         os._exit(1)  # worker.main only ends through os._exit: getting here is a failure
+
+
+def _refuse_terminal_ioctls(program: bytes) -> None:
+    """Without --sandbox: TIOCSTI, TIOCLINUX and TIOCSCTTY fail, so that a tool
+    run by root (which may push input into any terminal it can open) cannot
+    type into a person's shell. Installing a filter without no_new_privs takes
+    CAP_SYS_ADMIN; without it the kernel already refuses TIOCSTI on every
+    terminal but the caller's controlling one, and the worker has none (setsid)."""
+    from toolpool_shim.sandbox import install_seccomp
+
+    try:
+        install_seccomp(program)
+    except PermissionError:
+        pass
 
 
 def _forget_ctypes() -> None:

@@ -10,8 +10,8 @@ use serde_json::Value;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use crate::error::PoolError;
 use crate::pool::{CallReport, InvokeOptions, PoolBuilder};
+use crate::pool_error::PoolError;
 
 /// The built-in tool `bench` runs when no `--tool` is given.
 pub const BUILTIN_NOOP: &str = "noop";

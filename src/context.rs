@@ -24,7 +24,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
-use crate::error::PoolError;
+use crate::pool_error::PoolError;
 pub use crate::worker::{CallbackError, CallbackService};
 
 pub use attachments::{AttachmentError, AttachmentRecord, AttachmentRef, AttachmentStore};

@@ -2,10 +2,10 @@
 //!
 //! [`ToolError`] is what a failed call gives back: its `Display` is the
 //! agent-facing text `Tool <name> error: <Type>: <message>`, the same through
-//! every front end. [`PoolError`] is what can stop a pool from starting.
+//! every front end. Nothing here depends on the rest of the crate: the wire
+//! (`protocol`) and the workers name their errors with these kinds.
 
 use std::fmt;
-use std::path::PathBuf;
 
 use serde::Serialize;
 
@@ -119,31 +119,3 @@ impl fmt::Display for ToolError {
 }
 
 impl std::error::Error for ToolError {}
-
-/// What stops a pool from being built.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum PoolError {
-    #[error("python interpreter '{python}' cannot be run: {reason}")]
-    Interpreter { python: String, reason: String },
-    #[error("functions directory {0} does not exist or is not a directory")]
-    FunctionsDir(PathBuf),
-    #[error("cannot create session directory {path}: {source}")]
-    SessionDir {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error(transparent)]
-    Install(#[from] crate::embedded::InstallError),
-    #[error("worker could not start: {0}")]
-    WorkerStart(#[from] crate::worker::StartError),
-    #[error("the catalog could not be built: {0}")]
-    Catalog(String),
-    /// A setting that cannot be used as given (an overflowing limit, a
-    /// session id that is not one path component).
-    #[error("{0}")]
-    Setting(String),
-    /// `--sandbox` was asked for and cannot be had (names what is missing).
-    #[error(transparent)]
-    Sandbox(#[from] crate::sandbox::SandboxError),
-}

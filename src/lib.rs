@@ -23,6 +23,7 @@ pub mod mcp;
 pub mod metrics;
 mod node_calls;
 pub mod pool;
+pub mod pool_error;
 pub mod process;
 mod procfs;
 pub mod protocol;
@@ -42,8 +43,9 @@ pub use context::{
     AttachmentRecord, AttachmentStore, HumanPrompt, PromptAnswer, PromptError, PromptRequest,
     Session, SessionsRoot, TerminalPrompt,
 };
-pub use error::{ErrorKind, PoolError, ToolError};
+pub use error::{ErrorKind, ToolError};
 pub use pool::{
     CallReport, InvokeContext, InvokeOptions, LatencyHistogram, Pool, PoolBuilder, PoolStats,
     SessionIsolation, WorkerStats,
 };
+pub use pool_error::PoolError;

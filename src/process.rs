@@ -32,12 +32,12 @@ impl ProcessId {
         self.0
     }
 
-    pub fn signal(self, signal: Signal) -> nix::Result<()> {
+    fn signal(self, signal: Signal) -> nix::Result<()> {
         kill(Pid::from_raw(self.0), signal)
     }
 
     /// The process group this process leads (workers and guardians lead their own).
-    pub fn group(self) -> ProcessGroup {
+    fn group(self) -> ProcessGroup {
         ProcessGroup(self.0)
     }
 }
@@ -50,49 +50,31 @@ impl std::fmt::Display for ProcessId {
 
 /// A process group id above 1: `killpg` of it never means "every process".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ProcessGroup(i32);
+struct ProcessGroup(i32);
 
 impl ProcessGroup {
-    pub fn signal(self, signal: Signal) -> nix::Result<()> {
+    fn signal(self, signal: Signal) -> nix::Result<()> {
         killpg(Pid::from_raw(self.0), signal)
     }
 }
 
-/// A worker process found through its guardian, held by a pidfd where the
-/// kernel has them (Linux 5.3+), so signals never reach a reused pid.
+/// A process held by a pidfd where the kernel has them (Linux 5.3+): a
+/// signal through it never reaches a process that reused the pid.
 #[derive(Debug, Clone)]
-pub struct Tracked {
-    pub pid: ProcessId,
+struct Held {
+    pid: ProcessId,
     pidfd: Option<Arc<OwnedFd>>,
 }
 
-impl Tracked {
-    /// The guardian's worker: its oldest child, which it forked first.
-    pub fn child_of(guardian: ProcessId) -> Option<Tracked> {
-        // The guardian is single-threaded: its main thread's children are
-        // all of them. Without that file (CONFIG_PROC_CHILDREN), scan /proc.
-        let listed = std::fs::read_to_string(format!("/proc/{guardian}/task/{guardian}/children"));
-        let children: Vec<crate::procfs::Stat> = match listed {
-            Ok(text) => text
-                .split_whitespace()
-                .filter_map(|pid| crate::procfs::stat(pid.parse().ok()?))
-                .collect(),
-            Err(_) => crate::procfs::children_of(guardian.raw()),
-        };
-        let oldest = children.iter().min_by_key(|c| c.start_time)?;
-        let pid = ProcessId::new(oldest.pid)?;
-        let pidfd = pidfd_open(pid);
-        // Opened after the pid was read: check it still names the guardian's child.
-        if crate::procfs::parent_of(pid.raw()) != Some(guardian.raw()) {
-            return None;
-        }
-        Some(Tracked {
+impl Held {
+    fn open(pid: ProcessId) -> Held {
+        Held {
             pid,
-            pidfd: pidfd.map(Arc::new),
-        })
+            pidfd: pidfd_open(pid).map(Arc::new),
+        }
     }
 
-    pub fn signal(&self, signal: Signal) {
+    fn signal(&self, signal: Signal) {
         match &self.pidfd {
             Some(fd) => {
                 // SAFETY: a raw syscall with a valid fd and a null siginfo.
@@ -111,14 +93,147 @@ impl Tracked {
             }
         }
     }
+}
+
+/// A worker's processes, and the one type that signals them: its guardian
+/// (this process's child, held from its spawn) and the worker the guardian
+/// forked (found through `/proc`, never through what the worker says).
+/// Both are held by pidfds, so no signal of it reaches a reused pid; the
+/// groups it signals are the ones they lead (`setsid`), never 0 or 1.
+#[derive(Debug, Clone)]
+pub struct WorkerProcesses {
+    guardian: Held,
+    /// `None` until the worker is found, and for a guardian that forked no
+    /// worker (then the guardian itself speaks the protocol).
+    worker: Option<Held>,
+}
+
+impl WorkerProcesses {
+    /// Holds `guardian`, which must be this process's child not yet reaped
+    /// (so its pid cannot have been reused).
+    pub fn of_guardian(guardian: ProcessId) -> WorkerProcesses {
+        WorkerProcesses {
+            guardian: Held::open(guardian),
+            worker: None,
+        }
+    }
+
+    /// Finds the guardian's worker: its oldest child, which it forked first.
+    /// `false` when it has none.
+    pub fn find_worker(&mut self) -> bool {
+        let guardian = self.guardian.pid;
+        // The guardian is single-threaded: its main thread's children are
+        // all of them. Without that file (CONFIG_PROC_CHILDREN), scan /proc.
+        let listed = std::fs::read_to_string(format!("/proc/{guardian}/task/{guardian}/children"));
+        let children: Vec<crate::procfs::Stat> = match listed {
+            Ok(text) => text
+                .split_whitespace()
+                .filter_map(|pid| crate::procfs::stat(pid.parse().ok()?))
+                .collect(),
+            Err(_) => crate::procfs::children_of(guardian.raw()),
+        };
+        let found = children
+            .iter()
+            .min_by_key(|c| c.start_time)
+            .and_then(|oldest| ProcessId::new(oldest.pid))
+            .map(Held::open)
+            // Opened after the pid was read: check it still names the guardian's child.
+            .filter(|held| crate::procfs::parent_of(held.pid.raw()) == Some(guardian.raw()));
+        self.worker = found;
+        self.worker.is_some()
+    }
+
+    pub fn guardian(&self) -> ProcessId {
+        self.guardian.pid
+    }
+
+    /// The worker's pid (the guardian's when the guardian is the worker).
+    pub fn pid(&self) -> i32 {
+        self.worker.as_ref().unwrap_or(&self.guardian).pid.raw()
+    }
 
     /// Whether the worker runs in a PID namespace of its own (as its init).
-    pub fn own_pid_namespace(&self, guardian: ProcessId) -> bool {
+    pub fn own_pid_namespace(&self) -> bool {
+        let Some(worker) = &self.worker else {
+            return false;
+        };
         let ns = |pid: ProcessId| std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok();
-        match (ns(self.pid), ns(guardian)) {
+        match (ns(worker.pid), ns(self.guardian.pid)) {
             (Some(worker), Some(guardian)) => worker != guardian,
             _ => false,
         }
+    }
+
+    /// SIGKILL to the worker and its group at once (to the guardian's group
+    /// when the guardian is the worker). In a PID namespace that ends every
+    /// process of the call; otherwise the guardian, the tree's subreaper,
+    /// kills what left the group when it sees the worker gone.
+    pub fn kill(&self) {
+        match &self.worker {
+            Some(worker) => {
+                // Its guardian may end first and leave it to this process's
+                // reaper for a moment: it is going, not left behind.
+                crate::reaper::expect_death(worker.pid.raw());
+                worker.signal(Signal::SIGKILL);
+                let _ = worker.pid.group().signal(Signal::SIGKILL);
+            }
+            None => {
+                let _ = self.guardian.pid.group().signal(Signal::SIGKILL);
+            }
+        }
+    }
+
+    /// SIGKILL to the worker alone (once its guardian has exited, nothing of
+    /// the tree but the worker can be left).
+    pub fn kill_worker(&self) {
+        if let Some(worker) = &self.worker {
+            worker.signal(Signal::SIGKILL);
+        }
+    }
+
+    /// The backstop: every descendant of the guardian, its group, itself.
+    pub fn kill_tree(&self) {
+        kill_descendants(self.guardian.pid);
+        let _ = self.guardian.pid.group().signal(Signal::SIGKILL);
+        self.guardian.signal(Signal::SIGKILL);
+    }
+
+    /// Stops (`true`) or resumes every process of the worker's tree: the
+    /// worker, its group, and every other descendant of the guardian.
+    pub fn pause(&self, stop: bool) {
+        let signal = if stop {
+            Signal::SIGSTOP
+        } else {
+            Signal::SIGCONT
+        };
+        if let Some(worker) = &self.worker {
+            worker.signal(signal);
+            let _ = worker.pid.group().signal(signal);
+        }
+        for found in crate::procfs::descendants_of(self.guardian.pid.raw()) {
+            if let Some(pid) = ProcessId::new(found.pid) {
+                let _ = pid.signal(signal);
+            }
+        }
+    }
+
+    /// Asks the worker for a `faulthandler` stack dump (SIGUSR1); `false`
+    /// when there is no worker to ask.
+    pub fn ask_for_stack_dump(&self) -> bool {
+        match &self.worker {
+            Some(worker) => {
+                worker.signal(Signal::SIGUSR1);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Asks the guardian to kill what its tree left and exit (SIGTERM), and
+    /// resumes it in case a tool stopped it.
+    pub fn ask_guardian_to_end(&self) {
+        self.guardian.signal(Signal::SIGTERM);
+        self.guardian.signal(Signal::SIGCONT);
     }
 }
 
@@ -157,7 +272,7 @@ impl std::fmt::Display for KillMechanism {
 /// Kills every descendant of `root` (not `root` itself), until none is left
 /// or a few rounds passed (a tree that forks as fast as it is killed);
 /// returns how many processes were signalled.
-pub fn kill_descendants(root: ProcessId) -> usize {
+fn kill_descendants(root: ProcessId) -> usize {
     let mut signalled = 0;
     for _ in 0..20 {
         let found = crate::procfs::descendants_of(root.raw());

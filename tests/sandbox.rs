@@ -647,3 +647,156 @@ async fn a_call_given_up_during_its_sessions_cold_start_leaves_the_pool_whole() 
     assert_eq!(pool.live_workers(), 1);
     pool.shutdown().await;
 }
+
+/// A pseudo-terminal the test holds both ends of, in raw mode so that every
+/// byte pushed into its input can be read at once, as a shell would read it.
+struct Terminal {
+    /// Held open: without it the terminal hangs up.
+    _master: std::os::fd::OwnedFd,
+    slave: std::os::fd::OwnedFd,
+}
+
+impl Terminal {
+    fn open() -> Terminal {
+        use std::os::fd::FromRawFd;
+        let (mut master, mut slave) = (0, 0);
+        // SAFETY: openpty writes two fds; the rest may be null.
+        let opened = unsafe {
+            libc::openpty(
+                &mut master,
+                &mut slave,
+                std::ptr::null_mut(),
+                std::ptr::null(),
+                std::ptr::null(),
+            )
+        };
+        assert_eq!(opened, 0, "openpty: {}", std::io::Error::last_os_error());
+        // SAFETY: openpty just made both, owned by nobody else.
+        let terminal = unsafe {
+            Terminal {
+                _master: std::os::fd::OwnedFd::from_raw_fd(master),
+                slave: std::os::fd::OwnedFd::from_raw_fd(slave),
+            }
+        };
+        // SAFETY: termios is plain data, filled by tcgetattr before use.
+        unsafe {
+            let mut attributes: libc::termios = std::mem::zeroed();
+            assert_eq!(libc::tcgetattr(slave, &mut attributes), 0);
+            libc::cfmakeraw(&mut attributes);
+            assert_eq!(libc::tcsetattr(slave, libc::TCSANOW, &attributes), 0);
+        }
+        terminal
+    }
+
+    /// Runs `command` as a shell runs a job: in a session whose controlling
+    /// terminal is this one, reading it on stdin (stdout and stderr piped).
+    fn run(&self, command: &mut std::process::Command) -> Run {
+        use std::os::unix::process::CommandExt;
+        command.stdin(std::process::Stdio::from(self.slave.try_clone().unwrap()));
+        // SAFETY: only async-signal-safe calls between fork and exec.
+        unsafe {
+            command.pre_exec(|| {
+                if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        run(command)
+    }
+
+    /// What was pushed into the terminal's input and not read: what the
+    /// shell would run once the job ends.
+    fn pending_input(&self) -> String {
+        use std::os::fd::AsRawFd;
+        let fd = self.slave.as_raw_fd();
+        let mut pending = Vec::new();
+        let mut chunk = [0u8; 256];
+        loop {
+            let mut ready = libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd.
+            if unsafe { libc::poll(&mut ready, 1, 200) } <= 0 {
+                break;
+            }
+            // SAFETY: reads into a buffer of the length given.
+            let n = unsafe { libc::read(fd, chunk.as_mut_ptr().cast(), chunk.len()) };
+            if n <= 0 {
+                break;
+            }
+            pending.extend_from_slice(&chunk[..n as usize]);
+        }
+        String::from_utf8_lossy(&pending).into_owned()
+    }
+
+    /// Its path under /dev/pts.
+    fn path(&self) -> String {
+        use std::os::fd::AsRawFd;
+        let link = format!("/proc/self/fd/{}", self.slave.as_raw_fd());
+        std::fs::read_link(link).unwrap().display().to_string()
+    }
+}
+
+/// A tool cannot type into the terminal toolpool was started from, nor take
+/// it as its own, nor open it (issue: a sandboxed tool pushed `touch …\n`
+/// into the user's shell with TIOCSTI). Plain and under `--sandbox`.
+#[test]
+fn tools_cannot_reach_the_terminal_toolpool_was_started_from() {
+    let injected = "touch /tmp/toolpool-typed-this\n";
+
+    // The control: the same code run straight from this terminal's session
+    // does push the line in (where the kernel allows TIOCSTI at all).
+    let control = Terminal::open();
+    let code = format!(
+        "import sys; sys.path.insert(0, {:?}); import escapes; print(escapes.reach_the_terminal({:?}, {:?}))",
+        escapes().display().to_string(),
+        injected,
+        control.path(),
+    );
+    let direct = control.run(std::process::Command::new("python3").args(["-c", &code]));
+    let typed = control.pending_input();
+    if direct.stdout.contains("/dev/tty: TIOCSTI pushed") {
+        assert!(typed.contains(injected.trim_end()), "{typed:?}");
+    } else {
+        eprintln!("note: this kernel refuses TIOCSTI even on the controlling terminal");
+    }
+
+    let mut modes = vec!["plain"];
+    if !kernel_cannot_sandbox() {
+        modes.push("--sandbox");
+    }
+    for mode in modes {
+        let terminal = Terminal::open();
+        let args = json!({ "command": injected, "terminal": terminal.path() }).to_string();
+        let session = tempfile::tempdir().unwrap();
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_toolpool"));
+        if mode == "--sandbox" {
+            command.arg("--sandbox");
+        }
+        command
+            .arg("--functions-dir")
+            .arg(escapes())
+            .arg("--session-dir")
+            .arg(session.path())
+            .args(["call", "reach_the_terminal", "--args", &args]);
+        let ran = terminal.run(&mut command);
+        assert_eq!(ran.code, 0, "{mode}: {}\n{}", ran.stdout, ran.stderr);
+        let report = ran.stdout;
+        for line in report.lines() {
+            assert!(
+                !line.contains("pushed") && !line.contains("took it"),
+                "{mode}: a tool reached the terminal: {line}\n{report}"
+            );
+        }
+        // No controlling terminal: ENXIO; under the sandbox, no such file.
+        let no_tty = if mode == "--sandbox" { 2 } else { libc::ENXIO };
+        assert!(
+            report.contains(&format!("/dev/tty: open errno {no_tty}")),
+            "{mode}:\n{report}"
+        );
+        assert_eq!(terminal.pending_input(), "", "{mode}: typed into the shell");
+    }
+}

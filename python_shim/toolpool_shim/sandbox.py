@@ -64,7 +64,7 @@ def lock_down(sandbox: dict) -> None:
     if sandbox.get("landlock"):
         _landlock(sandbox["landlock"])
     if sandbox.get("seccomp"):
-        _seccomp(bytes.fromhex(sandbox["seccomp"]))
+        install_seccomp(bytes.fromhex(sandbox["seccomp"]))
 
 
 def _own_namespaces(private_net: bool) -> None:
@@ -271,7 +271,9 @@ def _landlock(rules: dict) -> None:
         os.close(ruleset)
 
 
-def _seccomp(program: bytes) -> None:
+def install_seccomp(program: bytes) -> None:
+    """Installs a seccomp filter the supervisor built (8 bytes per instruction).
+    Without no_new_privs this takes CAP_SYS_ADMIN: else PermissionError (EACCES)."""
     if len(program) % 8:
         raise ValueError("--sandbox: the seccomp program is not whole instructions")
 

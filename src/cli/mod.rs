@@ -22,8 +22,8 @@ use serde_json::{json, Value};
 
 use crate::config::WorkflowError;
 use crate::content::ContentBlock;
-use crate::error::PoolError;
 use crate::pool::{CallReport, Pool, PoolBuilder};
+use crate::pool_error::PoolError;
 use crate::signals::{StopSignal, StopSignals};
 
 pub use args::{

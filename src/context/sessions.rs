@@ -3,6 +3,11 @@
 //! under one root directory (`--sessions-root`). A client may name its
 //! session to come back to its files; a session directory nobody has used
 //! for `--keep-sessions` is removed.
+//!
+//! A directory is a session only if toolpool made it: each holds a marker
+//! file ([`SESSION_MARKER`]), written before the directory takes its name.
+//! Nothing else under the root — a project folder a client names, an old
+//! directory that looks like a session — is ever adopted, swept or removed.
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -11,12 +16,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use super::{AttachmentStore, SessionPaths, SessionServices};
-use crate::error::PoolError;
+use crate::pool_error::PoolError;
 
 /// Default `--keep-sessions`: a day.
 pub const DEFAULT_KEEP: Duration = Duration::from_secs(24 * 3600);
 /// Longest session name a client may give.
 const MAX_NAME: usize = 128;
+/// The file in every session directory toolpool made (see the module docs).
+pub const SESSION_MARKER: &str = ".toolpool-session";
 
 /// One toolpool session: its directories and its attachment store.
 pub struct Session {
@@ -172,7 +179,7 @@ impl SessionsRoot {
     }
 
     fn make(&self, name: &str, ephemeral: bool) -> Result<Session, PoolError> {
-        let paths = SessionPaths::prepare(name, Some(&self.root.join(name)))?;
+        let paths = SessionPaths::prepare(name, Some(&self.claim(name)?))?;
         let services = Arc::new(SessionServices {
             session_id: paths.id.clone(),
             attachments: Arc::new(AttachmentStore::open(&paths.workspace, &paths.dir)),
@@ -185,11 +192,48 @@ impl SessionsRoot {
         })
     }
 
+    /// The directory of session `name`: one toolpool made before, or made
+    /// now with its marker — under a staging name, then moved into place
+    /// only if nothing holds the name (`RENAME_NOREPLACE`), so two first
+    /// requests of one session both find it whole. Anything else holding the
+    /// name is refused: [`PoolError::NotASession`].
+    fn claim(&self, name: &str) -> Result<PathBuf, PoolError> {
+        let dir = self.root.join(name);
+        if is_session_dir(&dir) {
+            return Ok(dir);
+        }
+        let failed = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| PoolError::SessionDir { path, source }
+        };
+        // A staging name no client can give (names never start with '.').
+        let staging = self.root.join(format!(".making-{}", random_session_name()));
+        std::fs::create_dir(&staging).map_err(failed(&staging))?;
+        let placed = std::fs::write(staging.join(SESSION_MARKER), "made by toolpool\n")
+            .and_then(|()| rename_no_replace(&staging, &dir));
+        match placed {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&staging);
+                return Err(failed(&dir)(e));
+            }
+        }
+        let _ = std::fs::remove_dir_all(&staging);
+        if is_session_dir(&dir) {
+            return Ok(dir); // made by a request of the same session just now
+        }
+        Err(PoolError::NotASession {
+            name: name.to_string(),
+            path: dir,
+        })
+    }
+
     /// Removes the session directories nobody has used for the keep time
     /// (their modification time, set at every call), and forgets the open
     /// sessions among them that no call holds. Returns how many it removed.
-    /// Only directories holding a `code_workspace` are taken for sessions;
-    /// symbolic links are never followed.
+    /// Only directories holding toolpool's marker are sessions; symbolic
+    /// links are never followed.
     pub fn sweep(&self) -> usize {
         let Ok(entries) = std::fs::read_dir(&self.root) else {
             return 0;
@@ -204,7 +248,7 @@ impl SessionsRoot {
                 .path()
                 .canonicalize()
                 .is_ok_and(|path| self.pinned.contains(&path));
-            if pinned || !meta.is_dir() || !entry.path().join("code_workspace").is_dir() {
+            if pinned || !meta.is_dir() || !is_session_dir(&entry.path()) {
                 continue;
             }
             let idle = meta
@@ -256,6 +300,41 @@ impl SessionsRoot {
     }
 }
 
+/// A real directory (not a link) holding toolpool's marker file.
+fn is_session_dir(dir: &Path) -> bool {
+    let real = |path: &Path, dir: bool| {
+        path.symlink_metadata()
+            .is_ok_and(|m| if dir { m.is_dir() } else { m.is_file() })
+    };
+    real(dir, true) && real(&dir.join(SESSION_MARKER), false)
+}
+
+/// `rename(from, to)` that fails with `AlreadyExists` when `to` exists
+/// (where plain `rename` would replace an empty directory).
+fn rename_no_replace(from: &Path, to: &Path) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = |path: &Path| {
+        std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(std::io::Error::other)
+    };
+    let (from, to) = (c(from)?, c(to)?);
+    // SAFETY: two NUL-terminated paths that live across the call.
+    let result = unsafe {
+        libc::syscall(
+            libc::SYS_renameat2,
+            libc::AT_FDCWD,
+            from.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    };
+    if result == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -283,15 +362,51 @@ mod tests {
         let held = root.open("held").unwrap();
         drop(root.open("idle").unwrap());
         std::fs::create_dir(dir.path().join("not-a-session")).unwrap();
+        // Looks like a session, was not made as one (no marker): kept.
+        std::fs::create_dir_all(dir.path().join("lookalike/code_workspace")).unwrap();
         assert_eq!(root.sweep(), 1);
         assert!(held.paths.workspace.is_dir());
         assert!(!dir.path().join("idle").exists());
         assert!(dir.path().join("not-a-session").is_dir());
+        assert!(dir.path().join("lookalike/code_workspace").is_dir());
         assert!(own.join("code_workspace").is_dir());
         let once = root.open_ephemeral().unwrap();
         let dir = once.paths.dir.clone();
         assert!(dir.join("code_workspace").is_dir());
         drop(once);
         assert!(!dir.exists());
+    }
+
+    #[test]
+    fn a_directory_toolpool_did_not_make_is_never_adopted() {
+        let dir = tempfile::tempdir().unwrap();
+        let project = dir.path().join("precious");
+        std::fs::create_dir(&project).unwrap();
+        std::fs::write(project.join("notes.txt"), "mine").unwrap();
+        std::fs::create_dir(dir.path().join("empty")).unwrap();
+        let root = SessionsRoot::new(dir.path(), Duration::ZERO, &[]).unwrap();
+        for name in ["precious", "empty"] {
+            let refused = root.open(name).unwrap_err().to_string();
+            assert!(
+                refused.contains(&format!("'{name}'"))
+                    && refused.contains("not a toolpool session"),
+                "{refused}"
+            );
+        }
+        let names = |path: &Path| {
+            let mut names: Vec<String> = std::fs::read_dir(path)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            names.sort();
+            names
+        };
+        assert_eq!(names(&project), ["notes.txt"]);
+        assert!(names(&dir.path().join("empty")).is_empty());
+        // A session made now is found again, and swept once idle.
+        drop(root.open("made").unwrap());
+        drop(root.open("made").unwrap());
+        assert_eq!(root.sweep(), 1);
+        assert_eq!(names(dir.path()), ["empty", "precious"]);
     }
 }

@@ -126,7 +126,7 @@ pub enum ServeError {
         source: std::io::Error,
     },
     #[error("--sessions-root: {0}")]
-    Sessions(#[source] crate::error::PoolError),
+    Sessions(#[source] crate::pool_error::PoolError),
 }
 
 /// Serves the pool over MCP until the client goes away (stdin EOF) or the

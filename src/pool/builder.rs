@@ -16,7 +16,7 @@ use super::{
 };
 use crate::catalog::Catalog;
 use crate::context::{AttachmentStore, HumanPrompt, SessionPaths, SessionServices};
-use crate::error::PoolError;
+use crate::pool_error::PoolError;
 use crate::protocol::DEFAULT_MAX_FRAME;
 use crate::sandbox::{Sandbox, SandboxMode, SandboxOptions, SandboxPaths};
 use crate::worker::{BootConfig, CallOutcome, Spawner, StartError, Worker, WorkerSpec};
@@ -290,6 +290,12 @@ impl PoolBuilder {
             code_cache: sandbox
                 .is_none()
                 .then(|| crate::embedded::cache_root().join("code")),
+            terminal_filter: match sandbox {
+                Some(_) => None,
+                None => Some(crate::sandbox::terminal_program_hex().map_err(|e| {
+                    PoolError::Setting(format!("the terminal filter cannot be built: {e}"))
+                })?),
+            },
         };
         if let Err(e) = serde_json::to_string(&boot) {
             return Err(PoolError::Setting(format!(
@@ -472,9 +478,11 @@ pub(super) fn catalog_from(
         CallOutcome::Reply {
             result: Ok(reply), ..
         } => Catalog::from_worker(functions_dir, reply.value).map_err(PoolError::Catalog),
-        CallOutcome::Reply { result: Err(e), .. } => {
-            Err(PoolError::Catalog(format!("{}: {}", e.kind, e.message)))
-        }
+        CallOutcome::Reply { result: Err(e), .. } => Err(PoolError::Catalog(format!(
+            "{}: {}",
+            e.kind.type_name(),
+            e.message
+        ))),
         CallOutcome::TimedOut { .. } => Err(PoolError::Catalog(
             "the worker did not answer in time".into(),
         )),

@@ -15,7 +15,8 @@ use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
-use crate::worker::{Worker, WorkerKiller};
+use crate::process::WorkerProcesses;
+use crate::worker::{Worker, WorkerId};
 
 /// What the pool tracks of each live worker.
 #[derive(Debug, Clone)]
@@ -24,7 +25,7 @@ pub(super) struct LiveWorker {
     /// The reload generation whose code it imported.
     pub(super) generation: u64,
     /// Kills it at the end of a shutdown's grace period.
-    pub(super) killer: WorkerKiller,
+    pub(super) processes: WorkerProcesses,
     /// The session whose calls it has served (none yet: `None`).
     pub(super) session: Option<String>,
 }
@@ -37,8 +38,8 @@ pub(super) struct Dispatcher {
     idle_permits: Semaphore,
     /// Started workers waiting to replace one that is killed or retired.
     spares: Mutex<Vec<Worker>>,
-    /// Live workers (spares included), by pid.
-    live: Mutex<HashMap<i32, LiveWorker>>,
+    /// Live workers (spares included), by id.
+    live: Mutex<HashMap<WorkerId, LiveWorker>>,
     /// Notified whenever a worker leaves `live` (shutdown waits on it).
     left: Notify,
     /// Bumped by every reload; a worker started before it runs old code.
@@ -122,18 +123,18 @@ impl Dispatcher {
         std::iter::from_fn(|| self.try_take_idle()).collect()
     }
 
-    /// Worker `pid`, if it is waiting (a spare: `true`) and no caller has
+    /// Worker `id`, if it is waiting (a spare: `true`) and no caller has
     /// been promised it. Every idle worker may be promised to a caller in
     /// line already (all permits taken): then that caller finds it dead.
-    pub(super) fn take_waiting(&self, pid: i32) -> Option<(Worker, bool)> {
+    pub(super) fn take_waiting(&self, id: WorkerId) -> Option<(Worker, bool)> {
         {
             let mut spares = locked(&self.spares);
-            if let Some(index) = spares.iter().position(|w| w.pid() == pid) {
+            if let Some(index) = spares.iter().position(|w| w.id() == id) {
                 return Some((spares.swap_remove(index), true));
             }
         }
         let mut idle = locked(&self.idle);
-        let index = idle.iter().position(|w| w.pid() == pid)?;
+        let index = idle.iter().position(|w| w.id() == id)?;
         // One permit fewer for the one worker fewer (never blocks: under
         // the queue's lock, as put_idle adds them after it).
         self.idle_permits.try_acquire().ok()?.forget();
@@ -175,31 +176,35 @@ impl Dispatcher {
 
     pub(super) fn register(&self, worker: &Worker, generation: u64) {
         locked(&self.live).insert(
-            worker.pid(),
+            worker.id(),
             LiveWorker {
                 calls_served: worker.calls_served(),
                 generation,
-                killer: worker.killer(),
+                processes: worker.processes(),
                 session: None,
             },
         );
     }
 
-    pub(super) fn unregister(&self, pid: i32) {
-        locked(&self.live).remove(&pid);
+    pub(super) fn unregister(&self, id: WorkerId) {
+        locked(&self.live).remove(&id);
         self.left.notify_waiters();
     }
 
-    /// Runs `f` on the record of the live worker `pid`, if it is live.
-    pub(super) fn with_live<T>(&self, pid: i32, f: impl FnOnce(&mut LiveWorker) -> T) -> Option<T> {
-        locked(&self.live).get_mut(&pid).map(f)
+    /// Runs `f` on the record of the live worker `id`, if it is live.
+    pub(super) fn with_live<T>(
+        &self,
+        id: WorkerId,
+        f: impl FnOnce(&mut LiveWorker) -> T,
+    ) -> Option<T> {
+        locked(&self.live).get_mut(&id).map(f)
     }
 
     /// Records that `worker` came back from a call; whether it runs code
     /// from before the latest reload.
     pub(super) fn returned_stale(&self, worker: &Worker) -> bool {
         let current = self.generation();
-        self.with_live(worker.pid(), |entry| {
+        self.with_live(worker.id(), |entry| {
             entry.calls_served = worker.calls_served();
             entry.generation < current
         })
@@ -207,9 +212,9 @@ impl Dispatcher {
     }
 
     /// True when the worker imported the tools before the latest reload.
-    pub(super) fn is_stale(&self, pid: i32) -> bool {
+    pub(super) fn is_stale(&self, id: WorkerId) -> bool {
         let current = self.generation();
-        self.with_live(pid, |entry| entry.generation < current)
+        self.with_live(id, |entry| entry.generation < current)
             .unwrap_or(false)
     }
 
@@ -217,12 +222,9 @@ impl Dispatcher {
         locked(&self.live).len()
     }
 
-    /// A copy of every live worker's record, by pid.
-    pub(super) fn live(&self) -> Vec<(i32, LiveWorker)> {
-        locked(&self.live)
-            .iter()
-            .map(|(pid, worker)| (*pid, worker.clone()))
-            .collect()
+    /// A copy of every live worker's record.
+    pub(super) fn live(&self) -> Vec<LiveWorker> {
+        locked(&self.live).values().cloned().collect()
     }
 
     /// Every idle worker and spare, out of the pool's reserve. After

@@ -16,7 +16,7 @@ use tokio::io::Interest;
 
 use super::{Destination, Shared};
 use crate::process::pidfd_open;
-use crate::worker::Worker;
+use crate::worker::{Worker, WorkerId};
 
 impl Shared {
     /// Lists `worker` as live (it imported the code of `generation`) and
@@ -32,19 +32,19 @@ impl Shared {
         else {
             return;
         };
-        let pid = worker.pid();
+        let id = worker.id();
         let pool = Arc::downgrade(self);
-        tokio::spawn(watch(ended, pool, pid));
+        tokio::spawn(watch(ended, pool, id));
     }
 
-    /// The worker `pid` ended: if it was waiting, it leaves the pool now.
-    async fn died_waiting(self: &Arc<Self>, pid: i32) {
-        let Some((mut worker, spare)) = self.workers.take_waiting(pid) else {
+    /// The worker `id` ended: if it was waiting, it leaves the pool now.
+    async fn died_waiting(self: &Arc<Self>, id: WorkerId) {
+        let Some((mut worker, spare)) = self.workers.take_waiting(id) else {
             return; // busy (its call reports it), retired, or promised to a caller
         };
         let how = worker.how_it_ended().await;
         self.counters.count_end(&how);
-        self.workers.unregister(pid);
+        self.workers.unregister(id);
         if spare {
             self.start_worker(Destination::Spare, std::time::Duration::ZERO);
         } else {
@@ -53,14 +53,14 @@ impl Shared {
     }
 }
 
-async fn watch(ended: AsyncFd<OwnedFd>, pool: Weak<Shared>, pid: i32) {
+async fn watch(ended: AsyncFd<OwnedFd>, pool: Weak<Shared>, id: WorkerId) {
     // Readable once the guardian has ended (it is not reaped here).
     if ended.readable().await.is_err() {
         return;
     }
     if let Some(shared) = pool.upgrade() {
         if !shared.workers.is_closed() {
-            shared.died_waiting(pid).await;
+            shared.died_waiting(id).await;
         }
     }
 }

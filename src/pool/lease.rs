@@ -48,7 +48,7 @@ impl Lease {
             WorkerAfter::Replace(how) => {
                 shared.counters.count_end(&how);
                 let spec = worker.spec().clone();
-                shared.workers.unregister(worker.pid());
+                shared.workers.unregister(worker.id());
                 shared.finish_off(worker);
                 shared.replace_like(&spec);
             }
@@ -73,7 +73,7 @@ impl Drop for Lease {
             );
             self.shared.counters.count_end(&Termination::Cancelled);
             let spec = worker.spec().clone();
-            self.shared.workers.unregister(worker.pid());
+            self.shared.workers.unregister(worker.id());
             worker.kill_now();
             self.shared.finish_off(worker);
             self.shared.replace_like(&spec);

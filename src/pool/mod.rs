@@ -41,7 +41,8 @@ use crate::context::{
     SessionServices,
 };
 use crate::duration_text::format_secs;
-use crate::error::{ErrorKind, PoolError, ToolError};
+use crate::error::{ErrorKind, ToolError};
+use crate::pool_error::PoolError;
 use crate::protocol::{CallContext, SessionDirs, WireBlock};
 use crate::sandbox::Sandbox;
 use crate::worker::{CallOutcome, Spawner, Termination, Worker, WorkerInfo, WorkerSpec};
@@ -156,10 +157,10 @@ impl Shared {
         if placement == Placement::Shared {
             return true;
         }
-        let pid = lease.worker().pid();
+        let (id, pid) = (lease.worker().id(), lease.worker().pid());
         let admitted = self
             .workers
-            .with_live(pid, |entry| {
+            .with_live(id, |entry| {
                 let admitted = placement.admits(entry.session.as_deref(), session);
                 if admitted {
                     entry.session = Some(session.to_string());
@@ -197,7 +198,7 @@ impl Shared {
     /// closes), counted as having ended `how`.
     fn retire(&self, worker: Worker, how: Termination) {
         self.counters.count_end(&how);
-        self.workers.unregister(worker.pid());
+        self.workers.unregister(worker.id());
         tokio::spawn(worker.retire());
     }
 
@@ -324,7 +325,7 @@ impl Shared {
     }
 
     fn add_spare(self: &Arc<Self>, worker: Worker) {
-        if self.workers.is_stale(worker.pid()) && !self.workers.is_closed() {
+        if self.workers.is_stale(worker.id()) && !self.workers.is_closed() {
             // Started before a reload finished: start a spare on the new code.
             self.retire(worker, Termination::Retired);
             self.start_worker(Destination::Spare, Duration::ZERO);
@@ -651,8 +652,7 @@ impl Pool {
                         (Ok(reply.value), ended)
                     }
                     Err(remote) => {
-                        let kind = ErrorKind::from_remote(&remote.kind);
-                        let mut error = ToolError::new(name, kind, remote.message);
+                        let mut error = ToolError::new(name, remote.kind, remote.message);
                         error.traceback = remote.traceback;
                         (Err(error), ended)
                     }
@@ -745,14 +745,14 @@ impl Pool {
         // calls retire as they come back (`make_idle` on a closed pool).
         for worker in shared.workers.take_all_waiting() {
             shared.counters.count_end(&Termination::ShutDown);
-            shared.workers.unregister(worker.pid());
+            shared.workers.unregister(worker.id());
             retiring.spawn(worker.retire());
         }
         shared.workers.all_gone_by(deadline).await;
         // Whatever is still busy after the grace period is killed; its call
         // returns PoolClosed.
-        for (_, worker) in shared.workers.live() {
-            worker.killer.kill();
+        for worker in shared.workers.live() {
+            worker.processes.kill();
         }
         while retiring.join_next().await.is_some() {}
         // The calls just killed hand their workers to `dying` as they return.

@@ -149,10 +149,13 @@ impl Pool {
             .workers
             .live()
             .into_iter()
-            .map(|(pid, worker)| WorkerStats {
-                pid,
-                calls_served: worker.calls_served,
-                rss_bytes: crate::procfs::rss_bytes(pid),
+            .map(|worker| {
+                let pid = worker.processes.pid();
+                WorkerStats {
+                    pid,
+                    calls_served: worker.calls_served,
+                    rss_bytes: crate::procfs::rss_bytes(pid),
+                }
             })
             .collect();
         workers.sort_by_key(|w| w.pid);

@@ -4,6 +4,7 @@
 //! length is checked against a limit *before* anything is allocated, so a
 //! worker announcing a 4 GB frame costs nothing but its own death.
 
+use crate::error::ErrorKind;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
@@ -122,7 +123,7 @@ impl CallbackReply {
             ok: false,
             value: None,
             error: Some(RemoteError {
-                kind: kind.to_string(),
+                kind: ErrorKind::from_remote(kind),
                 message: message.to_string(),
                 traceback: None,
             }),
@@ -130,14 +131,34 @@ impl CallbackReply {
     }
 }
 
-/// An exception as the worker reports it.
+/// An exception as the worker reports it. Its type name becomes an
+/// [`ErrorKind`] as it is read, so nothing past the wire handles the name:
+/// a worker's name only ever decides between the kinds the shim itself
+/// reports and [`ErrorKind::Raised`] — never a timeout or a death, which
+/// the supervisor alone decides.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct RemoteError {
-    #[serde(rename = "type")]
-    pub kind: String,
+    #[serde(rename = "type", with = "remote_kind")]
+    pub kind: ErrorKind,
     pub message: String,
     #[serde(default)]
     pub traceback: Option<String>,
+}
+
+/// The wire form of an [`ErrorKind`]: its type name.
+mod remote_kind {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use crate::error::ErrorKind;
+
+    pub fn serialize<S: Serializer>(kind: &ErrorKind, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(kind.type_name())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<ErrorKind, D::Error> {
+        let name = std::borrow::Cow::<str>::deserialize(deserializer)?;
+        Ok(ErrorKind::from_remote(&name))
+    }
 }
 
 /// One content block of an attachment result, as the worker describes it
@@ -186,7 +207,7 @@ impl ReplyValue {
         content: Option<Vec<WireBlock>>,
     ) -> Result<ReplyValue, RemoteError> {
         let value_error = |message: String| RemoteError {
-            kind: "ValueError".into(),
+            kind: ErrorKind::Raised("ValueError".into()),
             message,
             traceback: None,
         };
@@ -200,7 +221,7 @@ impl ReplyValue {
             return match marshal::from_marshal(&blob) {
                 Ok(value) => Ok(ReplyValue { value, content }),
                 Err(e) => Err(RemoteError {
-                    kind: e.python_type().into(),
+                    kind: ErrorKind::from_remote(e.python_type()),
                     message: e.to_string(),
                     traceback: None,
                 }),
@@ -440,7 +461,7 @@ mod tests {
         for levels in [MAX_RESULT_DEPTH + 1, 5000] {
             let error =
                 ReplyValue::decode(Value::Null, Some(nest(levels)), None, None).unwrap_err();
-            assert_eq!(error.kind, "ValueError");
+            assert_eq!(error.kind, ErrorKind::Raised("ValueError".into()));
             assert_eq!(
                 error.message,
                 "the result is nested deeper than 100 levels of lists and dicts"
@@ -596,7 +617,7 @@ mod tests {
             Message::Reply { id, ok, error, .. } => {
                 assert_eq!(id, 3);
                 assert!(!ok);
-                assert_eq!(error.unwrap().kind, "ValueError");
+                assert_eq!(error.unwrap().kind, ErrorKind::Raised("ValueError".into()));
             }
             other => panic!("unexpected {other:?}"),
         }

@@ -32,6 +32,7 @@ use serde_json::{json, Value};
 
 pub use cgroup::WorkerCgroup;
 pub use probe::{probe, Pieces, ProcessLimit};
+pub use seccomp::terminal_program_hex;
 
 /// How much of the sandbox a pool asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -21,8 +21,9 @@ use super::{SandboxPaths, SessionMounts};
 const SYSTEM_DIRS: &[&str] = &[
     "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc",
 ];
-/// The devices a tool may open.
-const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
+/// The devices a tool may open. No `tty`: a sandboxed tool has no terminal to reach (it has no controlling
+/// one either: the worker runs in a session of its own).
+const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom"];
 /// Files of `/etc` that hold secrets: hidden behind an empty file.
 const MASKED: &[&str] = &[
     "/etc/shadow",

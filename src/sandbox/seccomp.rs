@@ -59,6 +59,18 @@ const DENIED: &[i64] = &[
     libc::SYS_ioperm,
 ];
 
+/// `ioctl` requests that reach beyond the worker through a terminal:
+/// pushing input into it (`TIOCSTI`; `TIOCLINUX`'s paste), or making it the
+/// caller's controlling terminal (`TIOCSCTTY`, which root may steal).
+// The constants' type is the C library's `Ioctl` (unsigned long on glibc,
+// int on musl): the cast is a no-op on some targets only.
+#[allow(clippy::unnecessary_cast)]
+const TERMINAL_REQUESTS: &[u64] = &[
+    libc::TIOCSTI as u64,
+    libc::TIOCLINUX as u64,
+    libc::TIOCSCTTY as u64,
+];
+
 /// Namespace flags `clone` may not carry (it would be `unshare` by another name).
 const NAMESPACE_FLAGS: u64 = (libc::CLONE_NEWUSER
     | libc::CLONE_NEWNS
@@ -91,17 +103,42 @@ pub fn program() -> Result<BpfProgram, seccompiler::Error> {
         }
     }
     rules.insert(libc::SYS_clone, clone_rules);
+    rules.insert(libc::SYS_ioctl, terminal_rules()?);
+    let mut program = compile(rules)?;
+    // clone3 passes its flags in memory, where a filter cannot look: ENOSYS
+    // makes the C library fall back to clone, whose flags it can.
+    program.splice(0..0, clone3_enosys());
+    Ok(program)
+}
+
+/// The filter of a worker without `--sandbox`: only the terminal requests
+/// fail (see [`TERMINAL_REQUESTS`]).
+pub fn terminal_program() -> Result<BpfProgram, seccompiler::Error> {
+    compile(BTreeMap::from([(libc::SYS_ioctl, terminal_rules()?)]))
+}
+
+/// One rule per request (the rules of a call are or-ed). The kernel reads
+/// the request as an `unsigned int`: its low 32 bits are compared.
+fn terminal_rules() -> Result<Vec<SeccompRule>, seccompiler::Error> {
+    TERMINAL_REQUESTS
+        .iter()
+        .map(|request| {
+            let condition =
+                SeccompCondition::new(1, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, *request)?;
+            Ok(SeccompRule::new(vec![condition])?)
+        })
+        .collect()
+}
+
+/// The rules as BPF: a matching call fails with EPERM, the rest pass.
+fn compile(rules: BTreeMap<i64, Vec<SeccompRule>>) -> Result<BpfProgram, seccompiler::Error> {
     let filter = SeccompFilter::new(
         rules,
         SeccompAction::Allow,
         SeccompAction::Errno(libc::EPERM as u32),
         ARCH,
     )?;
-    let mut program: BpfProgram = filter.try_into()?;
-    // clone3 passes its flags in memory, where a filter cannot look: ENOSYS
-    // makes the C library fall back to clone, whose flags it can.
-    program.splice(0..0, clone3_enosys());
-    Ok(program)
+    Ok(filter.try_into()?)
 }
 
 /// `if nr == clone3: return ERRNO(ENOSYS)`, after the arch check that
@@ -139,7 +176,16 @@ fn clone3_enosys() -> Vec<seccompiler::sock_filter> {
 /// The program as the shim reads it: each instruction as 8 bytes
 /// (`code` u16, `jt` u8, `jf` u8, `k` u32, native order), in hex.
 pub fn program_hex() -> std::io::Result<String> {
-    let program = program().map_err(std::io::Error::other)?;
+    hex(program())
+}
+
+/// [`terminal_program`] as the shim reads it.
+pub fn terminal_program_hex() -> std::io::Result<String> {
+    hex(terminal_program())
+}
+
+fn hex(program: Result<BpfProgram, seccompiler::Error>) -> std::io::Result<String> {
+    let program = program.map_err(std::io::Error::other)?;
     let mut hex = String::with_capacity(program.len() * 16);
     for instruction in &program {
         let mut bytes = Vec::with_capacity(8);

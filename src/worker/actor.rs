@@ -26,7 +26,7 @@ use super::stderr::{CallTag, StderrTail};
 use super::{
     describe_exit, CallOutcome, CallbackService, StartError, StderrText, Termination, WorkerSpec,
 };
-use crate::process::{KillMechanism, ProcessId, Tracked};
+use crate::process::{KillMechanism, WorkerProcesses};
 use crate::protocol::{next_message, Message, MessageReader, ProtocolError, PROTOCOL_VERSION};
 use crate::sandbox::WorkerCgroup;
 
@@ -95,12 +95,9 @@ impl JobParts {
 pub(super) struct Actor {
     /// The guardian, this process's child (spawned, or cloned by the template).
     pub(super) guardian_process: GuardianProcess,
-    /// Its pid, as the kernel gave it; it leads its own process group.
-    pub(super) guardian: ProcessId,
-    /// The guardian's child as the kernel lists it, once it said hello; it
-    /// leads its own group. `None` for a guardian that forked no worker:
-    /// then the guardian itself speaks the protocol.
-    pub(super) process: Option<Tracked>,
+    /// The guardian and, once it said hello, the worker it forked, as the
+    /// kernel names them: the only way to signal them.
+    pub(super) processes: WorkerProcesses,
     /// The call it ran last, blamed when the next finds it broken.
     pub(super) last_call: Option<String>,
     /// Messages from its stdout; a read can race a callback (cancel-safe).
@@ -141,7 +138,7 @@ impl Actor {
 
     /// The worker's pid as the kernel names it (for the log).
     pub(super) fn pid(&self) -> i32 {
-        self.killer().pid()
+        self.processes.pid()
     }
 
     /// Waits for the hello (sent once the worker imported the tools),
@@ -246,12 +243,10 @@ impl Actor {
     /// Learns the worker process from the kernel (the guardian's child) and
     /// how its tree can be killed.
     fn identify(&mut self) -> KillMechanism {
-        self.process = Tracked::child_of(self.guardian);
-        match &self.process {
-            Some(process) if process.own_pid_namespace(self.guardian) => {
-                KillMechanism::PidNamespace
-            }
-            _ => KillMechanism::ProcessTree,
+        if self.processes.find_worker() && self.processes.own_pid_namespace() {
+            KillMechanism::PidNamespace
+        } else {
+            KillMechanism::ProcessTree
         }
     }
 

@@ -3,7 +3,6 @@
 
 use std::path::Path;
 
-use nix::sys::signal::Signal;
 use tokio::time::{timeout_at, Instant};
 
 use super::actor::Actor;
@@ -12,11 +11,12 @@ use super::{DUMP_FIRST_BYTE_WAIT, DUMP_IDLE};
 impl Actor {
     /// Asks the worker for a stack dump and returns where the tool's code was.
     pub(super) async fn stack_dump(&mut self) -> Option<String> {
-        let process = self.process.clone()?;
         // Discard anything stale from an earlier dump.
         let mut chunk = vec![0u8; 8192];
         while matches!(self.dump.try_read(&mut chunk), Ok(n) if n > 0) {}
-        process.signal(Signal::SIGUSR1);
+        if self.is_reaped() || !self.processes.ask_for_stack_dump() {
+            return None;
+        }
         self.read_dump().await
     }
 

@@ -36,7 +36,6 @@ use self::actor::{Actor, Command, Job, JobEnd};
 pub use self::dump::locate_in_dump;
 use self::guardian::GuardianProcess;
 use self::leftovers::Leftovers;
-pub use self::lifecycle::WorkerKiller;
 use self::request::{unread_in_pipe, RequestState};
 use self::spawn::Spawned;
 pub use self::spawn::Spawner;
@@ -44,7 +43,8 @@ pub use self::spec::{BootConfig, QuarantinedModule, WorkerSpec};
 pub use self::stderr::StderrText;
 use self::stderr::{pump_stderr, CallTag, StderrTail};
 pub use self::termination::{describe_exit, Termination};
-use crate::process::{KillMechanism, ProcessId};
+use crate::error::ErrorKind;
+use crate::process::{KillMechanism, ProcessId, WorkerProcesses};
 use crate::protocol::{
     encode_frame, message_reader, CallContext, RemoteError, ReplyValue, Request, PROTOCOL_VERSION,
 };
@@ -187,12 +187,32 @@ pub enum StartMethod {
 
 /// A running worker: the handle to its actor (`actor`), exclusively owned
 /// by whoever is using it (a call, the idle queue, the spares).
+/// A worker's identity for the pool's records. Pids are the kernel's and
+/// come back once reaped; an id is never given twice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WorkerId(u64);
+
+impl WorkerId {
+    fn next() -> WorkerId {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        WorkerId(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+    }
+}
+
+impl std::fmt::Display for WorkerId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "w{}", self.0)
+    }
+}
+
 pub struct Worker {
+    /// Which worker this is, for the pool's records (a pid can be reused).
+    id: WorkerId,
     /// The actor's mailbox; closed when this handle is dropped, and the
     /// actor then ends the worker.
     mailbox: mpsc::UnboundedSender<Command>,
     /// The guardian and the worker process, as the kernel names them.
-    killer: WorkerKiller,
+    processes: WorkerProcesses,
     spec: Arc<WorkerSpec>,
     /// The worker's stdin while no request is in flight. Whoever holds it
     /// alone writes to the worker: this handle between requests (it writes
@@ -248,8 +268,7 @@ impl Worker {
         let reaped = Arc::new(AtomicBool::new(false));
         let mut actor = Actor {
             guardian_process,
-            guardian,
-            process: None,
+            processes: WorkerProcesses::of_guardian(guardian),
             last_call: None,
             messages: message_reader(stdout, spec.max_frame),
             dump,
@@ -261,12 +280,13 @@ impl Worker {
             leftovers: None,
         };
         let hello = actor.handshake(pump).await?;
-        let killer = actor.killer();
-        actor.leftovers = Some(Leftovers::new(killer.pid(), guardian.raw()));
+        let processes = actor.processes.clone();
+        actor.leftovers = Some(Leftovers::new(processes.pid(), guardian.raw()));
         let (mailbox, commands) = mpsc::unbounded_channel();
         let worker = Worker {
+            id: WorkerId::next(),
             mailbox,
-            killer,
+            processes,
             spec,
             stdin: Some(stdin),
             next_id: 1,
@@ -290,14 +310,19 @@ impl Worker {
 
     /// The worker's process as the kernel knows it, for killing it from
     /// elsewhere (shutdown). `None` when the guardian is the worker.
-    pub fn killer(&self) -> WorkerKiller {
-        self.killer.clone()
+    pub fn processes(&self) -> WorkerProcesses {
+        self.processes.clone()
     }
 
     /// The worker's pid as the kernel names it (the guardian's when the
-    /// guardian is the worker).
+    /// guardian is the worker), for messages and operators.
     pub fn pid(&self) -> i32 {
-        self.killer.pid()
+        self.processes.pid()
+    }
+
+    /// The pool's name for this worker: unique for the life of the process.
+    pub fn id(&self) -> WorkerId {
+        self.id
     }
 
     /// What it was started with (under `--sandbox`, for one session).
@@ -307,7 +332,7 @@ impl Worker {
 
     /// The guardian's pid, as the kernel gave it (it ends when the worker does).
     pub fn guardian_pid(&self) -> ProcessId {
-        self.killer.guardian
+        self.processes.guardian()
     }
 
     pub fn calls_served(&self) -> u64 {
@@ -381,7 +406,7 @@ impl Worker {
                 // Nothing was sent: the worker is still usable.
                 return CallOutcome::Reply {
                     result: Err(RemoteError {
-                        kind: "InvalidArguments".into(),
+                        kind: ErrorKind::InvalidArguments,
                         message: format!("arguments cannot be sent to the worker: {e}"),
                         traceback: None,
                     }),
@@ -430,7 +455,7 @@ impl Worker {
     /// sees the worker gone (and by [`Worker::kill`]'s sweep).
     pub fn kill_now(&self) {
         if !self.reaped.load(Ordering::Acquire) {
-            self.killer.kill();
+            self.processes.kill();
         }
     }
 

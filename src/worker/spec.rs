@@ -49,6 +49,10 @@ pub struct BootConfig {
     /// of each file's path and source (`toolpool_shim/discovery.py`); none:
     /// compiled at every start (under the sandbox, which cannot write there).
     pub code_cache: Option<PathBuf>,
+    /// Without `--sandbox`: a seccomp program (hex) that makes the terminal
+    /// `ioctl`s fail (`crate::sandbox::terminal_program_hex`); the sandbox's
+    /// own filter holds the same rules.
+    pub terminal_filter: Option<String>,
 }
 
 /// Everything needed to launch a worker; shared by all workers of a pool.

@@ -111,6 +111,7 @@ class OwnSessions(unittest.IsolatedAsyncioTestCase):
                     self.assertEqual(ok(await anonymous.call_tool("read_note", {})), "")
                     ok(await anonymous.call_tool("write_note", {"text": "gone"}))
                 self.assertEqual(sorted(p.name for p in Path(root).iterdir()), ["project-7"])
+                self.assertTrue((Path(root) / "project-7" / ".toolpool-session").is_file())
                 for bad, why in (("../etc", "must not start with '.'"), ("a/b", "'/'"), ("x" * 200, "1 to 128")):
                     async with client(url, bad) as hostile:
                         with self.assertRaises(Exception) as caught:
@@ -120,8 +121,18 @@ class OwnSessions(unittest.IsolatedAsyncioTestCase):
 
     async def test_idle_session_directories_are_removed_after_keep_sessions(self):
         with tempfile.TemporaryDirectory() as root:
+            # A project folder under the root, and one that only looks like
+            # a session: toolpool made neither, so neither is adopted or swept.
+            precious = Path(root) / "precious"
+            precious.mkdir()
+            (precious / "notes.txt").write_text("mine")
+            (Path(root) / "lookalike" / "code_workspace").mkdir(parents=True)
             args = ("--workers", "1", "serve", "--http", "127.0.0.1:0", "--sessions-root", root, "--keep-sessions", "1")
             async with http_server(*args, functions=SESSION_TOOLS) as (_, url):
+                async with client(url, "precious") as intruder:
+                    with self.assertRaises(Exception) as caught:
+                        await intruder.call_tool("write_note", {"text": "adopted"})
+                    self.assertIn("session 'precious' is not a toolpool session", str(caught.exception))
                 async with client(url, "short-lived") as c:
                     ok(await c.call_tool("write_note", {"text": "soon gone"}))
                 directory = Path(root) / "short-lived"
@@ -129,6 +140,8 @@ class OwnSessions(unittest.IsolatedAsyncioTestCase):
                 while directory.exists():
                     self.assertLess(time.monotonic(), deadline, "the idle session directory was never removed")
                     await anyio.sleep(0.2)
+                self.assertEqual(sorted(p.name for p in precious.iterdir()), ["notes.txt"])
+                self.assertTrue((Path(root) / "lookalike" / "code_workspace").is_dir())
                 # A session still open is kept, however idle.
                 async with client(url) as held:
                     sid = whoami(await held.call_tool("whoami", {"tag": "x"}))["session_id"]
