@@ -1,7 +1,9 @@
 //! What every HTTP front end (`serve --http`, `serve --metrics`) does to a
-//! connection before it reads a request: a cap on connections open at once
-//! and a time limit for a request's header, so that clients that connect and
-//! then send half a header (or nothing) cannot hold sockets and memory.
+//! connection: a cap on connections open at once, a time limit for a
+//! request's header and a least rate for its body, so that clients that
+//! connect and then send half a request (or nothing) cannot hold sockets and
+//! memory; and no Nagle delay, so an answer written in pieces (an SSE
+//! stream) does not wait for the client's delayed ACK.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,13 +19,82 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 /// connection): past it the connection is closed.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// An HTTP/1 connection builder with the header timeout in force.
-pub fn http1_builder() -> http1::Builder {
-    let mut builder = http1::Builder::new();
-    builder
+/// A request body may take this long whatever its size...
+pub const BODY_GRACE: Duration = Duration::from_secs(10);
+/// ...and then must keep up this many bytes a second on average.
+pub const BODY_MIN_RATE: u64 = 64 * 1024;
+
+/// Serves HTTP/1 on `stream` with the header timeout in force and
+/// `TCP_NODELAY` set; returns when the connection ends.
+pub async fn serve_connection<S, B>(stream: TcpStream, service: S) -> hyper::Result<()>
+where
+    S: hyper::service::HttpService<hyper::body::Incoming, ResBody = B>,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    B: hyper::body::Body + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    // Without it the second piece of a response waits ~40 ms for the ACK
+    // of the first (Nagle and delayed ACK); failing to set it is not fatal.
+    let _ = stream.set_nodelay(true);
+    http1::Builder::new()
         .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT);
-    builder
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+        .await
+}
+
+/// Why a request body could not be read whole.
+#[derive(Debug, thiserror::Error)]
+pub enum BodyError {
+    #[error("the request body is over {limit} bytes")]
+    TooLarge { limit: usize },
+    #[error("the request body came too slowly: {received} bytes in {seconds:.0} s (a body may take {grace} s, then must keep up {rate} KiB/s)", grace = BODY_GRACE.as_secs(), rate = BODY_MIN_RATE / 1024)]
+    TooSlow { received: usize, seconds: f64 },
+    #[error("the request body could not be read: {0}")]
+    Broken(String),
+}
+
+/// Reads `body` whole: at most `limit` bytes, arriving no slower than
+/// [`BODY_MIN_RATE`] after [`BODY_GRACE`] (measured from the first byte
+/// asked for, so a client trickling bytes is cut off as one sending half a
+/// header is). `expected`: the Content-Length, to allocate once.
+pub async fn read_body<B>(
+    body: B,
+    limit: usize,
+    expected: Option<u64>,
+) -> Result<hyper::body::Bytes, BodyError>
+where
+    B: hyper::body::Body<Data = hyper::body::Bytes> + Unpin,
+    B::Error: std::fmt::Display,
+{
+    use http_body_util::BodyExt;
+    if expected.is_some_and(|length| length > limit as u64) {
+        return Err(BodyError::TooLarge { limit });
+    }
+    let started = tokio::time::Instant::now();
+    let mut body = body;
+    let mut bytes = Vec::with_capacity(expected.map_or(0, |length| length as usize).min(limit));
+    loop {
+        let allowed =
+            BODY_GRACE + Duration::from_secs_f64(bytes.len() as f64 / BODY_MIN_RATE as f64);
+        let frame = match tokio::time::timeout_at(started + allowed, body.frame()).await {
+            Err(_) => {
+                return Err(BodyError::TooSlow {
+                    received: bytes.len(),
+                    seconds: started.elapsed().as_secs_f64(),
+                })
+            }
+            Ok(None) => return Ok(bytes.into()),
+            Ok(Some(Err(e))) => return Err(BodyError::Broken(e.to_string())),
+            Ok(Some(Ok(frame))) => frame,
+        };
+        if let Ok(data) = frame.into_data() {
+            if bytes.len() + data.len() > limit {
+                return Err(BodyError::TooLarge { limit });
+            }
+            bytes.extend_from_slice(&data);
+        }
+    }
 }
 
 /// At most `max` connections open at once; one past that is answered 503

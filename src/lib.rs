@@ -11,6 +11,7 @@ pub mod cli;
 pub mod config;
 pub mod content;
 pub mod context;
+pub mod control_chars;
 pub mod doctor;
 pub mod duration_text;
 pub mod embedded;

@@ -6,10 +6,9 @@ use std::fmt::Write as _;
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
 
-use crate::http_conn::{http1_builder, ConnectionCap};
-use crate::mcp::is_loopback_host;
+use crate::http_conn::{serve_connection, ConnectionCap};
+use crate::mcp::{authority_and_origin, is_loopback_host};
 use crate::pool::{Pool, PoolStats};
 
 /// Renders a stats snapshot as Prometheus text (version 0.0.4).
@@ -187,10 +186,7 @@ pub async fn serve(listener: tokio::net::TcpListener, pool: Pool) -> std::io::Re
                 let pool = pool.clone();
                 async move { Ok::<_, std::convert::Infallible>(respond(&request, &pool, loopback)) }
             });
-            if let Err(e) = http1_builder()
-                .serve_connection(TokioIo::new(stream), service)
-                .await
-            {
+            if let Err(e) = serve_connection(stream, service).await {
                 tracing::debug!("metrics connection: {e}");
             }
         });
@@ -201,11 +197,14 @@ pub async fn serve(listener: tokio::net::TcpListener, pool: Pool) -> std::io::Re
 const MAX_CONNECTIONS: usize = 64;
 
 fn respond(request: &Request<Incoming>, pool: &Pool, loopback: bool) -> Response<Full<Bytes>> {
-    let host = request
-        .headers()
-        .get(hyper::header::HOST)
-        .and_then(|v| v.to_str().ok());
-    let (status, content_type, body) = if loopback && !host.is_some_and(is_loopback_host) {
+    let host = authority_and_origin(request).map(|(host, _)| host);
+    let (status, content_type, body) = if let Err(why) = &host {
+        (
+            StatusCode::FORBIDDEN,
+            "text/plain",
+            format!("forbidden: {why}\n"),
+        )
+    } else if loopback && !host.ok().flatten().is_some_and(is_loopback_host) {
         (
             StatusCode::FORBIDDEN,
             "text/plain",

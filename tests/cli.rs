@@ -467,3 +467,31 @@ fn sandbox_over_http_refuses_shared_isolation_naming_both() {
     );
     assert!(!stderr.contains("serving MCP"), "{stderr}");
 }
+
+/// A tool's escape sequences reach a terminal as text, not as commands (OSC
+/// 52 sets the clipboard, `\r` overwrites a line); a pipe gets the bytes.
+#[test]
+fn control_characters_in_a_result_are_shown_on_a_terminal_not_obeyed() {
+    let session = tempfile::tempdir().unwrap();
+    let hostile = "\u{1b}]52;c;cm0gLXJmIH4=\u{7}done\rfake";
+    let args = serde_json::json!({ "value": hostile }).to_string();
+    let terminal = common::terminal::Terminal::open();
+    let status = toolpool_command(session.path())
+        .args(["call", "echo", "--args", &args])
+        .stdout(terminal.output_end())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("toolpool runs");
+    assert!(status.success());
+    let shown = terminal.shown();
+    assert!(
+        shown.contains("\\x1b]52;c;cm0gLXJmIH4=\\x07done\\rfake"),
+        "{shown:?}"
+    );
+    assert!(
+        !shown.contains('\u{1b}') && !shown.contains('\r'),
+        "{shown:?}"
+    );
+    let piped = toolpool(&session, &["call", "echo", "--args", &args]);
+    assert_eq!(piped.stdout.trim_end_matches('\n'), hostile);
+}

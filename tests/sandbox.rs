@@ -11,6 +11,7 @@ mod mcp_support;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use common::terminal::Terminal;
 use common::*;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -310,6 +311,7 @@ fn doctor_lists_each_piece() {
         "sandbox network namespace: on",
         "sandbox seccomp: on",
         "sandbox process limit: on",
+        "terminal: none for tools (workers run in a session of their own, the sandbox has no /dev/tty",
     ] {
         assert!(out.stdout.contains(piece), "{piece} in:\n{}", out.stdout);
     }
@@ -646,98 +648,6 @@ async fn a_call_given_up_during_its_sessions_cold_start_leaves_the_pool_whole() 
     assert_eq!(served.expect("alice is served"), json!(4));
     assert_eq!(pool.live_workers(), 1);
     pool.shutdown().await;
-}
-
-/// A pseudo-terminal the test holds both ends of, in raw mode so that every
-/// byte pushed into its input can be read at once, as a shell would read it.
-struct Terminal {
-    /// Held open: without it the terminal hangs up.
-    _master: std::os::fd::OwnedFd,
-    slave: std::os::fd::OwnedFd,
-}
-
-impl Terminal {
-    fn open() -> Terminal {
-        use std::os::fd::FromRawFd;
-        let (mut master, mut slave) = (0, 0);
-        // SAFETY: openpty writes two fds; the rest may be null.
-        let opened = unsafe {
-            libc::openpty(
-                &mut master,
-                &mut slave,
-                std::ptr::null_mut(),
-                std::ptr::null(),
-                std::ptr::null(),
-            )
-        };
-        assert_eq!(opened, 0, "openpty: {}", std::io::Error::last_os_error());
-        // SAFETY: openpty just made both, owned by nobody else.
-        let terminal = unsafe {
-            Terminal {
-                _master: std::os::fd::OwnedFd::from_raw_fd(master),
-                slave: std::os::fd::OwnedFd::from_raw_fd(slave),
-            }
-        };
-        // SAFETY: termios is plain data, filled by tcgetattr before use.
-        unsafe {
-            let mut attributes: libc::termios = std::mem::zeroed();
-            assert_eq!(libc::tcgetattr(slave, &mut attributes), 0);
-            libc::cfmakeraw(&mut attributes);
-            assert_eq!(libc::tcsetattr(slave, libc::TCSANOW, &attributes), 0);
-        }
-        terminal
-    }
-
-    /// Runs `command` as a shell runs a job: in a session whose controlling
-    /// terminal is this one, reading it on stdin (stdout and stderr piped).
-    fn run(&self, command: &mut std::process::Command) -> Run {
-        use std::os::unix::process::CommandExt;
-        command.stdin(std::process::Stdio::from(self.slave.try_clone().unwrap()));
-        // SAFETY: only async-signal-safe calls between fork and exec.
-        unsafe {
-            command.pre_exec(|| {
-                if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        run(command)
-    }
-
-    /// What was pushed into the terminal's input and not read: what the
-    /// shell would run once the job ends.
-    fn pending_input(&self) -> String {
-        use std::os::fd::AsRawFd;
-        let fd = self.slave.as_raw_fd();
-        let mut pending = Vec::new();
-        let mut chunk = [0u8; 256];
-        loop {
-            let mut ready = libc::pollfd {
-                fd,
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: one valid pollfd.
-            if unsafe { libc::poll(&mut ready, 1, 200) } <= 0 {
-                break;
-            }
-            // SAFETY: reads into a buffer of the length given.
-            let n = unsafe { libc::read(fd, chunk.as_mut_ptr().cast(), chunk.len()) };
-            if n <= 0 {
-                break;
-            }
-            pending.extend_from_slice(&chunk[..n as usize]);
-        }
-        String::from_utf8_lossy(&pending).into_owned()
-    }
-
-    /// Its path under /dev/pts.
-    fn path(&self) -> String {
-        use std::os::fd::AsRawFd;
-        let link = format!("/proc/self/fd/{}", self.slave.as_raw_fd());
-        std::fs::read_link(link).unwrap().display().to_string()
-    }
 }
 
 /// A tool cannot type into the terminal toolpool was started from, nor take

@@ -36,22 +36,30 @@ const EXIT_USAGE: u8 = 2;
 
 /// Runs a parsed command line; returns the process exit code.
 pub async fn run(cli: Cli) -> ExitCode {
+    // What a tool module said (an import error's text) can be in these:
+    // shown, never obeyed, by the terminal.
+    let say = |text: &dyn std::fmt::Display| {
+        eprintln!(
+            "toolpool: {}",
+            crate::control_chars::escape_controls(&text.to_string())
+        )
+    };
     match commands::run_command(&cli).await {
         Ok(code) => code,
         Err(CliError::Usage(message)) => {
-            eprintln!("toolpool: {message}");
+            say(&message);
             ExitCode::from(EXIT_USAGE)
         }
         Err(CliError::Workflow(error)) => {
-            eprintln!("toolpool: {error}");
+            say(&error);
             ExitCode::from(EXIT_USAGE)
         }
         Err(error @ CliError::Stopped(_)) => {
-            eprintln!("toolpool: {error}");
+            say(&error);
             ExitCode::from(1)
         }
         Err(CliError::Pool(error)) => {
-            eprintln!("toolpool: {error}");
+            say(&error);
             let code = match error {
                 PoolError::FunctionsDir(_)
                 | PoolError::Interpreter { .. }
@@ -208,9 +216,17 @@ fn terminal_width() -> Option<usize> {
         .or_else(|| terminal_size::terminal_size_of(&stdout).map(|(w, _)| usize::from(w.0)))
 }
 
-/// Prints to stdout with one trailing newline; a closed stdout is not an error.
+/// Prints to stdout with one trailing newline; a closed stdout is not an
+/// error. On a terminal, control characters (a tool's escape sequences) are
+/// shown as escapes; a pipe or a file gets the text as it is.
 fn print_out(text: &str) {
+    use std::io::IsTerminal;
     let mut out = std::io::stdout().lock();
+    let text = if out.is_terminal() {
+        crate::control_chars::escape_controls(text)
+    } else {
+        std::borrow::Cow::Borrowed(text)
+    };
     let _ = out.write_all(text.as_bytes());
     if !text.ends_with('\n') {
         let _ = out.write_all(b"\n");

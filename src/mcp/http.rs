@@ -3,10 +3,13 @@
 //! Every HTTP session gets a handle on the same server (one pool, one tool
 //! set). The endpoint is `/mcp`. In front of rmcp's handler, each request
 //! passes [`Access`]: the `Host` and `Origin` checks and, when a token is
-//! set, bearer authentication. Connections are capped and must send their
-//! header in time ([`crate::http_conn`]); sessions are capped
-//! (`--max-sessions`) and end after `--session-idle` without traffic; a
-//! request body may be as large as a frame (64 MiB), no larger.
+//! set, bearer authentication (a request with two `Host` or `Origin`
+//! headers, or whose absolute target names another authority than its
+//! `Host`, is refused before). Connections are capped and must send their
+//! header in time and their body at a least rate ([`crate::http_conn`]);
+//! sessions are capped (`--max-sessions`) and end after `--session-idle`
+//! without traffic; a request body may be as large as a frame (64 MiB), no
+//! larger.
 //!
 //! DELETE of a session cancels its calls at once — running, queued or
 //! waiting for an elicitation answer; their workers are killed and replaced
@@ -43,20 +46,19 @@ use std::time::Duration;
 
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
-use hyper::header::{HeaderValue, AUTHORIZATION, HOST, ORIGIN, WWW_AUTHENTICATE};
+use hyper::header::{HeaderValue, AUTHORIZATION, WWW_AUTHENTICATE};
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::http_access::{Access, HttpOptions, Refusal};
+use super::http_access::{authority_and_origin, Access, HttpOptions, Refusal};
 use super::{stop_signal, ServeError, ToolpoolServer};
 use crate::context::sessions::check_session_name;
 use crate::context::{Session, SessionsRoot};
-use crate::http_conn::{http1_builder, ConnectionCap};
+use crate::http_conn::{read_body, serve_connection, BodyError, ConnectionCap};
 
 /// The path the MCP endpoint is served at.
 pub const ENDPOINT: &str = "/mcp";
@@ -73,8 +75,8 @@ pub const SESSION_NAME_HEADER: &str = "toolpool-session";
 pub const SESSION_NAME_META: &str = "toolpool/session";
 
 type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
-/// A request's body as rmcp's handler is given it: as it arrives, or as the
-/// front end read it (a task request whose `Mcp-Name` it filled in).
+/// A request's body as rmcp's handler is given it: a POST's as the front end
+/// read it, whole (any other's as it arrives).
 type RequestBody = http_body_util::combinators::UnsyncBoxBody<Bytes, hyper::Error>;
 type McpService = StreamableHttpService<ToolpoolServer, LocalSessionManager>;
 
@@ -220,10 +222,7 @@ pub(super) async fn serve(
                         let front = front.clone();
                         async move { Ok::<_, Infallible>(front.handle(request).await) }
                     });
-                    if let Err(e) = http1_builder()
-                        .serve_connection(TokioIo::new(stream), route)
-                        .await
-                    {
+                    if let Err(e) = serve_connection(stream, route).await {
                         tracing::debug!(%peer, "HTTP connection ended: {e}");
                     }
                 });
@@ -280,14 +279,14 @@ impl Front {
         {
             return text(status, body);
         }
-        // HTTP/1.1 puts the authority in Host; an absolute request target
-        // carries it in the URI instead.
-        let host = header(HOST.as_str()).or_else(|| request.uri().authority().map(|a| a.as_str()));
-        if let Err(refusal) = self.access.check(
-            host,
-            header(ORIGIN.as_str()),
-            header(AUTHORIZATION.as_str()),
-        ) {
+        let (host, origin) = match authority_and_origin(&request) {
+            Ok(found) => found,
+            Err(why) => return refused(Refusal::Forbidden(why)),
+        };
+        if let Err(refusal) = self
+            .access
+            .check(host, origin, header(AUTHORIZATION.as_str()))
+        {
             return refused(refusal);
         }
         if request.uri().path() != ENDPOINT {
@@ -297,7 +296,7 @@ impl Front {
             );
         }
         let session = header(SESSION_HEADER).map(str::to_string);
-        let request = match with_task_name(request).await {
+        let request = match read_request(request).await {
             Ok(request) => request,
             Err(response) => return response,
         };
@@ -515,56 +514,60 @@ impl Sessions {
 /// The methods whose `Mcp-Name` rmcp takes from `params.taskId`.
 const TASK_METHODS: [&str; 3] = ["tasks/get", "tasks/update", "tasks/cancel"];
 
-/// `request`, with an `Mcp-Name` header from its body's `params.taskId` when
-/// it is a POST of a task method (by its `Mcp-Method` header) that has none
-/// (see the module's documentation). Any other request is passed on unread.
-async fn with_task_name(
-    request: Request<Incoming>,
-) -> Result<Request<RequestBody>, Response<Body>> {
-    let is_task_method = request
+/// `request` with its body read whole, if it is a POST: within the frame
+/// limit and the least rate of [`crate::http_conn::read_body`] (a client
+/// that trickles a body is cut off, as one that trickles a header is).
+/// A task method's POST (by its `Mcp-Method` header) without an `Mcp-Name`
+/// gets one from its body's `params.taskId` (see the module's
+/// documentation). Other requests are passed on unread.
+async fn read_request(request: Request<Incoming>) -> Result<Request<RequestBody>, Response<Body>> {
+    if request.method() != Method::POST {
+        return Ok(request.map(BodyExt::boxed_unsync));
+    }
+    let names_task = request
         .headers()
         .get("mcp-method")
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|method| TASK_METHODS.contains(&method));
-    if request.method() != Method::POST
-        || !is_task_method
-        || request.headers().contains_key("mcp-name")
-    {
-        return Ok(request.map(BodyExt::boxed_unsync));
-    }
+        .is_some_and(|method| TASK_METHODS.contains(&method))
+        && !request.headers().contains_key("mcp-name");
+    let expected = request
+        .headers()
+        .get(hyper::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse().ok());
     let (mut parts, body) = request.into_parts();
-    let limit = crate::protocol::DEFAULT_MAX_FRAME;
-    let bytes = match http_body_util::Limited::new(body, limit).collect().await {
-        Ok(collected) => collected.to_bytes(),
+    let bytes = match read_body(body, crate::protocol::DEFAULT_MAX_FRAME, expected).await {
+        Ok(bytes) => bytes,
         Err(error) => {
-            return Err(text(
-                StatusCode::BAD_REQUEST,
-                format!("could not read the request body (at most {limit} bytes): {error}\n"),
-            ))
+            let status = match error {
+                BodyError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+                BodyError::TooSlow { .. } => StatusCode::REQUEST_TIMEOUT,
+                BodyError::Broken(_) => StatusCode::BAD_REQUEST,
+            };
+            tracing::info!("refused a request: {error}");
+            return Err(text(status, format!("{error}\n")));
         }
     };
-    let task_id = serde_json::from_slice::<serde_json::Value>(&bytes)
-        .ok()
-        .and_then(|message| {
-            message
-                .pointer("/params/taskId")?
-                .as_str()
-                .map(str::to_string)
-        });
-    // Only a value that is a header as it is (a task id this server made is
-    // hex); any other is left for rmcp to refuse as a missing header.
-    let plain = task_id.filter(|id| {
-        !id.starts_with("=?base64?")
-            && id.trim() == id
-            && id.bytes().all(|b| (0x20..0x7f).contains(&b))
-    });
-    if let Some(value) = plain.and_then(|id| HeaderValue::from_str(&id).ok()) {
-        parts.headers.insert("mcp-name", value);
+    if names_task {
+        if let Some(value) = task_name(&bytes) {
+            parts.headers.insert("mcp-name", value);
+        }
     }
     let body = Full::new(bytes)
         .map_err(|never| match never {})
         .boxed_unsync();
     Ok(Request::from_parts(parts, body))
+}
+
+/// The `Mcp-Name` a task request's body names (`params.taskId`), when it
+/// is a header as it is (a task id this server made is hex); any other is
+/// left for rmcp to refuse as a missing header.
+fn task_name(body: &[u8]) -> Option<HeaderValue> {
+    let message = serde_json::from_slice::<serde_json::Value>(body).ok()?;
+    let id = message.pointer("/params/taskId")?.as_str()?;
+    let plain = !id.starts_with("=?base64?")
+        && id.trim() == id
+        && id.bytes().all(|b| (0x20..0x7f).contains(&b));
+    plain.then(|| HeaderValue::from_str(id).ok()).flatten()
 }
 
 fn text(status: StatusCode, body: String) -> Response<Body> {

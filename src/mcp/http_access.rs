@@ -171,6 +171,42 @@ pub enum Refusal {
     Unauthorized { message: String, invalid: bool },
 }
 
+/// The request's authority (`Host`) and `Origin`, each from one header. A
+/// request with two `Host` or two `Origin` headers is refused (which one a
+/// check read would decide what it lets through), as is an absolute-form
+/// target (`POST http://a.example/mcp`) that names another authority than
+/// its `Host`; such a target without a `Host` gives the authority.
+pub fn authority_and_origin<B>(
+    request: &hyper::Request<B>,
+) -> Result<(Option<&str>, Option<&str>), String> {
+    let single = |name: hyper::header::HeaderName| {
+        let mut values = request.headers().get_all(&name).iter();
+        let first = values.next();
+        let more = values.count();
+        if more > 0 {
+            return Err(format!(
+                "the request has {} {name} headers; it may have one",
+                more + 1
+            ));
+        }
+        first
+            .map(|v| {
+                v.to_str()
+                    .map_err(|_| format!("the {name} header is not text"))
+            })
+            .transpose()
+    };
+    let host = single(hyper::header::HOST)?;
+    let origin = single(hyper::header::ORIGIN)?;
+    let target = request.uri().authority().map(|a| a.as_str());
+    match (host, target) {
+        (Some(host), Some(target)) if !host.eq_ignore_ascii_case(target) => Err(format!(
+            "the request target names '{target}' but its Host header names '{host}'"
+        )),
+        (host, target) => Ok((host.or(target), origin)),
+    }
+}
+
 impl Access {
     pub fn requires_token(&self) -> bool {
         self.token.is_some()

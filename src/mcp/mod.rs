@@ -69,7 +69,7 @@ use crate::pool::{CallReport, InvokeOptions, Pool};
 use content::call_result;
 
 pub use http::parse_http_addr;
-pub(crate) use http_access::is_loopback_host;
+pub(crate) use http_access::{authority_and_origin, is_loopback_host};
 pub use http_access::{HttpArgs, HttpOptions, TOKEN_ENV as AUTH_TOKEN_ENV};
 
 /// After stdin ends: how long no call may have run before the server takes

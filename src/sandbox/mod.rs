@@ -430,5 +430,23 @@ pub fn doctor_lines(sandbox: Option<&Sandbox>, allow_net: bool) -> Vec<String> {
     if allow_net {
         lines.push("sandbox network: the host's (--allow-net)".into());
     }
+    if let Some(why) = &pieces.userns_restricted {
+        lines.push(format!("sandbox apparmor: {why}"));
+    } else if std::fs::read_to_string("/proc/sys/kernel/apparmor_restrict_unprivileged_userns")
+        .is_ok_and(|v| v.trim() == "1")
+    {
+        lines.push("sandbox apparmor: restricts unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns = 1); toolpool runs as root here, which it does not bind".into());
+    }
+    lines.push(format!(
+        "terminal: {}",
+        match sandbox.map(|s| s.options.mode) {
+            Some(SandboxMode::Strict | SandboxMode::BestEffort) if pieces.seccomp =>
+                "none for tools (workers run in a session of their own, the sandbox has no /dev/tty, and TIOCSTI, TIOCLINUX, TIOCSCTTY fail by seccomp)",
+            _ if nix::unistd::geteuid().is_root() =>
+                "none for tools (workers run in a session of their own; TIOCSTI, TIOCLINUX, TIOCSCTTY fail by seccomp; as root a tool can still open a terminal by its path and write to it: use --sandbox)",
+            _ =>
+                "none for tools (workers run in a session of their own: the kernel refuses TIOCSTI on any terminal but a controlling one, and they have none)",
+        }
+    ));
     lines
 }

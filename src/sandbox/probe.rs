@@ -26,6 +26,10 @@ pub struct Pieces {
     pub landlock_abi: Option<u32>,
     pub process_limit: ProcessLimit,
     pub memory_cgroup: bool,
+    /// What keeps unprivileged user namespaces from this process, with what
+    /// to do about it, where the system says (AppArmor's restriction on
+    /// Ubuntu 23.10+, Debian's switch, a zero namespace limit).
+    pub userns_restricted: Option<String>,
     pub(super) cgroup_mounts: cgroup::Mounts,
 }
 
@@ -33,8 +37,12 @@ impl Pieces {
     /// What a strict sandbox would miss, named for the error message.
     pub fn missing(&self) -> Vec<String> {
         let mut missing = Vec::new();
+        let user_ns = match &self.userns_restricted {
+            Some(why) => format!("user namespaces ({why})"),
+            None => "user namespaces".to_string(),
+        };
         for (on, name) in [
-            (self.user_ns, "user namespaces"),
+            (self.user_ns, user_ns.as_str()),
             (self.pid_ns, "PID namespaces"),
             (self.mount_ns, "mount namespaces"),
             (self.ipc_ns, "IPC namespaces"),
@@ -92,8 +100,43 @@ pub fn probe(allow_net: bool) -> Pieces {
         landlock_abi: landlock_abi(),
         process_limit,
         memory_cgroup: cgroup_mounts.can_limit_memory(),
+        userns_restricted: userns_restriction(root, |name| {
+            std::fs::read_to_string(format!("/proc/sys/{name}")).ok()
+        }),
         cgroup_mounts,
     }
+}
+
+/// What restricts unprivileged user namespaces, by the sysctls `read`
+/// returns (`kernel/apparmor_restrict_unprivileged_userns` as it is under
+/// `/proc/sys`), with what to do; `None` for root, which none of them binds.
+pub(super) fn userns_restriction(
+    root: bool,
+    read: impl Fn(&str) -> Option<String>,
+) -> Option<String> {
+    if root {
+        return None;
+    }
+    let set = |name: &str, value: &str| read(name).is_some_and(|v| v.trim() == value);
+    if set("kernel/apparmor_restrict_unprivileged_userns", "1") {
+        return Some(
+            "AppArmor restricts unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns = 1, \
+             the default on Ubuntu 23.10 and later): run `sudo sysctl kernel.apparmor_restrict_unprivileged_userns=0`, \
+             or give the toolpool binary an AppArmor profile that allows `userns,` (docs/deploy.md, \"AppArmor\")"
+                .into(),
+        );
+    }
+    if set("kernel/unprivileged_userns_clone", "0") {
+        return Some(
+            "kernel.unprivileged_userns_clone = 0: run `sudo sysctl kernel.unprivileged_userns_clone=1`".into(),
+        );
+    }
+    if set("user/max_user_namespaces", "0") {
+        return Some(
+            "user.max_user_namespaces = 0: run `sudo sysctl user.max_user_namespaces=15000`".into(),
+        );
+    }
+    None
 }
 
 /// A bit per namespace kind the child could make, as its exit code.
@@ -164,6 +207,40 @@ fn landlock_abi() -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_apparmor_restriction_is_named_with_what_to_do() {
+        let ubuntu = |name: &str| {
+            (name == "kernel/apparmor_restrict_unprivileged_userns").then(|| "1\n".to_string())
+        };
+        let why = userns_restriction(false, ubuntu).expect("found");
+        assert!(
+            why.contains("AppArmor")
+                && why.contains("sysctl kernel.apparmor_restrict_unprivileged_userns=0"),
+            "{why}"
+        );
+        assert_eq!(
+            userns_restriction(true, ubuntu),
+            None,
+            "root is not bound by it"
+        );
+        let off = |name: &str| {
+            (name == "kernel/apparmor_restrict_unprivileged_userns").then(|| "0\n".to_string())
+        };
+        assert_eq!(userns_restriction(false, off), None);
+        let debian =
+            |name: &str| (name == "kernel/unprivileged_userns_clone").then(|| "0".to_string());
+        assert!(userns_restriction(false, debian)
+            .is_some_and(|w| w.contains("unprivileged_userns_clone=1")));
+        let mut pieces = probe(false);
+        pieces.user_ns = false;
+        pieces.userns_restricted = userns_restriction(false, ubuntu);
+        assert!(
+            pieces.missing()[0].starts_with("user namespaces (AppArmor restricts"),
+            "{:?}",
+            pieces.missing()
+        );
+    }
 
     #[test]
     fn what_is_missing_is_named() {

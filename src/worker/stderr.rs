@@ -71,6 +71,8 @@ pub(super) async fn pump_stderr(
         }
         let call = tag.lock().ok().and_then(|t| t.clone());
         let text = String::from_utf8_lossy(text);
+        // Logs end up on terminals: a tool's `\r` or escape sequence is shown, not obeyed.
+        let text = crate::control_chars::escape_controls(&text);
         match call {
             Some(call) => {
                 tracing::info!(target: "toolpool::tool_output", worker = guardian_pid, call = %call, "{text}")

@@ -2,6 +2,8 @@
 //! process checks that treat zombies as dead.
 #![allow(dead_code)]
 
+pub mod terminal;
+
 use std::path::PathBuf;
 use std::time::Duration;
 

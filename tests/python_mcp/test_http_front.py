@@ -128,6 +128,36 @@ class HostAndOrigin(unittest.IsolatedAsyncioTestCase):
             status, _, body = request(url, body=call_body, headers={"Mcp-Session-Id": sid, "Origin": "http://evil.example"})
             self.assertEqual(status, 403, body)
 
+    async def test_two_hosts_two_origins_or_a_foreign_target_are_refused(self):
+        async with http_server("--workers", "1", "serve", "--http", "127.0.0.1:0") as (_, url):
+            parts = urlsplit(url)
+            good = f"127.0.0.1:{parts.port}"
+
+            def raw(head: str) -> str:
+                with socket.create_connection((parts.hostname, parts.port), timeout=30) as sock:
+                    body = INITIALIZE.decode()
+                    sock.sendall(
+                        (head + "Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"
+                         f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n{body}").encode()
+                    )
+                    reply = b""
+                    while chunk := sock.recv(65536):
+                        reply += chunk
+                    return reply.decode("utf-8", "replace")
+
+            # The check must not read only the first of two headers.
+            for head, why in (
+                (f"POST /mcp HTTP/1.1\r\nHost: {good}\r\nHost: attacker.example\r\n", "2 host headers"),
+                (f"POST /mcp HTTP/1.1\r\nHost: {good}\r\nOrigin: http://{good}\r\nOrigin: http://attacker.example\r\n", "2 origin headers"),
+                (f"POST http://attacker.example:{parts.port}/mcp HTTP/1.1\r\nHost: {good}\r\n", "the request target names 'attacker.example"),
+            ):
+                reply = raw(head)
+                self.assertTrue(reply.startswith("HTTP/1.1 403"), reply)
+                self.assertIn(why, reply)
+            # The same requests with one of each are served.
+            self.assertTrue(raw(f"POST /mcp HTTP/1.1\r\nHost: {good}\r\nOrigin: http://{good}\r\n").startswith("HTTP/1.1 200"))
+            self.assertTrue(raw(f"POST http://{good}/mcp HTTP/1.1\r\nHost: {good}\r\n").startswith("HTTP/1.1 200"))
+
     async def test_a_public_bind_checks_host_too(self):
         async with http_server(
             "--workers", "1", "serve", "--http", "0.0.0.0:0", "--no-auth", "--allow-host", "mcp.example.com"
@@ -307,15 +337,22 @@ class Sessions(unittest.IsolatedAsyncioTestCase):
                 self.assertEqual(ok(await call(url, "add", {"a": 2, "b": 2})), "4")
 
 
+def connections_sending(url: str, count: int, first: bytes) -> list:
+    """`count` connections to the server of `url`, each having sent `first`."""
+    parts = urlsplit(url)
+    socks = []
+    for _ in range(count):
+        sock = socket.create_connection((parts.hostname, parts.port), timeout=60)
+        sock.sendall(first)
+        socks.append(sock)
+    return socks
+
+
 class Connections(unittest.IsolatedAsyncioTestCase):
     async def test_half_open_connections_are_closed_and_capped(self):
         async with http_server("--workers", "1", "serve", "--http", "127.0.0.1:0", "--max-connections", "4") as (_, url):
             parts = urlsplit(url)
-            stalled = []
-            for _ in range(4):
-                sock = socket.create_connection((parts.hostname, parts.port), timeout=60)
-                sock.sendall(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Ty")
-                stalled.append(sock)
+            stalled = connections_sending(url, 4, b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Ty")
             await anyio.sleep(0.5)
             # Over the cap: answered 503 and closed.
             extra = socket.create_connection((parts.hostname, parts.port), timeout=30)
@@ -332,10 +369,72 @@ class Connections(unittest.IsolatedAsyncioTestCase):
             # With them gone, requests are served again.
             self.assertEqual(request(url)[0], 200)
 
+    async def test_bodies_sent_a_byte_at_a_time_are_cut_off(self):
+        # Every connection the server keeps sends a whole header and then
+        # trickles its body: they are answered 408 and closed, and the
+        # server serves again, as with half-sent headers.
+        async with http_server("--workers", "1", "serve", "--http", "127.0.0.1:0", "--max-connections", "4") as (_, url):
+            trickling = connections_sending(
+                url,
+                4,
+                b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                b"Accept: application/json, text/event-stream\r\nContent-Length: 100000\r\n\r\n{",
+            )
+            started = time.monotonic()
+
+            def trickle_until_answered(sock) -> bytes:
+                sock.settimeout(1)
+                while time.monotonic() - started < 60:
+                    try:
+                        reply = sock.recv(4096)
+                        return reply
+                    except TimeoutError:
+                        try:
+                            sock.sendall(b" ")
+                        except OSError:
+                            return b""
+                return b"never answered"
+
+            for sock in trickling:
+                reply = (await anyio.to_thread.run_sync(trickle_until_answered, sock)).decode()
+                self.assertTrue(reply.startswith("HTTP/1.1 408"), reply)
+                self.assertIn("the request body came too slowly", reply)
+                sock.close()
+            self.assertLess(time.monotonic() - started, 45)
+            self.assertEqual(request(url)[0], 200)
+
     async def test_a_body_over_the_frame_limit_is_refused(self):
         async with http_server("--workers", "1", "serve", "--http", "127.0.0.1:0") as (_, url):
-            status, _, body = request(url, body=b" " * (64 * 1024 * 1024 + 1))
-            self.assertEqual(status, 413, body)
+            # Refused on its Content-Length, before the body is sent.
+            parts = urlsplit(url)
+            with socket.create_connection((parts.hostname, parts.port), timeout=30) as sock:
+                sock.sendall(
+                    b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                    b"Accept: application/json, text/event-stream\r\n"
+                    + f"Content-Length: {64 * 1024 * 1024 + 1}\r\n\r\n".encode()
+                    + b" " * 1024
+                )
+                reply = sock.recv(4096).decode()
+            self.assertTrue(reply.startswith("HTTP/1.1 413"), reply)
+            self.assertIn("the request body is over 67108864 bytes", reply)
+            # Without one (chunked), refused once it passes the limit.
+            parts_sent = [b" " * (1024 * 1024)] * 65
+            connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=60)
+            try:
+                connection.putrequest("POST", "/mcp")
+                for name, value in MCP_HEADERS.items():
+                    connection.putheader(name, value)
+                connection.putheader("Transfer-Encoding", "chunked")
+                connection.endheaders()
+                for piece in parts_sent:
+                    try:
+                        connection.send(b"%x\r\n%s\r\n" % (len(piece), piece))
+                    except OSError:
+                        break  # refused while sending: the answer is waiting
+                response = connection.getresponse()
+                self.assertEqual(response.status, 413, response.read())
+            finally:
+                connection.close()
             status, _, body = request(url, body=INITIALIZE + b" " * (1024 * 1024))
             self.assertEqual(status, 200, body)
 
