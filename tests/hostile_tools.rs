@@ -504,6 +504,54 @@ async fn a_call_waiting_behind_one_that_ends_just_past_its_timeout_runs_once() {
     pool.shutdown().await;
 }
 
+/// Issue 29, 1 without timing: the tool answers the moment the supervisor
+/// asks for its stack dump (SIGUSR1, sent at the deadline just before the
+/// kill), so its reply lands inside that window every time. The call queued
+/// behind it runs once, and the late reply is a timeout: the supervisor
+/// alone judges the deadline.
+#[tokio::test]
+async fn a_reply_inside_the_kill_window_is_a_timeout_and_the_next_call_runs_once() {
+    let session = tempfile::tempdir().unwrap();
+    let pool = calls_pool(&session).build().await.unwrap();
+    for round in 0..3 {
+        let file = session.path().join(format!("window-{round}"));
+        let slow = {
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                pool.invoke(
+                    "answer_when_asked_for_a_stack_dump",
+                    json!({ "seconds": 30 }),
+                    with_timeout(1.0),
+                )
+                .await
+            })
+        };
+        // Queued behind it once it runs (a state, not a delay).
+        while pool.stats().busy == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let appended = pool
+            .invoke(
+                "append_line",
+                json!({"path": file.display().to_string()}),
+                with_timeout(5.0),
+            )
+            .await;
+        let answered = slow.await.unwrap();
+        let error = answered.expect_err("a reply after the deadline is a timeout");
+        assert_eq!(error.kind, ErrorKind::Timeout, "{error}");
+        assert_eq!(appended.unwrap(), json!("appended"));
+        let lines = std::fs::read_to_string(&file).unwrap();
+        assert_eq!(
+            lines,
+            "ran\n",
+            "round {round}: ran {} times",
+            lines.lines().count()
+        );
+    }
+    pool.shutdown().await;
+}
+
 /// Issue 29, 2: a `withdrawn` (or anything else) a tool forges for its own
 /// request does not end or suspend its deadline.
 #[tokio::test]

@@ -108,10 +108,14 @@ pub struct CallReport {
 }
 
 /// Where a newly started worker goes.
-#[derive(Debug, Clone, Copy)]
 enum Destination {
     Idle,
     Spare,
+    /// To the call waiting for it (a sandboxed worker of the call's
+    /// session); idle if that call was given up. A failed start is not
+    /// retried: the call gets why, and a worker of the pool's session
+    /// takes the place of the one retired for it.
+    Caller(tokio::sync::oneshot::Sender<Result<Worker, String>>),
 }
 
 struct Shared {
@@ -255,7 +259,8 @@ impl Shared {
     }
 
     /// Starts one worker in the background, backing off while starts keep
-    /// failing, and sends it to `destination`.
+    /// failing, and sends it to `destination`. Every worker started after
+    /// the pool is built starts here.
     fn start_worker(self: &Arc<Self>, destination: Destination, delay: Duration) {
         self.start_worker_with(self.spec.clone(), destination, delay);
     }
@@ -292,7 +297,7 @@ impl Shared {
                 // workers must serve; one that breaks them now is a failed start.
                 match Worker::start(&shared.spawner, spec.clone()).await {
                     Ok(mut worker) => {
-                        if let Destination::Spare = destination {
+                        if let Destination::Spare = &destination {
                             if !warm(&mut worker).await {
                                 // Backs off like a failed start: never a spawn loop.
                                 tracing::error!("a new spare worker failed its warm-up");
@@ -308,6 +313,18 @@ impl Shared {
                         match destination {
                             Destination::Idle => shared.make_idle(worker),
                             Destination::Spare => shared.add_spare(worker),
+                            Destination::Caller(caller) => {
+                                if let Err(Ok(worker)) = caller.send(Ok(worker)) {
+                                    shared.make_idle(worker);
+                                }
+                            }
+                        }
+                        return;
+                    }
+                    Err(e) if matches!(destination, Destination::Caller(_)) => {
+                        shared.replace();
+                        if let Destination::Caller(caller) = destination {
+                            let _ = caller.send(Err(e.to_string()));
                         }
                         return;
                     }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::{Destination, Lease, Shared};
 use crate::context::{Session, SessionPaths};
 use crate::error::{ErrorKind, ToolError};
-use crate::worker::{Termination, Worker, WorkerSpec};
+use crate::worker::{Termination, WorkerSpec};
 
 /// Under `--sandbox` a worker's mount view holds the directories of the one
 /// session it was started for ([`WorkerSpec::for_session`]), so it serves
@@ -100,23 +100,7 @@ impl Shared {
         // Started in a task of its own: if the call is given up meanwhile,
         // the new worker still takes the retired one's place (idle).
         let (started_tx, started) = tokio::sync::oneshot::channel();
-        let shared = self.clone();
-        tokio::spawn(async move {
-            let generation = shared.workers.generation();
-            match Worker::start(&shared.spawner, spec).await {
-                Ok(worker) => {
-                    shared.enlist(&worker, generation);
-                    if let Err(Ok(worker)) = started_tx.send(Ok(worker)) {
-                        shared.make_idle(worker);
-                    }
-                }
-                Err(e) => {
-                    // The retired worker's place: a worker of the pool's session.
-                    shared.replace();
-                    let _ = started_tx.send(Err(e.to_string()));
-                }
-            }
-        });
+        self.start_worker_with(spec, Destination::Caller(started_tx), Duration::ZERO);
         match started.await {
             Ok(Ok(worker)) => Ok(Lease {
                 worker: Some(worker),
