@@ -188,7 +188,8 @@ async fn serial_round_trip(session: &Path, calls: usize) -> Vec<f64> {
 
 /// P1's floor: the same request and reply frames, echoed by a bare Python loop.
 async fn floor_round_trip(calls: usize) -> Vec<f64> {
-    let shim = toolpool::embedded::install_shim().expect("shim installs");
+    let install = toolpool::embedded::PrivateInstall::new().expect("a private directory");
+    let shim = install.shim().expect("shim installs");
     let python = toolpool::pool::resolve_interpreter("python3")
         .await
         .expect("python3 runs");

@@ -28,6 +28,7 @@ import sys
 
 SHIM_DIR = os.path.dirname(os.path.abspath(__file__))
 PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
@@ -117,6 +118,11 @@ def _template(supervisor: int) -> None:
     # modules a spawned worker would.
     import _socket
 
+    # Not dumpable: no process of the same user (a tool among them) may
+    # trace it or write its memory through /proc/<pid>/mem, which would run
+    # its code in every worker cloned after. Its guardians inherit it; each
+    # worker makes itself dumpable again (_run_worker).
+    _prctl(PR_SET_DUMPABLE, 0)
     channel = _socket.socket(fileno=TEMPLATE_FD)
     clone = SYS_CLONE.get(os.uname().machine)
     if clone is None:
@@ -305,6 +311,9 @@ def _run_worker(config: dict, guardian: int) -> None:
         # does (TIOCSTI, a fake prompt on /dev/tty) reaches the terminal of
         # the person who started toolpool; its own group, killed as one.
         os.setsid()
+        # As a spawned worker is (the template's guardians are not): what
+        # profilers and debuggers of the tools' author need.
+        _prctl(PR_SET_DUMPABLE, 1)
         _die_with_parent()
         if _parent_pid() != guardian:
             os._exit(1)  # the guardian died before the parent-death signal was armed

@@ -80,6 +80,10 @@ pub fn report(pool: &Pool) -> String {
         show(&limits["max_calls_per_worker"], "", "unlimited")
     ));
     lines.push(format!("max frame: {} bytes", limits["max_frame_bytes"]));
+    lines.push(format!(
+        "shim: installed afresh for this pool in {} (mode 0700, removed with it; nothing is reused from an earlier run)",
+        limits["private_dir"].as_str().unwrap_or("?")
+    ));
     lines.extend(crate::sandbox::doctor_lines(
         pool.sandbox(),
         limits["allow_net"].as_bool() == Some(true),

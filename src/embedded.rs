@@ -1,8 +1,9 @@
-//! The shim and the bundled tools, embedded in the binary and written once to
-//! a cache directory keyed by their content hash, so a copied or installed
-//! binary works from any directory and two versions never share files.
+//! The shim and the bundled tools, embedded in the binary and written for
+//! each pool into a private directory of its own ([`PrivateInstall`]), so a
+//! copied or installed binary works from any directory and no pool runs
+//! files another process could have changed.
 
-use std::hash::Hasher;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 include!(concat!(env!("OUT_DIR"), "/embedded_files.rs"));
@@ -30,78 +31,121 @@ pub fn cache_root() -> PathBuf {
     std::env::temp_dir().join(format!("toolpool-{}", nix::unistd::getuid()))
 }
 
-fn content_hash(files: &[(&str, &[u8])]) -> u64 {
-    // SipHash with fixed keys: stable for a given binary, which is all a cache key needs.
-    #[allow(deprecated)]
-    let mut hasher = std::hash::SipHasher::new();
-    for (path, bytes) in files {
-        hasher.write(path.as_bytes());
-        hasher.write_u8(0);
-        hasher.write(bytes);
-        hasher.write_u8(0);
-    }
-    hasher.finish()
+/// One pool's copy of the shim, of the bundled tools and its code cache, in
+/// a directory made afresh under `<cache root>/run/` (mode 0700), never
+/// reused by another pool or process, and removed when dropped. Nothing a
+/// process of the same user changes in a directory toolpool left behind —
+/// a tool of an unsandboxed pool editing `sandbox.py`, a forged compiled
+/// module — reaches a later pool.
+#[derive(Debug)]
+pub struct PrivateInstall {
+    dir: PathBuf,
 }
 
-/// Writes `files` under `<cache>/<prefix>-<hash>/` unless already there, and
-/// returns that directory. Written to a temporary sibling and renamed, so a
-/// concurrent process never sees a half-written tree.
-fn install(
-    root: &Path,
+impl PrivateInstall {
+    /// Makes the directory (and removes those of processes that are gone).
+    pub fn new() -> Result<PrivateInstall, InstallError> {
+        let run = cache_root().join("run");
+        let err = |path: &Path, source| InstallError {
+            what: "private directory",
+            path: path.to_path_buf(),
+            source,
+        };
+        std::fs::create_dir_all(&run).map_err(|e| err(&run, e))?;
+        remove_abandoned(&run);
+        static MADE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let mut random = [0u8; 8];
+        let _ = std::fs::File::open("/dev/urandom").and_then(|mut f| {
+            use std::io::Read;
+            f.read_exact(&mut random)
+        });
+        let dir = run.join(format!(
+            "{}-{}-{:016x}",
+            std::process::id(),
+            MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            u64::from_ne_bytes(random)
+        ));
+        // `create_dir`, not `_all`: a name someone else made is an error.
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| err(&dir, e))?;
+        Ok(PrivateInstall { dir })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The shim directory (holds `toolpool_boot.py`).
+    pub fn shim(&self) -> Result<PathBuf, InstallError> {
+        write_files(&self.dir.join("shim"), "python shim", SHIM_FILES)
+    }
+
+    /// The bundled tools, for when no functions directory exists where we
+    /// run: as `functions/function_calling/` under a project root, like a
+    /// checkout, so imports written for the convention resolve the same way.
+    pub fn bundled_functions(&self) -> Result<PathBuf, InstallError> {
+        let root = write_files(
+            &self.dir.join("bundled"),
+            "bundled tools",
+            BUNDLED_FUNCTION_FILES,
+        )?;
+        Ok(root.join("functions").join("function_calling"))
+    }
+
+    /// Where the workers keep the tool modules' compiled code.
+    pub fn code_cache(&self) -> PathBuf {
+        self.dir.join("code")
+    }
+}
+
+impl Drop for PrivateInstall {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Writes `files` under `target` (made here: it must not exist) and returns it.
+fn write_files(
+    target: &Path,
     what: &'static str,
-    prefix: &str,
     files: &[(&str, &[u8])],
 ) -> Result<PathBuf, InstallError> {
-    let target = root.join(format!("{prefix}-{:016x}", content_hash(files)));
-    if target.is_dir() {
-        return Ok(target);
-    }
     let err = |path: &Path, source| InstallError {
         what,
         path: path.to_path_buf(),
         source,
     };
-    std::fs::create_dir_all(root).map_err(|e| err(root, e))?;
-    let staging = root.join(format!(
-        ".{prefix}-{}-{}",
-        std::process::id(),
-        content_hash(files)
-    ));
-    let _ = std::fs::remove_dir_all(&staging);
+    std::fs::create_dir(target).map_err(|e| err(target, e))?;
     for (rel, bytes) in files {
-        let path = staging.join(rel);
+        let path = target.join(rel);
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).map_err(|e| err(parent, e))?;
         }
         std::fs::write(&path, bytes).map_err(|e| err(&path, e))?;
     }
-    match std::fs::rename(&staging, &target) {
-        Ok(()) => Ok(target),
-        // Another process installed the same content first: use theirs.
-        Err(_) if target.is_dir() => {
-            let _ = std::fs::remove_dir_all(&staging);
-            Ok(target)
+    Ok(target.to_path_buf())
+}
+
+/// Removes the private directories under `run` whose process is gone (one
+/// killed before it could remove its own). A directory of a live process,
+/// or of a pid the kernel gave again, is left.
+fn remove_abandoned(run: &Path) {
+    let Ok(entries) = std::fs::read_dir(run) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let pid = name
+            .to_str()
+            .and_then(|n| n.split('-').next()?.parse::<u32>().ok());
+        if let Some(pid) = pid {
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
         }
-        Err(e) => Err(err(&target, e)),
     }
-}
-
-/// The shim directory (holds `toolpool_boot.py`).
-pub fn install_shim() -> Result<PathBuf, InstallError> {
-    install(&cache_root(), "python shim", "shim", SHIM_FILES)
-}
-
-/// The bundled tools, for when no functions directory exists where we run.
-pub fn install_bundled_functions() -> Result<PathBuf, InstallError> {
-    // Installed as `functions/function_calling/` under a project root, like a
-    // checkout, so imports written for the convention resolve the same way.
-    let root = install(
-        &cache_root(),
-        "bundled tools",
-        "bundled",
-        BUNDLED_FUNCTION_FILES,
-    )?;
-    Ok(root.join("functions").join("function_calling"))
 }
 
 #[cfg(test)]
@@ -117,14 +161,28 @@ mod tests {
     }
 
     #[test]
-    fn install_is_idempotent_and_keyed_by_content() {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path();
-        let a = install(root, "test", "t", &[("x/a.py", b"one")]).unwrap();
-        let again = install(root, "test", "t", &[("x/a.py", b"one")]).unwrap();
-        let b = install(root, "test", "t", &[("x/a.py", b"two")]).unwrap();
-        assert_eq!(a, again);
-        assert_ne!(a, b);
-        assert_eq!(std::fs::read(a.join("x/a.py")).unwrap(), b"one");
+    fn each_install_is_fresh_private_and_removed_with_its_owner() {
+        let first = PrivateInstall::new().unwrap();
+        let second = PrivateInstall::new().unwrap();
+        assert_ne!(first.path(), second.path());
+        let shim = first.shim().unwrap();
+        assert!(shim.join("toolpool_boot.py").is_file());
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(first.path())
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o700);
+        // What another process changed in a directory left behind is
+        // never used: the next install writes its own.
+        std::fs::write(shim.join("toolpool_boot.py"), "tampered").unwrap();
+        let again = second.shim().unwrap();
+        assert_ne!(
+            std::fs::read(again.join("toolpool_boot.py")).unwrap(),
+            b"tampered"
+        );
+        let dir = first.path().to_path_buf();
+        drop(first);
+        assert!(!dir.exists());
     }
 }

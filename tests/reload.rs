@@ -214,9 +214,12 @@ async fn a_modules_compiled_code_is_kept_in_the_code_cache() {
     write_module(tools.path(), 7, false);
     let pool = versioned_pool(tools.path(), session.path()).await;
     assert_eq!(call(&pool, "version", json!({})).await.unwrap(), json!(7));
-    pool.shutdown().await;
-    let shim = toolpool::embedded::install_shim().unwrap();
-    let cache = toolpool::embedded::cache_root().join("code");
+    // The pool's own cache, in its private directory (gone with the pool).
+    let limits = pool.limits();
+    let private = std::path::PathBuf::from(limits["private_dir"].as_str().unwrap());
+    let shim = private.join("shim");
+    let cache = std::path::PathBuf::from(limits["code_cache"].as_str().unwrap());
+    assert!(cache.starts_with(&private), "{}", cache.display());
     let file = tools.path().canonicalize().unwrap().join("versioned.py");
     let output = std::process::Command::new("python3")
         .arg("-c")
@@ -235,4 +238,7 @@ async fn a_modules_compiled_code_is_kept_in_the_code_cache() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
+    pool.shutdown().await;
+    drop(pool);
+    assert!(!private.exists(), "removed with its pool");
 }

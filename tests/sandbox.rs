@@ -405,9 +405,14 @@ async fn install_python_packages_reaches_an_index_only_with_allow_net() {
     assert!(installed.exists(), "installed into the session's packages");
 }
 
-/// `setpriv` to nobody, running `program`: `None` when this test cannot
+/// `setpriv` to nobody, running toolpool: `None` when this test cannot
 /// drop root here (not root, no setpriv, no interpreter nobody may run).
 fn as_nobody(home: &Path) -> Option<std::process::Command> {
+    as_nobody_running(home, env!("CARGO_BIN_EXE_toolpool"))
+}
+
+/// [`as_nobody`], running `program`.
+fn as_nobody_running(home: &Path, program: &str) -> Option<std::process::Command> {
     let nobody = |program: &str| {
         let mut command = std::process::Command::new("setpriv");
         command
@@ -425,20 +430,29 @@ fn as_nobody(home: &Path) -> Option<std::process::Command> {
         .args(["-c", "pass"])
         .output()
         .is_ok_and(|o| o.status.success());
-    python_runs.then(|| nobody(env!("CARGO_BIN_EXE_toolpool")))
+    python_runs.then(|| nobody(program))
 }
 
-#[test]
-fn it_works_without_root() {
+/// A home folder nobody owns, where this test can run things as nobody
+/// (else `None`, with a notice).
+fn nobodys_home() -> Option<tempfile::TempDir> {
     let home = tempfile::tempdir().unwrap();
     nix::unistd::chown(
         home.path(),
         Some(nix::unistd::Uid::from_raw(65534)),
         Some(nix::unistd::Gid::from_raw(65534)),
     )
-    .unwrap();
-    let Some(_) = as_nobody(home.path()) else {
+    .ok()?;
+    if as_nobody(home.path()).is_none() {
         eprintln!("skipped: cannot run as nobody here (needs root, setpriv, /usr/bin/python3)");
+        return None;
+    }
+    Some(home)
+}
+
+#[test]
+fn it_works_without_root() {
+    let Some(home) = nobodys_home() else {
         return;
     };
     let toolpool = |args: &[&str]| {
@@ -479,6 +493,79 @@ fn it_works_without_root() {
     let read = toolpool(&["call", "read_file", "--args", r#"{"path": "/etc/shadow"}"#]);
     assert_eq!(read.code, 1, "{}", read.stdout);
     assert!(read.stdout.contains("PermissionError"), "{}", read.stdout);
+}
+
+/// No other process of the same user — a tool of another pool, a script —
+/// can write the template's memory (every later worker is cloned from it):
+/// it is not dumpable. Run as nobody, where the kernel's check applies (root
+/// has CAP_SYS_PTRACE, which only `--sandbox` takes from a tool).
+#[test]
+fn a_process_of_the_same_user_cannot_write_the_template() {
+    let Some(home) = nobodys_home() else {
+        return;
+    };
+    let mut command = as_nobody(home.path()).expect("checked");
+    let mut toolpool = command
+        .args(["--python", "/usr/bin/python3", "--functions-dir"])
+        .arg(escapes())
+        .arg("--session-dir")
+        .arg(home.path().join("session"))
+        .args(["call", "nap", "--args", r#"{"seconds": 30}"#])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let supervisor = toolpool.id() as i32;
+    let template = (0..200).find_map(|_| {
+        std::thread::sleep(Duration::from_millis(50));
+        std::fs::read_dir("/proc")
+            .ok()?
+            .flatten()
+            .find_map(|entry| {
+                let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
+                let command = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+                let is_template = command.split(|b| *b == 0).any(|arg| arg == b"--template");
+                (is_template && parent_of(pid) == Some(supervisor)).then_some(pid)
+            })
+    });
+    let template = template.expect("the pool's template is running");
+    let script = format!(
+        "import sys\ntry:\n    open('/proc/{template}/mem', 'r+b')\nexcept PermissionError:\n    sys.exit(13)\nprint('opened')"
+    );
+    let poked = run(as_nobody_running(home.path(), "/usr/bin/python3")
+        .expect("checked")
+        .args(["-c", &script]));
+    let _ = toolpool.kill();
+    let _ = toolpool.wait();
+    assert_eq!(
+        poked.code, 13,
+        "the template's memory: {}{}",
+        poked.stdout, poked.stderr
+    );
+}
+
+/// A tool of an unsandboxed pool that edits the shim it runs from (turning
+/// the lock-down into a no-op) changes nothing for a later `--sandbox`
+/// pool: each pool installs the shim afresh.
+#[tokio::test]
+async fn a_shim_edited_by_a_tool_does_not_reach_the_next_pool() {
+    if kernel_cannot_sandbox() {
+        return;
+    }
+    let session = tempfile::tempdir().unwrap();
+    let open = start(sandboxed(&session).sandbox(SandboxMode::Off)).await;
+    let edited = call(&open, "tamper_with_the_shim", json!({}))
+        .await
+        .unwrap();
+    let edited = PathBuf::from(edited.as_str().unwrap());
+    assert!(std::fs::read_to_string(&edited)
+        .unwrap()
+        .ends_with("def lock_down(config):\n    pass\n"));
+    let pool = start(sandboxed(&session)).await;
+    let state = call(&pool, "lock_down_state", json!({})).await.unwrap();
+    assert_eq!(state, json!("CapEff:0000000000000000 Seccomp:2"));
+    pool.shutdown().await;
+    open.shutdown().await;
 }
 
 #[tokio::test]

@@ -3,7 +3,7 @@
 //! started (quarantining tool modules that break it), the catalog read, the
 //! rest of the workers and the spares started.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -16,6 +16,7 @@ use super::{
 };
 use crate::catalog::Catalog;
 use crate::context::{AttachmentStore, HumanPrompt, SessionPaths, SessionServices};
+use crate::embedded::PrivateInstall;
 use crate::pool_error::PoolError;
 use crate::protocol::DEFAULT_MAX_FRAME;
 use crate::sandbox::{Sandbox, SandboxMode, SandboxOptions, SandboxPaths};
@@ -225,6 +226,9 @@ impl PoolBuilder {
 
     /// Starts the workers (in parallel) and builds the catalog.
     pub async fn build(self) -> Result<Pool, PoolError> {
+        // The shim (and the bundled tools, and the code cache) of this pool
+        // alone, removed with it.
+        let install = Arc::new(PrivateInstall::new()?);
         // `bundled_tools_hidden`: the default chose ./functions/function_calling,
         // so NotFound says the bundled tools are not there.
         let (functions_dir, bundled_tools_hidden) = match &self.functions_dir {
@@ -235,7 +239,7 @@ impl PoolBuilder {
                     (here, true)
                 } else {
                     tracing::debug!("no functions/function_calling here: using the bundled tools");
-                    (crate::embedded::install_bundled_functions()?, false)
+                    (install.bundled_functions()?, false)
                 }
             }
         };
@@ -246,7 +250,12 @@ impl PoolBuilder {
             .ok_or_else(|| PoolError::FunctionsDir(functions_dir.clone()))?;
         let session = SessionPaths::prepare(&self.session_id, self.session_dir.as_deref())?;
         let python = resolve_interpreter(&self.python).await?;
-        let shim_dir = crate::embedded::install_shim()?;
+        let shim_dir = install.shim()?;
+        if self.sandbox.mode != SandboxMode::Off {
+            // Sandboxed workers see the shim read-only and cannot cache its
+            // compiled code: compiled once here instead of at every start.
+            compile_shim(&python, &shim_dir).await;
+        }
         let memory_limit_bytes = match self.memory_limit_mb {
             None => None,
             Some(mb) => Some(
@@ -287,9 +296,7 @@ impl PoolBuilder {
             // (always under the sandbox: it is what makes the worker's /proc its own).
             pid_namespace: self.pid_namespace || sandbox.is_some(),
             sandbox: sandbox.as_ref().map(|s| s.shim_config()),
-            code_cache: sandbox
-                .is_none()
-                .then(|| crate::embedded::cache_root().join("code")),
+            code_cache: sandbox.is_none().then(|| install.code_cache()),
             terminal_filter: match sandbox {
                 Some(_) => None,
                 None => Some(crate::sandbox::terminal_program_hex().map_err(|e| {
@@ -401,6 +408,7 @@ impl PoolBuilder {
             import_timeout: self.import_timeout,
             subreaper: self.subreaper,
             isolation: self.isolation,
+            install,
         });
         let missing = self.workers - workers.len();
         for worker in workers {
@@ -420,6 +428,27 @@ impl PoolBuilder {
             }
         }
         Ok(Pool { shared })
+    }
+}
+
+/// Compiles the shim's modules into its `__pycache__` (a failure only costs
+/// each sandboxed worker a compile, so it is logged, not fatal).
+async fn compile_shim(python: &Path, shim_dir: &Path) {
+    let compiled = tokio::process::Command::new(python)
+        .args(["-I", "-m", "compileall", "-q"])
+        .arg(shim_dir)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .await;
+    match compiled {
+        Ok(out) if out.status.success() => {}
+        Ok(out) => tracing::warn!(
+            "compiling the shim failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ),
+        Err(e) => tracing::warn!("compiling the shim failed: {e}"),
     }
 }
 

@@ -149,6 +149,9 @@ struct Shared {
     import_timeout: Option<Duration>,
     subreaper: bool,
     isolation: SessionIsolation,
+    /// The shim, bundled tools and code cache of this pool alone; last, so
+    /// that it is removed after the template and the workers are gone.
+    install: Arc<crate::embedded::PrivateInstall>,
 }
 
 impl Shared {
@@ -804,6 +807,8 @@ impl Pool {
             "subreaper": shared.subreaper,
             "sandbox": shared.spec.sandbox.is_some(),
             "allow_net": shared.spec.sandbox.as_ref().is_some_and(|s| s.options().allow_net),
+            "private_dir": shared.install.path(),
+            "code_cache": shared.spec.boot.code_cache,
         })
     }
 
