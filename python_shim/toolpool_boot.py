@@ -120,8 +120,8 @@ def _template(supervisor: int) -> None:
 
     # Not dumpable: no process of the same user (a tool among them) may
     # trace it or write its memory through /proc/<pid>/mem, which would run
-    # its code in every worker cloned after. Its guardians inherit it; each
-    # worker makes itself dumpable again (_run_worker).
+    # its code in every worker cloned after. Each guardian cloned from it
+    # makes itself dumpable again (_become_guardian).
     _prctl(PR_SET_DUMPABLE, 0)
     channel = _socket.socket(fileno=TEMPLATE_FD)
     clone = SYS_CLONE.get(os.uname().machine)
@@ -189,6 +189,10 @@ def _become_guardian(request: bytes, fds: list, supervisor: int) -> None:
             if fd != target:
                 os.dup2(fd, target)
         os.setpgid(0, 0)
+        # Dumpable again, as a spawned guardian is: it writes its own
+        # /proc/self/uid_map for a PID namespace (unwritable to a process that
+        # is not), and its worker inherits it for the author's debuggers.
+        _prctl(PR_SET_DUMPABLE, 1)
         _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
         if os.getppid() != supervisor:
             os._exit(1)  # the supervisor died before the parent-death signal was armed
@@ -311,9 +315,6 @@ def _run_worker(config: dict, guardian: int) -> None:
         # does (TIOCSTI, a fake prompt on /dev/tty) reaches the terminal of
         # the person who started toolpool; its own group, killed as one.
         os.setsid()
-        # As a spawned worker is (the template's guardians are not): what
-        # profilers and debuggers of the tools' author need.
-        _prctl(PR_SET_DUMPABLE, 1)
         _die_with_parent()
         if _parent_pid() != guardian:
             os._exit(1)  # the guardian died before the parent-death signal was armed

@@ -232,6 +232,49 @@ async fn a_reused_id_in_flight_is_refused_and_the_first_gets_its_own_answer() {
     assert_eq!(server.exit_code().await, Some(0));
 }
 
+/// A client that cancels a running call and reuses its id at once gets the
+/// second call's own answer — never the first's "cancelled", and the second
+/// is never cancelled with it (rmcp keys cancellation by id alone).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_id_reused_at_once_is_answered_for_the_second_request() {
+    let mut server = start(&["--workers", "2", "serve"]).await;
+    let started = tempfile::tempdir().unwrap();
+    for round in 0..10 {
+        let started_file = started.path().join(format!("started-{round}"));
+        server
+            .send(&call(
+                json!(700),
+                "slow_then_answer",
+                json!({"seconds": 1, "token": "the first", "started_file": started_file}),
+            ))
+            .await;
+        wait_for_pid_file(&started_file, Duration::from_secs(30)).await;
+        let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                            "params": {"requestId": 700, "reason": "changed my mind"}});
+        server.send(&cancel.to_string()).await;
+        server
+            .send(&call(json!(700), "add", json!({"a": round, "b": 1})))
+            .await;
+        let answer = server.next().await;
+        assert_eq!(answer["id"], 700, "{answer}");
+        assert_eq!(
+            answer["result"]["content"][0]["text"],
+            (round + 1).to_string(),
+            "round {round}: {answer}"
+        );
+        // Nothing more for 700: the cancelled call is not answered.
+        server
+            .send(&call(json!(1), "add", json!({"a": 0, "b": 0})))
+            .await;
+        let next = server.next().await;
+        assert_eq!(
+            next["id"], 1,
+            "round {round}: a second answer for 700: {next}"
+        );
+    }
+    assert_eq!(server.exit_code().await, Some(0));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn closing_stdout_with_stdin_open_shuts_the_server_down() {
     let mut server = start(&["--workers", "1", "--timeout", "600", "serve"]).await;

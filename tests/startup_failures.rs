@@ -106,32 +106,28 @@ async fn module_exiting_at_import_is_a_catalog_error_with_its_stderr_and_the_res
 
 #[test]
 fn broken_shim_is_reported_with_the_workers_stderr() {
-    let cache = tempfile::tempdir().unwrap();
     let session = tempfile::tempdir().unwrap();
-    let run_with_cache = |args: &[&str]| {
-        run(toolpool_command(session.path())
-            .env("TOOLPOOL_CACHE_DIR", cache.path())
-            .args(args))
-    };
-    let ok = run_with_cache(&["call", "add", "--args", r#"{"a": 1, "b": 2}"#]);
-    assert_eq!(ok.code, 0, "{}", ok.stderr);
-    // Break the installed shim: the worker cannot import its main module.
-    let shim = std::fs::read_dir(cache.path())
-        .unwrap()
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .find(|p| {
-            p.file_name()
-                .unwrap()
-                .to_string_lossy()
-                .starts_with("shim-")
-        })
-        .expect("the shim was installed");
+    // An interpreter that breaks the shim it is asked to boot, then runs it
+    // (it names itself when asked for sys.executable).
+    let dir = tempfile::tempdir().unwrap();
+    let python = dir.path().join("python-breaking-the-shim");
     std::fs::write(
-        shim.join("toolpool_shim/worker.py"),
-        "def main(config:\n    this is not python\n",
+        &python,
+        "#!/bin/sh\n\
+         if [ \"$2\" = -c ]; then printf '%s' \"$0\"; exit 0; fi\n\
+         for arg in \"$@\"; do case \"$arg\" in *toolpool_boot.py)\n\
+         printf 'def main(config:\\n    this is not python\\n' > \"$(dirname \"$arg\")/toolpool_shim/worker.py\";;\n\
+         esac; done\n\
+         exec python3 \"$@\"\n",
     )
     .unwrap();
-    let broken = run_with_cache(&["call", "add", "--args", r#"{"a": 1, "b": 2}"#]);
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let add = ["call", "add", "--args", r#"{"a": 1, "b": 2}"#];
+    let broken = run(toolpool_command(session.path())
+        .arg("--python")
+        .arg(&python)
+        .args(add));
     assert_eq!(broken.code, 1, "{}", broken.stderr);
     assert!(
         broken.stderr.contains(
@@ -142,6 +138,9 @@ fn broken_shim_is_reported_with_the_workers_stderr() {
     );
     assert!(broken.stderr.contains("SyntaxError"), "{}", broken.stderr);
     assert!(broken.elapsed < Duration::from_secs(20));
+    // The next run installs its own shim: nothing broken is kept.
+    let ok = run(toolpool_command(session.path()).args(add));
+    assert_eq!(ok.code, 0, "{}", ok.stderr);
 }
 
 /// A module that imports fine until `broken.flag` appears beside it, and

@@ -152,8 +152,8 @@ async fn write_stdout(
             read = from_rmcp.read_until(b'\n', &mut line) => match read {
                 Ok(0) | Err(_) => break,
                 Ok(_) if line.ends_with(b"\n") => {
-                    gate.answered(&line);
-                    std::mem::take(&mut line)
+                    let written = std::mem::take(&mut line);
+                    gate.answered(&written).unwrap_or(written)
                 }
                 Ok(_) => continue,
             },
@@ -261,6 +261,7 @@ impl StdinReader {
                                 line.push(b'\n');
                                 tx.blocking_send(line).is_ok()
                             }
+                            Verdict::PassAs(instead) => tx.blocking_send(instead).is_ok(),
                             Verdict::Reply(reply) => replies.blocking_send(reply).is_ok(),
                             Verdict::Skip => true,
                         },

@@ -12,15 +12,21 @@
 //! - a line longer than the frame limit (64 MiB) is not kept: it is answered
 //!   `-32600` naming the limit, with the id when its first bytes show one;
 //! - a request whose id is still in flight is answered `-32600` (the first
-//!   one goes on and gets its own answer).
+//!   one goes on and gets its own answer);
+//! - a request that reuses the id of a request the client cancelled goes to
+//!   rmcp under an id of its own (an alias), and its response comes back
+//!   under the client's id. rmcp keys a request's cancellation by its id
+//!   alone: the cancelled call, still ending, would otherwise take the new
+//!   request's place — its "cancelled" answer sent for it, and the new call
+//!   cancelled with it.
 //!
-//! Good lines are passed on to rmcp unchanged. The writer side calls
+//! Other good lines are passed on to rmcp unchanged. The writer side calls
 //! [`Gate::answered`] on every line rmcp writes, so an id leaves the
 //! in-flight set as its response goes out (or when the client cancels it).
 
 use std::sync::Arc;
 
-use dashmap::DashSet;
+use dashmap::{DashMap, DashSet};
 use rmcp::model::{ClientJsonRpcMessage, ClientNotification, JsonRpcMessage};
 use serde::de::IgnoredAny;
 use serde::Deserialize;
@@ -37,6 +43,8 @@ const INVALID_REQUEST: i64 = -32600;
 pub enum Verdict {
     /// Hand the line to rmcp.
     Pass,
+    /// Hand rmcp this line instead (a reused id given its alias).
+    PassAs(Vec<u8>),
     /// Answer it with these lines (JSON-RPC errors, each ending in `\n`); rmcp never sees it.
     Reply(Vec<u8>),
     /// Nothing to do (an empty line, a notification rmcp would ignore).
@@ -48,14 +56,30 @@ pub enum Verdict {
 #[derive(Clone)]
 pub struct Gate {
     in_flight: Arc<DashSet<String>>,
+    /// Ids the client cancelled, whose calls may still be ending in rmcp
+    /// (it sends them no response, so when they end is not seen here).
+    cancelled: Arc<DashSet<String>>,
+    /// The client's id of each alias, and the alias of each client id now
+    /// running under one (for its cancellation).
+    original_of: Arc<DashMap<String, Value>>,
+    alias_of: Arc<DashMap<String, Value>>,
+    aliases_made: Arc<std::sync::atomic::AtomicU64>,
     limit: usize,
 }
+
+/// Cancelled ids remembered for aliasing; past it the set starts over (a
+/// call cancelled that long ago has ended).
+const CANCELLED_REMEMBERED: usize = 4096;
 
 impl Gate {
     /// `limit`: the longest line accepted, newline not counted.
     pub fn new(limit: usize) -> Gate {
         Gate {
             in_flight: Arc::default(),
+            cancelled: Arc::default(),
+            original_of: Arc::default(),
+            alias_of: Arc::default(),
+            aliases_made: Arc::default(),
             limit,
         }
     }
@@ -72,7 +96,7 @@ impl Gate {
             return Verdict::Skip;
         }
         match serde_json::from_slice::<ClientJsonRpcMessage>(line) {
-            Ok(message) => self.admit(message),
+            Ok(message) => self.admit(message, line),
             Err(typed) => self.explain(line, &typed),
         }
     }
@@ -92,33 +116,79 @@ impl Gate {
     }
 
     /// Called with each line the server writes: a response takes its id out
-    /// of flight.
-    pub fn answered(&self, line: &[u8]) {
+    /// of flight. The response of an aliased request is given back under
+    /// the client's id: `Some(line)` to write instead.
+    pub fn answered(&self, line: &[u8]) -> Option<Vec<u8>> {
         #[derive(Deserialize)]
         struct Head {
             id: Option<Value>,
             method: Option<IgnoredAny>,
         }
-        if let Ok(Head {
+        let Ok(Head {
             id: Some(id),
             method: None,
         }) = serde_json::from_slice::<Head>(line)
-        {
+        else {
+            return None;
+        };
+        let Some((_, original)) = self.original_of.remove(&id_key(&id)) else {
             self.land(&id);
-        }
+            return None;
+        };
+        self.alias_of
+            .remove_if(&id_key(&original), |_, alias| *alias == id);
+        self.land(&original);
+        rewrite(line, |message| message["id"] = original)
     }
 
     fn land(&self, id: &Value) {
         self.in_flight.remove(&id_key(id));
     }
 
-    /// A well-formed message: a request must not reuse an id in flight; a
-    /// cancellation frees its id (rmcp sends no response to it).
-    fn admit(&self, message: ClientJsonRpcMessage) -> Verdict {
+    /// `line`, a request the client sent with `id`, given an alias of its own.
+    fn under_alias(&self, line: &[u8], id: Value) -> Verdict {
+        let made = self
+            .aliases_made
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let alias = json!(format!("toolpool-alias-{made}"));
+        let Some(rewritten) = rewrite(line, |message| message["id"] = alias.clone()) else {
+            return Verdict::Pass;
+        };
+        self.original_of.insert(id_key(&alias), id.clone());
+        self.alias_of.insert(id_key(&id), alias);
+        Verdict::PassAs(rewritten)
+    }
+
+    /// The client cancelled `id`: it leaves flight, is remembered (its call
+    /// may still be ending), and reaches rmcp under its alias if it has one.
+    fn cancel(&self, line: &[u8], id: Value) -> Verdict {
+        let key = id_key(&id);
+        self.land(&id);
+        if self.cancelled.len() >= CANCELLED_REMEMBERED {
+            self.cancelled.clear();
+        }
+        self.cancelled.insert(key.clone());
+        let Some((_, alias)) = self.alias_of.remove(&key) else {
+            return Verdict::Pass;
+        };
+        match rewrite(line, |message| message["params"]["requestId"] = alias) {
+            Some(rewritten) => Verdict::PassAs(rewritten),
+            None => Verdict::Pass,
+        }
+    }
+
+    /// A well-formed message: a request must not reuse an id in flight, and
+    /// runs under an alias if it reuses a cancelled one; a cancellation
+    /// frees its id (rmcp sends no response to it).
+    fn admit(&self, message: ClientJsonRpcMessage, line: &[u8]) -> Verdict {
         match message {
             JsonRpcMessage::Request(request) => {
                 let id = serde_json::to_value(&request.id).unwrap_or(Value::Null);
-                if self.in_flight.insert(id_key(&id)) {
+                let key = id_key(&id);
+                if self.in_flight.insert(key.clone()) {
+                    if self.cancelled.remove(&key).is_some() {
+                        return self.under_alias(line, id);
+                    }
                     Verdict::Pass
                 } else {
                     Verdict::Reply(error_line(
@@ -136,7 +206,7 @@ impl Gate {
                 {
                     if let Some(id) = &cancelled.params.request_id {
                         if let Ok(id) = serde_json::to_value(id) {
-                            self.land(&id);
+                            return self.cancel(line, id);
                         }
                     }
                 }
@@ -213,6 +283,16 @@ impl Gate {
 }
 
 /// JSON-RPC ids are strings or integers (null and fractions are not used).
+/// `line` (one JSON message) as `edit` leaves it, every other member as it
+/// was (in order); a newline ends it.
+fn rewrite(line: &[u8], edit: impl FnOnce(&mut Value)) -> Option<Vec<u8>> {
+    let mut message: Value = serde_json::from_slice(line).ok()?;
+    edit(&mut message);
+    let mut rewritten = serde_json::to_vec(&message).ok()?;
+    rewritten.push(b'\n');
+    Some(rewritten)
+}
+
 fn usable_id(id: &Value) -> bool {
     id.is_string() || id.is_i64() || id.is_u64()
 }
@@ -385,6 +465,54 @@ mod tests {
     }
 
     #[test]
+    fn a_cancelled_id_reused_runs_under_an_alias_and_is_answered_under_its_own() {
+        let gate = Gate::new(1 << 20);
+        let call = br#"{"jsonrpc":"2.0","id":700,"method":"tools/call","params":{"name":"a"}}"#;
+        let cancel =
+            br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":700}}"#;
+        assert_eq!(gate.line(call), Verdict::Pass);
+        assert_eq!(gate.line(cancel), Verdict::Pass);
+        // Reused at once: rmcp gets it under an alias, every other member kept.
+        let Verdict::PassAs(aliased) = gate.line(call) else {
+            panic!("not aliased")
+        };
+        let aliased: Value = serde_json::from_slice(&aliased).unwrap();
+        let alias = aliased["id"].clone();
+        assert_ne!(alias, json!(700));
+        assert_eq!(aliased["params"]["name"], "a");
+        // The first call's late answer (had rmcp sent it) keeps its id.
+        assert_eq!(
+            gate.answered(br#"{"jsonrpc":"2.0","id":700,"result":{"content":[]}}"#),
+            None
+        );
+        // The second's comes back under the client's id.
+        let answer = json!({"jsonrpc": "2.0", "id": alias, "result": {"n": 2}});
+        let back = gate
+            .answered(&serde_json::to_vec(&answer).unwrap())
+            .expect("rewritten");
+        let back: Value = serde_json::from_slice(&back).unwrap();
+        assert_eq!(
+            back,
+            json!({"jsonrpc": "2.0", "id": 700, "result": {"n": 2}})
+        );
+        // Reused after its answer: passed as it is.
+        assert_eq!(gate.line(call), Verdict::Pass);
+        // A cancellation of an aliased request reaches rmcp for the alias.
+        assert_eq!(gate.line(cancel), Verdict::Pass);
+        let Verdict::PassAs(_) = gate.line(call) else {
+            panic!("a reuse of a cancelled id runs under an alias")
+        };
+        let Verdict::PassAs(cancelled) = gate.line(cancel) else {
+            panic!("the cancel of an aliased request names its alias")
+        };
+        let cancelled: Value = serde_json::from_slice(&cancelled).unwrap();
+        assert!(cancelled["params"]["requestId"]
+            .as_str()
+            .unwrap()
+            .starts_with("toolpool-alias-"));
+    }
+
+    #[test]
     fn an_id_in_flight_cannot_be_reused_until_answered() {
         let gate = Gate::new(1 << 20);
         let ping = br#"{"jsonrpc":"2.0","id":7,"method":"ping"}"#;
@@ -402,11 +530,11 @@ mod tests {
         );
         gate.answered(br#"{"jsonrpc":"2.0","id":7,"result":{}}"#);
         assert_eq!(gate.line(ping), Verdict::Pass);
-        // A cancellation frees the id too.
+        // A cancellation frees the id too (its reuse runs under an alias).
         gate.line(
             br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7}}"#,
         );
-        assert_eq!(gate.line(ping), Verdict::Pass);
+        assert!(matches!(gate.line(ping), Verdict::PassAs(_)));
         // A request from the server with the same id is not a response.
         gate.answered(br#"{"jsonrpc":"2.0","id":7,"method":"elicitation/create","params":{}}"#);
         assert!(matches!(gate.line(ping), Verdict::Reply(_)));

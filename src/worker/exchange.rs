@@ -40,9 +40,6 @@ impl Actor {
         if let Ok(mut tag) = self.call_tag.lock() {
             *tag = Some(call.clone());
         }
-        if let Some(leftovers) = self.leftovers.as_mut() {
-            leftovers.call_starts();
-        }
         let exchange = self
             .exchange(id, frame, state, stdin, written_at, job)
             .await;

@@ -27,7 +27,6 @@ pub(super) struct Leftovers {
     guardian: i32,
     /// `/proc/<worker>/stat`, open for as long as the worker lives.
     stat: Option<File>,
-    loadavg: Option<File>,
     /// The fewest threads the worker was seen with, idle.
     idle_threads: Option<u64>,
     /// The last pid the kernel gave out when the running call started.
@@ -42,7 +41,6 @@ impl Leftovers {
             worker,
             guardian,
             stat: File::open(format!("/proc/{worker}/stat")).ok(),
-            loadavg: File::open("/proc/loadavg").ok(),
             idle_threads: None,
             last_pid_at_start: None,
         };
@@ -50,9 +48,11 @@ impl Leftovers {
         leftovers
     }
 
-    /// A call starts on the worker.
-    pub(super) fn call_starts(&mut self) {
-        self.last_pid_at_start = self.last_pid();
+    /// A call starts on the worker: `last_pid` is [`last_pid`] read before
+    /// its request's first byte was written (read once the actor runs, the
+    /// worker may already have forked: its pid would count as "before").
+    pub(super) fn call_starts(&mut self, last_pid: Option<u64>) {
+        self.last_pid_at_start = last_pid;
     }
 
     /// After the call's reply: what it left running, described, or `None`.
@@ -79,7 +79,7 @@ impl Leftovers {
             }
             Some(now) => self.idle_threads = Some(now),
         }
-        let moved = match (self.last_pid_at_start, self.last_pid()) {
+        let moved = match (self.last_pid_at_start, last_pid()) {
             (Some(before), Some(now)) => before != now,
             _ => true,
         };
@@ -110,11 +110,6 @@ impl Leftovers {
         Some(crate::procfs::parse_stat(self.worker, &text)?.threads)
     }
 
-    fn last_pid(&self) -> Option<u64> {
-        let text = read_again(self.loadavg.as_ref()?)?;
-        text.split_whitespace().last()?.parse().ok()
-    }
-
     /// The guardian's descendants other than the worker, as `pid (name)`.
     fn processes(&self) -> Vec<String> {
         crate::procfs::descendants_of(self.guardian)
@@ -123,6 +118,15 @@ impl Leftovers {
             .map(|found| format!("{} ({})", found.pid, found.command))
             .collect()
     }
+}
+
+/// The last pid the kernel gave out (the last field of `/proc/loadavg`,
+/// kept open for the process's life and read again each time).
+pub(super) fn last_pid() -> Option<u64> {
+    static LOADAVG: std::sync::OnceLock<Option<File>> = std::sync::OnceLock::new();
+    let file = LOADAVG.get_or_init(|| File::open("/proc/loadavg").ok());
+    let text = read_again(file.as_ref()?)?;
+    text.split_whitespace().last()?.parse().ok()
 }
 
 /// A /proc file's text, read afresh from its start.
@@ -141,7 +145,7 @@ mod tests {
         // This test process plays the worker: its threads are counted.
         let me = std::process::id() as i32;
         let mut leftovers = Leftovers::new(me, me);
-        leftovers.call_starts();
+        leftovers.call_starts(last_pid());
         let (stop, stopped) = std::sync::mpsc::channel::<()>();
         let running = std::thread::spawn(move || {
             let _ = stopped.recv();
@@ -154,7 +158,7 @@ mod tests {
         stop.send(()).unwrap();
         running.join().unwrap();
         let mut again = Leftovers::new(me, me);
-        again.call_starts();
+        again.call_starts(last_pid());
         std::thread::spawn(|| ()).join().unwrap();
         // Other tests' threads may come and go meanwhile: only a thread
         // count at or below the idle one says "nothing left".
@@ -168,7 +172,7 @@ mod tests {
         let me = std::process::id() as i32;
         let mut leftovers = Leftovers::new(me, me);
         leftovers.idle_threads = Some(u64::MAX);
-        leftovers.call_starts();
+        leftovers.call_starts(last_pid());
         let mut child = std::process::Command::new("sleep")
             .arg("30")
             .spawn()

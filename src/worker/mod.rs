@@ -426,6 +426,7 @@ impl Worker {
                 })
             }
         };
+        let last_pid_before = leftovers::last_pid();
         let written_at = tokio::time::Instant::now();
         state.wrote(write_now(&stdin, &frame));
         let job = Job {
@@ -434,6 +435,7 @@ impl Worker {
             state,
             stdin,
             written_at,
+            last_pid_before,
             run,
         };
         if self.mailbox.send(Command::Run(job)).is_err() {
