@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use serde_json::{json, Value};
 use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
-use toolpool::protocol::{encode_frame, CallContext, Request, DEFAULT_MAX_FRAME};
+use toolpool::protocol::{encode_invoke_frame, CallContext, DEFAULT_MAX_FRAME};
 use toolpool::sandbox::SandboxMode;
 use toolpool::{InvokeOptions, Pool};
 
@@ -215,13 +215,8 @@ async fn floor_round_trip(calls: usize) -> Vec<f64> {
     let mut samples = Vec::with_capacity(calls);
     for i in 0..(calls + 200) {
         let started = Instant::now();
-        let request = Request::Invoke {
-            id: i as u64,
-            name: "noop",
-            args: &args,
-            context: &context,
-        };
-        let frame = encode_frame(&request, DEFAULT_MAX_FRAME).expect("encodes");
+        let frame = encode_invoke_frame(i as u64, "noop", &args, &context, DEFAULT_MAX_FRAME)
+            .expect("encodes");
         toolpool::protocol::write_frame(&mut stdin, &frame)
             .await
             .expect("writes");

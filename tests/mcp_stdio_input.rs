@@ -232,6 +232,31 @@ async fn a_reused_id_in_flight_is_refused_and_the_first_gets_its_own_answer() {
     assert_eq!(server.exit_code().await, Some(0));
 }
 
+/// A message of more JSON values than the server takes is refused before it
+/// is parsed (30 M zeros once took the server to 7.9 GB), naming the count;
+/// the server goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_of_too_many_values_is_refused_before_it_is_parsed() {
+    let mut server = start(&["--workers", "1", "serve"]).await;
+    let zeros = vec!["0"; 2_100_000].join(",");
+    server
+        .send(&format!(
+            r#"{{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{{"name":"echo","arguments":{{"value":[{zeros}]}}}}}}"#
+        ))
+        .await;
+    let refused = server.next().await;
+    assert_eq!(refused["id"], 9, "{refused}");
+    let (code, message) = error_of(&refused);
+    assert_eq!(code, -32600, "{refused}");
+    assert!(message.contains("at most 2000000 are taken"), "{message}");
+    server
+        .send(&call(json!(10), "add", json!({"a": 1, "b": 1})))
+        .await;
+    let served = server.next().await;
+    assert_eq!(served["result"]["content"][0]["text"], "2", "{served}");
+    assert_eq!(server.exit_code().await, Some(0));
+}
+
 /// A client that cancels a running call and reuses its id at once gets the
 /// second call's own answer — never the first's "cancelled", and the second
 /// is never cancelled with it (rmcp keys cancellation by id alone).

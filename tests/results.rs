@@ -45,6 +45,24 @@ async fn huge_result_is_refused_clearly_not_a_hang() {
     pool.shutdown().await;
 }
 
+/// A result of more values than the server takes ([0] * 10 000 000, a 50 MB
+/// blob that would parse into gigabytes) is ResultTooLarge naming the
+/// limit; one under it is delivered.
+#[tokio::test]
+async fn a_result_of_too_many_values_is_refused_not_parsed() {
+    let (pool, _session) = pool(1).await;
+    let error = call(&pool, "many_zeros", json!({})).await.unwrap_err();
+    assert_eq!(error.kind, toolpool::ErrorKind::ResultTooLarge, "{error}");
+    assert!(
+        error.message.contains("holds more than 2000000 values"),
+        "{error}"
+    );
+    let fewer = call(&pool, "many_zeros", json!({"count": 1000})).await;
+    assert_eq!(fewer.unwrap().as_array().map(Vec::len), Some(1000));
+    assert_serves(&pool).await;
+    pool.shutdown().await;
+}
+
 #[tokio::test]
 async fn result_under_the_limit_is_delivered_whole() {
     let (pool, _session) = pool(1).await;

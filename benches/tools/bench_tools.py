@@ -22,3 +22,13 @@ def records(count: int) -> list:
 def take_records(rows: list) -> int:
     """A table-shaped argument (P9): how many rows arrived."""
     return len(rows)
+
+
+def take_text(text: str) -> int:
+    """The length of the text given (a large argument's way in)."""
+    return len(text)
+
+
+def zeros(count: int) -> list:
+    """A list of `count` zeros (a large result: ~2 bytes each as JSON)."""
+    return [0] * count

@@ -176,6 +176,7 @@ pub(super) async fn serve(
         access: options.access,
         sessions,
         pool: server.pool().clone(),
+        bodies: Arc::new(tokio::sync::Semaphore::new(BODIES_IN_FLIGHT / 1024)),
     });
     let cap = ConnectionCap::new(options.max_connections, "--max-connections");
     if !local.ip().is_loopback() {
@@ -262,7 +263,16 @@ struct Front {
     access: Access,
     sessions: Arc<Sessions>,
     pool: crate::pool::Pool,
+    /// Request bodies held at once, in KiB (see [`BODIES_IN_FLIGHT`]).
+    bodies: Arc<tokio::sync::Semaphore>,
 }
+
+/// The most bytes of request bodies the server holds at once, across every
+/// connection (four bodies of the largest size): past it a request is
+/// answered 503 before its body is read. A body costs a few times its size
+/// while it is parsed and sent on to a worker, so this bounds the memory
+/// that requests take, whatever clients send.
+const BODIES_IN_FLIGHT: usize = 4 * crate::protocol::DEFAULT_MAX_FRAME;
 
 impl Front {
     async fn handle(&self, request: Request<Incoming>) -> Response<Body> {
@@ -296,8 +306,8 @@ impl Front {
             );
         }
         let session = header(SESSION_HEADER).map(str::to_string);
-        let request = match read_request(request).await {
-            Ok(request) => request,
+        let (request, _held) = match read_request(request, &self.bodies).await {
+            Ok(read) => read,
             Err(response) => return response,
         };
         match (request.method(), session) {
@@ -516,13 +526,24 @@ const TASK_METHODS: [&str; 3] = ["tasks/get", "tasks/update", "tasks/cancel"];
 
 /// `request` with its body read whole, if it is a POST: within the frame
 /// limit and the least rate of [`crate::http_conn::read_body`] (a client
-/// that trickles a body is cut off, as one that trickles a header is).
+/// that trickles a body is cut off, as one that trickles a header is), and
+/// within `bodies`, the budget of bodies held at once, whose share it holds
+/// until dropped; a JSON text of more than `MAX_VALUES` values is refused.
 /// A task method's POST (by its `Mcp-Method` header) without an `Mcp-Name`
 /// gets one from its body's `params.taskId` (see the module's
 /// documentation). Other requests are passed on unread.
-async fn read_request(request: Request<Incoming>) -> Result<Request<RequestBody>, Response<Body>> {
+async fn read_request(
+    request: Request<Incoming>,
+    bodies: &Arc<tokio::sync::Semaphore>,
+) -> Result<
+    (
+        Request<RequestBody>,
+        Option<tokio::sync::OwnedSemaphorePermit>,
+    ),
+    Response<Body>,
+> {
     if request.method() != Method::POST {
-        return Ok(request.map(BodyExt::boxed_unsync));
+        return Ok((request.map(BodyExt::boxed_unsync), None));
     }
     let names_task = request
         .headers()
@@ -534,6 +555,29 @@ async fn read_request(request: Request<Incoming>) -> Result<Request<RequestBody>
         .headers()
         .get(hyper::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok()?.parse().ok());
+    let busy = || {
+        tracing::warn!("refused a request: the bodies in flight are at the budget");
+        text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "too many request bodies in flight: this server holds at most {} MiB of them at once; retry\n",
+                BODIES_IN_FLIGHT >> 20
+            ),
+        )
+    };
+    let held = |bytes: u64| {
+        let kib = u32::try_from(bytes.div_ceil(1024))
+            .unwrap_or(u32::MAX)
+            .max(1);
+        bodies.clone().try_acquire_many_owned(kib).ok()
+    };
+    // Known ahead: held before the body is read. Else (chunked): once read.
+    let mut permit = match expected {
+        Some(length) if length <= crate::protocol::DEFAULT_MAX_FRAME as u64 => {
+            Some(held(length).ok_or_else(busy)?)
+        }
+        _ => None,
+    };
     let (mut parts, body) = request.into_parts();
     let bytes = match read_body(body, crate::protocol::DEFAULT_MAX_FRAME, expected).await {
         Ok(bytes) => bytes,
@@ -547,6 +591,17 @@ async fn read_request(request: Request<Incoming>) -> Result<Request<RequestBody>
             return Err(text(status, format!("{error}\n")));
         }
     };
+    if permit.is_none() {
+        permit = Some(held(bytes.len() as u64).ok_or_else(busy)?);
+    }
+    let values = crate::protocol::count_values(&bytes);
+    if values > crate::protocol::MAX_VALUES {
+        tracing::info!(values, "refused a request holding too many JSON values");
+        return Err(text(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("{}\n", crate::protocol::json_values::too_many(values)),
+        ));
+    }
     if names_task {
         if let Some(value) = task_name(&bytes) {
             parts.headers.insert("mcp-name", value);
@@ -555,7 +610,7 @@ async fn read_request(request: Request<Incoming>) -> Result<Request<RequestBody>
     let body = Full::new(bytes)
         .map_err(|never| match never {})
         .boxed_unsync();
-    Ok(Request::from_parts(parts, body))
+    Ok((Request::from_parts(parts, body), permit))
 }
 
 /// The `Mcp-Name` a task request's body names (`params.taskId`), when it

@@ -625,7 +625,7 @@ impl ServerHandler for ToolpoolServer {
 
     async fn call_tool(
         &self,
-        request: CallToolRequestParams,
+        mut request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let _in_flight = self.inner.calls.enter();
@@ -638,7 +638,8 @@ impl ServerHandler for ToolpoolServer {
                 None,
             )));
         }
-        let args = Value::Object(request.arguments.clone().unwrap_or_default());
+        // Taken, not copied: a large argument is held once.
+        let args = Value::Object(request.arguments.take().unwrap_or_default());
         // The toolpool session the call runs in (HTTP: the MCP session's own).
         let session = self
             .session

@@ -95,6 +95,16 @@ impl Gate {
         if line.iter().all(u8::is_ascii_whitespace) {
             return Verdict::Skip;
         }
+        let values = crate::protocol::count_values(line);
+        if values > crate::protocol::MAX_VALUES {
+            let id = id_in_prefix(&line[..line.len().min(OVERSIZED_PREFIX)]).unwrap_or(Value::Null);
+            let why = crate::protocol::json_values::too_many(values);
+            return Verdict::Reply(error_line(
+                &id,
+                INVALID_REQUEST,
+                &format!("Invalid request: {why}"),
+            ));
+        }
         match serde_json::from_slice::<ClientJsonRpcMessage>(line) {
             Ok(message) => self.admit(message, line),
             Err(typed) => self.explain(line, &typed),

@@ -48,6 +48,11 @@ pub enum MarshalError {
     )]
     TooLarge,
     #[error(
+        "the result holds more than {} values (lists, dicts and the items in them); return fewer, or write them to a file",
+        super::MAX_VALUES
+    )]
+    TooManyValues,
+    #[error(
         "Exceeds the limit ({} digits) for integer string conversion; use sys.set_int_max_str_digits() to increase the limit",
         python_text::INT_MAX_STR_DIGITS
     )]
@@ -63,7 +68,7 @@ impl MarshalError {
     pub fn python_type(&self) -> &'static str {
         match self {
             MarshalError::Surrogate { .. } => "UnicodeEncodeError",
-            MarshalError::TooLarge => "ResultTooLarge",
+            MarshalError::TooLarge | MarshalError::TooManyValues => "ResultTooLarge",
             _ => "ValueError",
         }
     }
@@ -77,6 +82,7 @@ pub fn from_marshal(bytes: &[u8]) -> Result<Value, MarshalError> {
         refs: Vec::new(),
         replaying: 0,
         expanded: 0,
+        values: 0,
     };
     let value = reader.value(0)?;
     if reader.pos != bytes.len() {
@@ -103,6 +109,8 @@ struct Reader<'a> {
     replaying: usize,
     /// Bytes read again for references.
     expanded: usize,
+    /// Values made so far (each a `Value` in memory; see `MAX_VALUES`).
+    values: usize,
 }
 
 /// What a type code begins, for reading it as a value, a key or a repr.
@@ -247,6 +255,10 @@ impl<'a> Reader<'a> {
 
     /// One object as the walk converts a value.
     fn value(&mut self, depth: usize) -> Result<Value, MarshalError> {
+        self.values += 1;
+        if self.values > super::MAX_VALUES {
+            return Err(MarshalError::TooManyValues);
+        }
         let start = self.pos;
         let (code, slot) = match self.head(depth)? {
             Head::Reference { start, end } => {

@@ -26,12 +26,45 @@ pub enum WriteError {
 /// `value` as `marshal.dumps(value, 4)` would write the Python object
 /// `json.loads` makes of it (without marshal's reference flags).
 pub fn to_marshal(value: &Value) -> Result<Vec<u8>, WriteError> {
+    let mut out = Vec::with_capacity(estimated_len(value));
+    write_marshal(value, &mut out)?;
+    Ok(out)
+}
+
+/// [`to_marshal`], appended to `out` (the frame it travels in, so that a
+/// large argument is not made once and copied again).
+pub fn write_marshal(value: &Value, out: &mut Vec<u8>) -> Result<(), WriteError> {
     let mut writer = Writer {
-        out: Vec::with_capacity(64),
+        out: std::mem::take(out),
         texts: HashMap::new(),
     };
-    writer.write(value)?;
-    Ok(writer.out)
+    let written = writer.write(value);
+    *out = writer.out;
+    written
+}
+
+/// At least the length of [`to_marshal`]'s blob for `value` (integers
+/// beyond 32 bits and floats counted at their widest), without recursion.
+pub fn estimated_len(value: &Value) -> usize {
+    let mut total = 0usize;
+    let mut stack = vec![value];
+    while let Some(value) = stack.pop() {
+        total += match value {
+            Value::Null | Value::Bool(_) => 1,
+            // A long of up to 128 bits: 5 bytes of header, 2 per 15 bits.
+            Value::Number(_) => 5 + 18,
+            Value::String(text) => 5 + text.len(),
+            Value::Array(items) => {
+                stack.extend(items);
+                5
+            }
+            Value::Object(map) => {
+                stack.extend(map.values());
+                2 + map.keys().map(|key| 5 + key.len()).sum::<usize>()
+            }
+        };
+    }
+    total
 }
 
 /// Text values this long or shorter are shared (names, tags, enum values).

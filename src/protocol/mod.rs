@@ -10,11 +10,13 @@ use serde_json::Value;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 mod framing;
+pub mod json_values;
 pub mod marshal;
 pub mod marshal_writer;
 mod python_text;
 
 pub use self::framing::{message_reader, next_message, MessageCodec, MessageReader};
+pub use self::json_values::{count_values, MAX_VALUES};
 
 /// Version of the wire protocol; the worker's hello must carry the same.
 pub const PROTOCOL_VERSION: u32 = 6;
@@ -39,6 +41,8 @@ pub enum ProtocolError {
     Unexpected(&'static str),
     #[error("cannot encode message: {0}")]
     Encode(#[from] rmp_serde::encode::Error),
+    #[error("{0}")]
+    Arguments(String),
 }
 
 /// Context a call carries into the worker; the worker adds the paths.
@@ -70,26 +74,13 @@ pub struct SessionDirs {
 /// Supervisor → worker.
 #[derive(Debug, Serialize)]
 #[serde(tag = "t", rename_all = "lowercase")]
-pub enum Request<'a> {
+pub enum Request {
     Catalog {
         id: u64,
     },
     /// Answered with a null value; warms a fresh worker's request path.
     Ping {
         id: u64,
-    },
-    Invoke {
-        id: u64,
-        name: &'a str,
-        /// Sent as one marshal blob (`args_marshal`, see
-        /// [`marshal_writer`]): the shim makes its Python objects with
-        /// `marshal.loads`, in C, not value by value.
-        #[serde(rename = "args_marshal", serialize_with = "as_marshal")]
-        args: &'a Value,
-        /// JSON text too (`context_json`): parsed in C, and the shim reuses
-        /// the parsed context while the text repeats (a session's calls).
-        #[serde(rename = "context_json", serialize_with = "as_json_text")]
-        context: &'a CallContext,
     },
 }
 
@@ -229,6 +220,13 @@ impl ReplyValue {
         }
         let value = match value_json {
             None => value,
+            Some(text) if count_values(text.as_bytes()) > MAX_VALUES => {
+                return Err(RemoteError {
+                    kind: ErrorKind::ResultTooLarge,
+                    message: marshal::MarshalError::TooManyValues.to_string(),
+                    traceback: None,
+                })
+            }
             Some(text) => match serde_json::from_str(&text) {
                 Ok(value) => value,
                 // serde_json's own guard (128 levels) trips first on very deep text.
@@ -257,19 +255,6 @@ fn depth(value: &Value) -> usize {
         stack.extend(children.map(|child| (child, level + 1)));
     }
     deepest
-}
-
-fn as_json_text<T: Serialize, S: serde::Serializer>(
-    value: &&T,
-    serializer: S,
-) -> Result<S::Ok, S::Error> {
-    let text = serde_json::to_string(*value).map_err(serde::ser::Error::custom)?;
-    serializer.serialize_str(&text)
-}
-
-fn as_marshal<S: serde::Serializer>(value: &&Value, serializer: S) -> Result<S::Ok, S::Error> {
-    let blob = marshal_writer::to_marshal(value).map_err(serde::ser::Error::custom)?;
-    serializer.serialize_bytes(&blob)
 }
 
 /// Worker → supervisor.
@@ -435,6 +420,91 @@ pub fn encode_frame<T: Serialize>(message: &T, limit: usize) -> Result<Vec<u8>, 
     Ok(frame)
 }
 
+/// An invoke request's frame: a map of `t` (`invoke`), `id`, `name`,
+/// `args_marshal` (the arguments as one marshal blob, see
+/// [`marshal_writer`]: the shim makes its Python objects with
+/// `marshal.loads`, in C, not value by value) and `context_json` (JSON
+/// text, parsed in C; the shim reuses the parsed context while the text
+/// repeats), in that order, where the shim reads them. Written by hand so
+/// that the blob goes straight into the frame (made apart and copied in, a
+/// large argument would be held twice more), allocated once at its
+/// estimated size.
+pub fn encode_invoke_frame(
+    id: u64,
+    name: &str,
+    args: &Value,
+    context: &CallContext,
+    limit: usize,
+) -> Result<Vec<u8>, ProtocolError> {
+    let context =
+        serde_json::to_string(context).map_err(|e| ProtocolError::Arguments(e.to_string()))?;
+    let estimate = 64 + name.len() + context.len() + marshal_writer::estimated_len(args);
+    let mut frame = Vec::with_capacity(4 + estimate.min(limit));
+    frame.extend_from_slice(&[0u8; 4]);
+    frame.push(0x85); // a map of five
+    msgpack_str(&mut frame, "t");
+    msgpack_str(&mut frame, "invoke");
+    msgpack_str(&mut frame, "id");
+    msgpack_uint(&mut frame, id);
+    msgpack_str(&mut frame, "name");
+    msgpack_str(&mut frame, name);
+    msgpack_str(&mut frame, "args_marshal");
+    frame.push(0xc6); // bin 32, its length filled in once written
+    let length_at = frame.len();
+    frame.extend_from_slice(&[0u8; 4]);
+    marshal_writer::write_marshal(args, &mut frame)
+        .map_err(|e| ProtocolError::Arguments(e.to_string()))?;
+    let too_large = |len| ProtocolError::TooLarge { len, limit };
+    let blob = u32::try_from(frame.len() - length_at - 4).map_err(|_| too_large(frame.len()))?;
+    frame[length_at..length_at + 4].copy_from_slice(&blob.to_be_bytes());
+    msgpack_str(&mut frame, "context_json");
+    msgpack_str(&mut frame, &context);
+    let len = frame.len() - 4;
+    if len > limit {
+        return Err(too_large(len));
+    }
+    frame[..4].copy_from_slice(&(len as u32).to_be_bytes());
+    Ok(frame)
+}
+
+/// A MessagePack string, in the smallest form (as rmp writes it).
+fn msgpack_str(out: &mut Vec<u8>, text: &str) {
+    let len = text.len();
+    match len {
+        0..=31 => out.push(0xa0 | len as u8),
+        32..=0xff => out.extend_from_slice(&[0xd9, len as u8]),
+        0x100..=0xffff => {
+            out.push(0xda);
+            out.extend_from_slice(&(len as u16).to_be_bytes());
+        }
+        _ => {
+            out.push(0xdb);
+            out.extend_from_slice(&(len as u32).to_be_bytes());
+        }
+    }
+    out.extend_from_slice(text.as_bytes());
+}
+
+/// A MessagePack unsigned integer, in the smallest form (as rmp writes it).
+fn msgpack_uint(out: &mut Vec<u8>, n: u64) {
+    match n {
+        0..=0x7f => out.push(n as u8),
+        0x80..=0xff => out.extend_from_slice(&[0xcc, n as u8]),
+        0x100..=0xffff => {
+            out.push(0xcd);
+            out.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+        0x1_0000..=0xffff_ffff => {
+            out.push(0xce);
+            out.extend_from_slice(&(n as u32).to_be_bytes());
+        }
+        _ => {
+            out.push(0xcf);
+            out.extend_from_slice(&n.to_be_bytes());
+        }
+    }
+}
+
 pub async fn write_frame<W: AsyncWrite + Unpin>(
     writer: &mut W,
     frame: &[u8],
@@ -480,13 +550,7 @@ mod tests {
     fn invoke_arguments_travel_as_one_marshal_blob() {
         let args = serde_json::json!({"rows": [{"id": 1}]});
         let context = CallContext::default();
-        let request = Request::Invoke {
-            id: 3,
-            name: "t",
-            args: &args,
-            context: &context,
-        };
-        let frame = encode_frame(&request, DEFAULT_MAX_FRAME).unwrap();
+        let frame = encode_invoke_frame(3, "t", &args, &context, DEFAULT_MAX_FRAME).unwrap();
         let decoded = rmpv::decode::read_value(&mut &frame[4..]).unwrap();
         let field = |name: &str| {
             decoded
@@ -508,16 +572,7 @@ mod tests {
     async fn request_round_trips_through_a_frame() {
         let args = serde_json::json!({"a": 1, "b": [true, null, "x"]});
         let ctx = CallContext::default();
-        let frame = encode_frame(
-            &Request::Invoke {
-                id: 7,
-                name: "add",
-                args: &args,
-                context: &ctx,
-            },
-            DEFAULT_MAX_FRAME,
-        )
-        .unwrap();
+        let frame = encode_invoke_frame(7, "add", &args, &ctx, DEFAULT_MAX_FRAME).unwrap();
         let (prefix, body) = frame.split_at(4);
         assert_eq!(
             u32::from_be_bytes(prefix.try_into().unwrap()) as usize,

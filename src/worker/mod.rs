@@ -46,7 +46,8 @@ pub use self::termination::{describe_exit, Termination};
 use crate::error::ErrorKind;
 use crate::process::{KillMechanism, ProcessId, WorkerProcesses};
 use crate::protocol::{
-    encode_frame, message_reader, CallContext, RemoteError, ReplyValue, Request, PROTOCOL_VERSION,
+    encode_frame, encode_invoke_frame, message_reader, CallContext, ProtocolError, RemoteError,
+    ReplyValue, Request, PROTOCOL_VERSION,
 };
 
 /// The fd on which the worker's `faulthandler` writes stack dumps.
@@ -349,7 +350,8 @@ impl Worker {
     pub async fn catalog(&mut self) -> CallOutcome {
         let id = self.take_id();
         let (run, answer) = JobParts::new("catalog", self.spec.start_timeout, None);
-        self.run(&Request::Catalog { id }, id, run, answer).await
+        let frame = encode_frame(&Request::Catalog { id }, self.spec.max_frame);
+        self.run(frame, id, run, answer).await
     }
 
     /// A round trip through the worker's whole request path. The first
@@ -358,7 +360,8 @@ impl Worker {
     pub async fn ping(&mut self) -> CallOutcome {
         let id = self.take_id();
         let (run, answer) = JobParts::new("ping", self.spec.start_timeout, None);
-        self.run(&Request::Ping { id }, id, run, answer).await
+        let frame = encode_frame(&Request::Ping { id }, self.spec.max_frame);
+        self.run(frame, id, run, answer).await
     }
 
     /// Runs one tool call; on anything but a `Reply` that left nothing
@@ -375,32 +378,27 @@ impl Worker {
         callbacks: Option<&Arc<dyn CallbackService>>,
     ) -> CallOutcome {
         let id = self.take_id();
-        let request = Request::Invoke {
-            id,
-            name,
-            args,
-            context,
-        };
+        let frame = encode_invoke_frame(id, name, args, context, self.spec.max_frame);
         let (run, answer) = JobParts::new(name, timeout, callbacks.cloned());
-        let outcome = self.run(&request, id, run, answer).await;
+        let outcome = self.run(frame, id, run, answer).await;
         if !matches!(outcome, CallOutcome::NotStarted(_)) {
             self.calls_served += 1;
         }
         outcome
     }
 
-    /// Has the actor run `request` (id `id`) to its end. Its first bytes
+    /// Has the actor run the request in `frame` (id `id`) to its end. Its first bytes
     /// are written here, at once, by the holder of the worker's stdin (a
     /// caller outside the runtime's threads then pays no hop before the
     /// worker starts); the actor writes the rest and reads the reply.
     async fn run(
         &mut self,
-        request: &Request<'_>,
+        frame: Result<Vec<u8>, ProtocolError>,
         id: u64,
         run: JobParts,
         answer: oneshot::Receiver<JobEnd>,
     ) -> CallOutcome {
-        let frame = match encode_frame(request, self.spec.max_frame) {
+        let frame = match frame {
             Ok(frame) => frame,
             Err(e) => {
                 // Nothing was sent: the worker is still usable.

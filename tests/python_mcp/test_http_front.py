@@ -437,6 +437,11 @@ class Connections(unittest.IsolatedAsyncioTestCase):
                 connection.close()
             status, _, body = request(url, body=INITIALIZE + b" " * (1024 * 1024))
             self.assertEqual(status, 200, body)
+            # Small enough, but more values than the server parses: 413 before any parse.
+            zeros = b'{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"add","arguments":{"a":[' + b",".join([b"0"] * 2_100_000) + b"]}}}"
+            status, _, body = request(url, body=zeros)
+            self.assertEqual(status, 413, body)
+            self.assertIn("at most 2000000 are taken", body)
 
 
 if __name__ == "__main__":

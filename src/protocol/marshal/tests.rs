@@ -267,7 +267,19 @@ fn references_to_open_containers_missing_objects_and_blow_ups_are_errors() {
         blob.push(b'r');
         blob.extend_from_slice(&(index + 1).to_le_bytes());
     }
-    assert_eq!(from_marshal(&blob), Err(MarshalError::TooLarge));
+    assert!(matches!(
+        from_marshal(&blob),
+        Err(MarshalError::TooLarge | MarshalError::TooManyValues)
+    ));
+    // A list of more values than a result may hold, each one byte (`None`).
+    let count = crate::protocol::MAX_VALUES as u32;
+    let mut nones = vec![b'['];
+    nones.extend_from_slice(&count.to_le_bytes());
+    nones.extend(std::iter::repeat_n(b'N', count as usize));
+    assert_eq!(from_marshal(&nones), Err(MarshalError::TooManyValues));
+    nones[1..5].copy_from_slice(&(count - 1).to_le_bytes());
+    nones.pop();
+    assert!(from_marshal(&nones).is_ok());
 }
 
 #[test]
