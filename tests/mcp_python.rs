@@ -161,8 +161,8 @@ fn fastmcp_tasks_client_drives_tasks_over_stdio_and_http() {
 
 /// `serve --http --sandbox`: each MCP session's workers see its own folders
 /// only, a hostile tool cannot read another session's files nor list the
-/// sessions root, a timeout kill keeps the session's files, a one-request
-/// session works. Needs every sandbox piece: skipped, with what the kernel
+/// sessions root, a timeout kill keeps the session's files, stateless
+/// requests share the default session. Needs every sandbox piece: skipped, with what the kernel
 /// lacks, where `toolpool --sandbox doctor` fails, except under
 /// scripts/test-sandboxed (`TOOLPOOL_TEST_SANDBOX`), which requires it.
 #[test]

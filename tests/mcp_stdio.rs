@@ -102,7 +102,9 @@ async fn results_are_text_and_every_failure_is_a_tool_error() {
         error_text(&raised),
         "Tool raise_value_error error: ValueError: boom"
     );
-    let unknown = error_text(&served.call("no_such_tool", json!({})).await);
+    // An unknown tool is a protocol error (-32602), with the same text.
+    let (code, unknown) = served.refused("no_such_tool", json!({})).await;
+    assert_eq!(code, -32602, "{unknown}");
     assert!(
         unknown.starts_with("Tool no_such_tool error: NotFound: function 'no_such_tool' not found"),
         "{unknown}"
@@ -421,7 +423,8 @@ async fn a_workflow_node_offers_exactly_its_tools() {
         serde_json::from_str(&ok_text(&served.call("show_context", json!({})).await))
             .expect("JSON");
     assert_eq!(context["node_id"], "Agent");
-    let outside = error_text(&served.call("add", json!({"a": 1, "b": 2})).await);
+    let (code, outside) = served.refused("add", json!({"a": 1, "b": 2})).await;
+    assert_eq!(code, -32602, "{outside}");
     assert!(
         outside
             .starts_with("Tool add error: NotFound: tool 'add' is not configured for node 'Agent'"),

@@ -29,19 +29,6 @@ pub const SESSION_MARKER: &str = ".toolpool-session";
 pub struct Session {
     pub paths: SessionPaths,
     services: Arc<SessionServices>,
-    /// Made for one request that names no session: its directory goes when
-    /// the request is done.
-    ephemeral: bool,
-}
-
-impl Drop for Session {
-    fn drop(&mut self) {
-        if self.ephemeral {
-            if let Err(e) = std::fs::remove_dir_all(&self.paths.dir) {
-                tracing::debug!(dir = %self.paths.dir.display(), "cannot remove a one-request session: {e}");
-            }
-        }
-    }
 }
 
 impl std::fmt::Debug for Session {
@@ -161,7 +148,7 @@ impl SessionsRoot {
             session.touch();
             return Ok(session);
         }
-        let session = Arc::new(self.make(name, false)?);
+        let session = Arc::new(self.make(name)?);
         session.touch();
         let mut open = self
             .open
@@ -171,25 +158,14 @@ impl SessionsRoot {
         Ok(open.entry(name.to_string()).or_insert(session).clone())
     }
 
-    /// A session for one request that names none (a stateless 2026-07-28
-    /// request): a random name, its directory removed when the last handle
-    /// on it goes.
-    pub fn open_ephemeral(&self) -> Result<Arc<Session>, PoolError> {
-        Ok(Arc::new(self.make(&random_session_name(), true)?))
-    }
-
-    fn make(&self, name: &str, ephemeral: bool) -> Result<Session, PoolError> {
+    fn make(&self, name: &str) -> Result<Session, PoolError> {
         let paths = SessionPaths::prepare(name, Some(&self.claim(name)?))?;
         let services = Arc::new(SessionServices {
             session_id: paths.id.clone(),
             attachments: Arc::new(AttachmentStore::open(&paths.workspace, &paths.dir)),
             human_prompt: None,
         });
-        Ok(Session {
-            paths,
-            services,
-            ephemeral,
-        })
+        Ok(Session { paths, services })
     }
 
     /// The directory of session `name`: one toolpool made before, or made
@@ -370,11 +346,6 @@ mod tests {
         assert!(dir.path().join("not-a-session").is_dir());
         assert!(dir.path().join("lookalike/code_workspace").is_dir());
         assert!(own.join("code_workspace").is_dir());
-        let once = root.open_ephemeral().unwrap();
-        let dir = once.paths.dir.clone();
-        assert!(dir.join("code_workspace").is_dir());
-        drop(once);
-        assert!(!dir.exists());
     }
 
     #[test]

@@ -373,8 +373,9 @@ impl SessionCalls {
 
     /// The toolpool session the request in `context` runs in: the one the
     /// client names (header, then `_meta`), else this MCP session's own
-    /// (named by its `Mcp-Session-Id`, or at random when a request has
-    /// none). `None` on stdio: the pool's session. An invalid name is an
+    /// (named by its `Mcp-Session-Id`), else — a 2026-07-28 request, which
+    /// has no MCP session — the session of its credential
+    /// ([`stateless_session_name`]). `None` on stdio: the pool's session. An invalid name is an
     /// error naming what is wrong.
     pub(super) fn session(
         &self,
@@ -416,9 +417,12 @@ impl SessionCalls {
             .and_then(|v| v.to_str().ok())
             .filter(|id| check_session_name(id).is_ok());
         let Some(id) = id else {
-            // A stateless request (2026-07-28) that names no session: a
-            // session of its own, gone when the request is.
-            return root.open_ephemeral().map(Some).map_err(|e| e.to_string());
+            // A stateless request (2026-07-28) that names no session: the
+            // session of the credential it authenticated with.
+            let name = stateless_session_name(
+                header(AUTHORIZATION.as_str()).and_then(|v| v.to_str().ok()),
+            );
+            return root.open(&name).map(Some).map_err(|e| e.to_string());
         };
         let session = root.open(id).map_err(|e| e.to_string())?;
         Ok(Some(self.bound.get_or_init(|| session).clone()))
@@ -443,6 +447,24 @@ impl SessionCalls {
             }
         }
         self.token.clone().cancelled_owned()
+    }
+}
+
+/// The session of a request that names none and has no MCP session: keyed
+/// by the credential it authenticated with (`client-` and the first 16 hex
+/// digits of the SHA-256 of its `Authorization` header), so that a client's
+/// files survive between its calls and clients with different credentials
+/// never share; on a server without tokens (one user), the one session
+/// `default`.
+fn stateless_session_name(authorization: Option<&str>) -> String {
+    use sha2::Digest;
+    match authorization {
+        Some(credential) => {
+            let digest = sha2::Sha256::digest(credential.as_bytes());
+            let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+            format!("client-{hex}")
+        }
+        None => "default".to_string(),
     }
 }
 
@@ -662,6 +684,20 @@ fn refused(refusal: Refusal) -> Response<Body> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_stateless_client_is_kept_in_the_session_of_its_credential() {
+        let alice = super::stateless_session_name(Some("Bearer alice-token-0123456789"));
+        let bob = super::stateless_session_name(Some("Bearer bob-token-0123456789ab"));
+        assert_ne!(alice, bob);
+        assert_eq!(
+            alice,
+            super::stateless_session_name(Some("Bearer alice-token-0123456789"))
+        );
+        assert!(alice.starts_with("client-") && alice.len() == "client-".len() + 16);
+        assert_eq!(crate::context::sessions::check_session_name(&alice), Ok(()));
+        assert_eq!(super::stateless_session_name(None), "default");
+    }
     use super::*;
 
     #[test]

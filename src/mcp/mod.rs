@@ -665,7 +665,16 @@ impl ServerHandler for ToolpoolServer {
         let session_closed = self.session.closed(&context);
         let call = self.invoke(&name, args, human, session.clone());
         tokio::select! {
-            report = call => Ok(CallToolResponse::Complete(self.result_of(&name, report, session.as_deref()))),
+            report = call => {
+                if let Err(error) = &report.result {
+                    if error.kind == ErrorKind::NotFound {
+                        // No such tool (here, or for this workflow node): a
+                        // protocol error, as MCP has it, with the same text.
+                        return Err(McpError::invalid_params(error.to_string(), None));
+                    }
+                }
+                Ok(CallToolResponse::Complete(self.result_of(&name, report, session.as_deref())))
+            }
             _ = context.ct.cancelled() => {
                 // Dropping `call` killed its worker (or took it out of the
                 // queue).

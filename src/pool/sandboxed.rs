@@ -35,7 +35,7 @@ impl Shared {
             if bound == paths.dir {
                 return Ok(lease);
             }
-            // A one-request session's worker, or one of a swept session.
+            // A worker of a swept session.
             let orphaned = !bound.exists();
             if orphaned || taken >= self.size {
                 return self.cold_lease(lease, paths, tool).await;

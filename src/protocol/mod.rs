@@ -317,7 +317,10 @@ pub const MAX_DEPTH: usize = 128;
 /// announcing a map of 65 535 entries at each of 1 000 levels would make the
 /// decoder reserve memory for all of them (serde buffers tagged enums), and
 /// deep nesting would overflow the stack. Afterwards the decoded message
-/// holds at most one item per byte of its frame.
+/// holds at most one item per byte of its frame, and at most
+/// [`MAX_VALUES`] values in all (a 64 MiB frame of nils would otherwise
+/// decode into gigabytes: the shim sends large results as marshal or JSON
+/// text, which are held to the same count).
 pub fn check_structure(body: &[u8]) -> Result<(), ProtocolError> {
     fn malformed(what: String) -> ProtocolError {
         ProtocolError::Malformed(what)
@@ -327,9 +330,16 @@ pub fn check_structure(body: &[u8]) -> Result<(), ProtocolError> {
     let mut open: Vec<u64> = Vec::new();
     // Items still expected, all levels together (the top-level value first).
     let mut pending: u64 = 1;
+    let mut values = 0usize;
     while pending > 0 {
         while open.last() == Some(&0) {
             open.pop();
+        }
+        values += 1;
+        if values > MAX_VALUES {
+            return Err(malformed(format!(
+                "the message holds more than {MAX_VALUES} values"
+            )));
         }
         let Some(&marker) = body.get(pos) else {
             return Err(malformed(format!(
@@ -659,6 +669,25 @@ mod tests {
             decode_message(&body),
             Ok(Message::Reply { id: 9, .. })
         ));
+    }
+
+    #[test]
+    fn a_message_of_more_values_than_the_server_takes_is_refused_unparsed() {
+        // A reply whose value is an array of MAX_VALUES nils (one byte each).
+        let mut body = rmp_serde::to_vec_named(&serde_json::json!({
+            "t": "reply", "id": 1, "ok": true
+        }))
+        .unwrap();
+        body[0] += 1; // one more entry: "value"
+        body.extend_from_slice(&[0xa5, b'v', b'a', b'l', b'u', b'e', 0xdd]);
+        body.extend_from_slice(&(MAX_VALUES as u32).to_be_bytes());
+        body.extend(std::iter::repeat_n(0xc0, MAX_VALUES));
+        match check_structure(&body) {
+            Err(ProtocolError::Malformed(why)) => {
+                assert!(why.contains("more than 2000000 values"), "{why}")
+            }
+            other => panic!("expected Malformed, got {other:?}"),
+        }
     }
 
     #[test]

@@ -175,6 +175,24 @@ impl Served {
         call(&self.client, name, args).await
     }
 
+    /// A call answered with a JSON-RPC error instead of a result: its code
+    /// and message.
+    pub async fn refused(&self, name: &str, args: Value) -> (i32, String) {
+        let Value::Object(args) = args else {
+            panic!("arguments must be an object");
+        };
+        let answer = self
+            .client
+            .call_tool(CallToolRequestParams::new(name.to_string()).with_arguments(args))
+            .await;
+        match answer {
+            Err(rmcp::service::ServiceError::McpError(error)) => {
+                (error.code.0, error.message.to_string())
+            }
+            other => panic!("tools/call {name}: expected a protocol error, got {other:?}"),
+        }
+    }
+
     /// Closes stdin (ends the client), waits for the exit; the exit code and
     /// what the server wrote on stderr.
     pub async fn close(self) -> (i32, String) {

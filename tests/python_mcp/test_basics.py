@@ -5,6 +5,8 @@ import json
 import time
 import unittest
 
+from mcp.shared.exceptions import MCPError
+
 import anyio
 
 from support import MODES, VERSION, cli_json, error, ok, served, warnings_in
@@ -48,10 +50,12 @@ class Basics(unittest.IsolatedAsyncioTestCase):
                 error(await client.call_tool("raise_value_error", {"message": "boom"})),
                 "Tool raise_value_error error: ValueError: boom",
             )
+            # An unknown tool is a protocol error (-32602), with the same text.
+            with self.assertRaises(MCPError) as unknown:
+                await client.call_tool("nope", {})
+            self.assertEqual(unknown.exception.error.code, -32602)
             self.assertTrue(
-                error(await client.call_tool("nope", {})).startswith(
-                    "Tool nope error: NotFound: function 'nope' not found"
-                )
+                unknown.exception.error.message.startswith("Tool nope error: NotFound: function 'nope' not found")
             )
             self.assertTrue(
                 error(await client.call_tool("add", {"a": "x"})).startswith(

@@ -132,16 +132,17 @@ class SandboxedSessions(unittest.IsolatedAsyncioTestCase):
                     self.assertEqual(snippet(await bob.call_tool("read_text_file_snippet", {"path": "bob.txt"})),
                                      "bob's file")
 
-                # A stateless request naming no session: a session of its
-                # own, sandboxed like the others, gone once answered.
+                # Stateless requests naming no session: the one default
+                # session of a server without tokens, sandboxed like the others.
                 async with client(url, mode="auto") as anonymous:
-                    saved = ok(await anonymous.call_tool("save_file", {"path": "once.txt", "content": "once"}))
-                    self.assertIn("once.txt", saved)
+                    saved = ok(await anonymous.call_tool("save_file", {"path": "kept.txt", "content": "kept"}))
+                    self.assertIn("kept.txt", saved)
                     here = json.loads(ok(await anonymous.call_tool("where", {})))
-                    self.assertNotIn(here["session_id"], ("alice", "bob"))
+                    self.assertEqual(here["session_id"], "default")
                     self.assertEqual(Path(here["cwd"]), Path(here["workspace"]))
                     self.assertEqual(Path(here["workspace"]).parent.parent, root.resolve())
-                self.assertEqual(sorted(p.name for p in root.iterdir()), ["alice", "bob"])
+                    self.assertIn("kept.txt", names(await anonymous.call_tool("list_directory", {})))
+                self.assertEqual(sorted(p.name for p in root.iterdir()), ["alice", "bob", "default"])
             self.assertNotIn("panicked", "".join(log))
 
     async def test_the_same_hostile_read_works_without_the_sandbox(self):

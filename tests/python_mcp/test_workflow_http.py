@@ -7,6 +7,7 @@ from pathlib import Path
 
 import anyio
 from mcp import Client
+from mcp.shared.exceptions import MCPError
 
 from support import cli_json, error, http_server, ok, served, workflow_file
 
@@ -36,7 +37,10 @@ class WorkflowNode(unittest.IsolatedAsyncioTestCase):
                         "Tool fx_sleep_forever error: TimeoutError: function 'sleep_forever' timed out after 0.5 s"
                     )
                 )
-                self.assertIn("NotFound", error(await client.call_tool("getpid", {})))
+                with self.assertRaises(MCPError) as outside:
+                    await client.call_tool("getpid", {})
+                self.assertEqual(outside.exception.error.code, -32602)
+                self.assertIn("NotFound", outside.exception.error.message)
 
 
 class StreamableHttp(unittest.IsolatedAsyncioTestCase):
