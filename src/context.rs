@@ -47,12 +47,14 @@ pub struct SessionPaths {
 }
 
 impl SessionPaths {
-    /// `dir` defaults to `.toolpool/sessions/<id>` under the current directory.
+    /// `dir` defaults to `.toolpool/sessions/<id>` under the current
+    /// directory, or, where that cannot be made (a client that starts the
+    /// server in `/`), under the user's state directory ([`state_dir`]).
     pub fn prepare(id: &str, dir: Option<&Path>) -> Result<SessionPaths, PoolError> {
         check_session_id(id)?;
         let dir = match dir {
             Some(dir) => dir.to_path_buf(),
-            None => PathBuf::from(".toolpool").join("sessions").join(id),
+            None => default_session_dir(id)?,
         };
         let workspace = dir.join("code_workspace");
         let site_packages = dir.join("site-packages");
@@ -88,6 +90,58 @@ impl SessionPaths {
             attachments_dir: self.workspace.join(attachments::ATTACHMENTS_DIR),
         }
     }
+}
+
+/// `.toolpool/sessions/<id>` under the current directory if it is there or
+/// can be made, else `<state dir>/sessions/<id>`; an error naming
+/// `--session-dir` when neither can.
+fn default_session_dir(id: &str) -> Result<PathBuf, PoolError> {
+    let here = PathBuf::from(".toolpool").join("sessions").join(id);
+    let here_error = match std::fs::create_dir_all(&here) {
+        Ok(()) => return Ok(here),
+        Err(e) => e,
+    };
+    let Some(state) = state_dir() else {
+        return Err(no_default_dir(&here, here_error));
+    };
+    let there = state.join("sessions").join(id);
+    match std::fs::create_dir_all(&there) {
+        Ok(()) => {
+            tracing::info!(
+                dir = %there.display(),
+                "the current directory cannot hold .toolpool ({here_error}): the session directory is under the user's state directory"
+            );
+            Ok(there)
+        }
+        Err(_) => Err(no_default_dir(&here, here_error)),
+    }
+}
+
+fn no_default_dir(here: &Path, source: std::io::Error) -> PoolError {
+    PoolError::SessionDir {
+        path: here.to_path_buf(),
+        source: std::io::Error::new(
+            source.kind(),
+            format!(
+                "{source}; nor can the user's state directory hold one: pass --session-dir DIR"
+            ),
+        ),
+    }
+}
+
+/// The user's state directory for toolpool: `$XDG_STATE_HOME/toolpool`,
+/// else `~/.local/state/toolpool`.
+pub fn state_dir() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("XDG_STATE_HOME").filter(|d| !d.is_empty()) {
+        return Some(PathBuf::from(dir).join("toolpool"));
+    }
+    let home = std::env::var_os("HOME").filter(|d| !d.is_empty())?;
+    Some(
+        PathBuf::from(home)
+            .join(".local")
+            .join("state")
+            .join("toolpool"),
+    )
 }
 
 /// A session id names one directory under `.toolpool/sessions` (and is

@@ -43,15 +43,26 @@ pub struct PrivateInstall {
 }
 
 impl PrivateInstall {
-    /// Makes the directory (and removes those of processes that are gone).
+    /// Makes the directory (and removes those of processes that are gone),
+    /// under the cache root, or under a folder of this user's own in the
+    /// temp directory when the cache root cannot be written (no home).
     pub fn new() -> Result<PrivateInstall, InstallError> {
-        let run = cache_root().join("run");
         let err = |path: &Path, source| InstallError {
             what: "private directory",
             path: path.to_path_buf(),
             source,
         };
-        std::fs::create_dir_all(&run).map_err(|e| err(&run, e))?;
+        let cache = cache_root().join("run");
+        let run = match std::fs::create_dir_all(&cache) {
+            Ok(()) => cache,
+            Err(first) => {
+                let fallback = std::env::temp_dir()
+                    .join(format!("toolpool-{}", nix::unistd::getuid()))
+                    .join("run");
+                own_folder(&fallback).map_err(|_| err(&cache, first))?;
+                fallback
+            }
+        };
         remove_abandoned(&run);
         static MADE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let mut random = [0u8; 8];
@@ -104,6 +115,28 @@ impl Drop for PrivateInstall {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// Makes `dir` (and its parent) if needed, and checks that this user owns
+/// both and nobody else may write them: in a shared temp directory another
+/// user could have made them first, to swap what toolpool writes there.
+fn own_folder(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    let me = nix::unistd::getuid().as_raw();
+    for folder in [dir.parent().unwrap_or(dir), dir] {
+        let meta = std::fs::symlink_metadata(folder)?;
+        if !meta.is_dir() || meta.uid() != me || meta.mode() & 0o022 != 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                format!("{} is not a folder of this user's alone", folder.display()),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Writes `files` under `target` (made here: it must not exist) and returns it.

@@ -450,6 +450,42 @@ fn nobodys_home() -> Option<tempfile::TempDir> {
     Some(home)
 }
 
+/// Started where it cannot write (a desktop client starts servers in `/`),
+/// with no `--session-dir`: the session is under the user's state
+/// directory, and where that cannot be made either the error names
+/// `--session-dir`. Run as nobody, whom `/` does not let write.
+#[test]
+fn without_a_session_dir_a_read_only_working_directory_is_no_obstacle() {
+    let Some(home) = nobodys_home() else {
+        return;
+    };
+    let called = run(as_nobody(home.path())
+        .expect("checked")
+        .current_dir("/")
+        .args(["--python", "/usr/bin/python3", "--functions-dir"])
+        .arg(escapes())
+        .args(["call", "add", "--args", r#"{"a": 1, "b": 2}"#]));
+    assert_eq!(called.code, 0, "{}", called.stderr);
+    assert_eq!(called.stdout.trim(), "3", "{}", called.stderr);
+    let session = home.path().join(".local/state/toolpool/sessions/default");
+    assert!(session.join("code_workspace").is_dir(), "{}", called.stderr);
+    let nowhere = run(as_nobody(Path::new("/nonexistent"))
+        .expect("checked")
+        .current_dir("/")
+        .args(["--python", "/usr/bin/python3", "--functions-dir"])
+        .arg(escapes())
+        .args(["call", "add", "--args", r#"{"a": 1, "b": 2}"#]));
+    assert_eq!(nowhere.code, 2, "{}", nowhere.stdout);
+    assert!(
+        nowhere
+            .stderr
+            .contains("cannot create session directory .toolpool/sessions/default")
+            && nowhere.stderr.contains("pass --session-dir DIR"),
+        "{}",
+        nowhere.stderr
+    );
+}
+
 #[test]
 fn it_works_without_root() {
     let Some(home) = nobodys_home() else {
