@@ -44,8 +44,10 @@ impl LogOptions {
         let base = match (self.quiet, self.verbose, rust_log) {
             (true, _, _) => "error".to_string(),
             (false, 0, Some(spec)) => spec.to_string(),
-            (false, 0, None) => "info".to_string(),
-            (false, 1, _) => "info,toolpool=debug".to_string(),
+            // rmcp logs each stateless request's service start and end at
+            // INFO: three lines per call over HTTP.
+            (false, 0, None) => "info,rmcp=warn".to_string(),
+            (false, 1, _) => "info,toolpool=debug,rmcp=warn".to_string(),
             (false, _, _) => "debug".to_string(),
         };
         let mut spec = base;

@@ -455,7 +455,8 @@ impl SessionCalls {
 /// digits of the SHA-256 of its `Authorization` header), so that a client's
 /// files survive between its calls and clients with different credentials
 /// never share; on a server without tokens (one user), the one session
-/// `default`.
+/// `anonymous` (not `default`: the pool's own session directory may hold
+/// that name under the sessions root).
 fn stateless_session_name(authorization: Option<&str>) -> String {
     use sha2::Digest;
     match authorization {
@@ -464,7 +465,7 @@ fn stateless_session_name(authorization: Option<&str>) -> String {
             let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
             format!("client-{hex}")
         }
-        None => "default".to_string(),
+        None => "anonymous".to_string(),
     }
 }
 
@@ -696,7 +697,28 @@ mod tests {
         );
         assert!(alice.starts_with("client-") && alice.len() == "client-".len() + 16);
         assert_eq!(crate::context::sessions::check_session_name(&alice), Ok(()));
-        assert_eq!(super::stateless_session_name(None), "default");
+        assert_eq!(super::stateless_session_name(None), "anonymous");
+    }
+
+    #[test]
+    fn the_stateless_session_is_not_the_pools_own_under_the_default_layout() {
+        // `serve --http` with no options: the pool's session is
+        // `.toolpool/sessions/default` and the sessions root its parent.
+        let dir = tempfile::tempdir().unwrap();
+        let own = dir.path().join("default");
+        crate::context::SessionPaths::prepare("default", Some(&own)).unwrap();
+        let root = crate::context::SessionsRoot::new(
+            dir.path(),
+            crate::context::sessions::DEFAULT_KEEP,
+            &[&own],
+        )
+        .unwrap();
+        let session = root.open(&super::stateless_session_name(None));
+        assert!(
+            session.is_ok(),
+            "{:?}",
+            session.err().map(|e| e.to_string())
+        );
     }
     use super::*;
 

@@ -132,17 +132,17 @@ class SandboxedSessions(unittest.IsolatedAsyncioTestCase):
                     self.assertEqual(snippet(await bob.call_tool("read_text_file_snippet", {"path": "bob.txt"})),
                                      "bob's file")
 
-                # Stateless requests naming no session: the one default
-                # session of a server without tokens, sandboxed like the others.
+                # Stateless requests naming no session: the one session of a
+                # server without tokens (`anonymous`), sandboxed like the others.
                 async with client(url, mode="auto") as anonymous:
                     saved = ok(await anonymous.call_tool("save_file", {"path": "kept.txt", "content": "kept"}))
                     self.assertIn("kept.txt", saved)
                     here = json.loads(ok(await anonymous.call_tool("where", {})))
-                    self.assertEqual(here["session_id"], "default")
+                    self.assertEqual(here["session_id"], "anonymous")
                     self.assertEqual(Path(here["cwd"]), Path(here["workspace"]))
                     self.assertEqual(Path(here["workspace"]).parent.parent, root.resolve())
                     self.assertIn("kept.txt", names(await anonymous.call_tool("list_directory", {})))
-                self.assertEqual(sorted(p.name for p in root.iterdir()), ["alice", "bob", "default"])
+                self.assertEqual(sorted(p.name for p in root.iterdir()), ["alice", "anonymous", "bob"])
             self.assertNotIn("panicked", "".join(log))
 
     async def test_the_same_hostile_read_works_without_the_sandbox(self):

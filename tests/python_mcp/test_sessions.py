@@ -106,20 +106,20 @@ class OwnSessions(unittest.IsolatedAsyncioTestCase):
                         self.assertEqual(ok(await again.call_tool("read_note", {})), "kept")
                         self.assertEqual(whoami(await again.call_tool("whoami", {"tag": "x"}))["session_id"], "project-7")
                 # Stateless requests naming no session: on a server without
-                # tokens, one default session, kept across calls and clients.
+                # tokens, the one session `anonymous`, kept across calls and clients.
                 async with client(url, mode="auto") as anonymous:
                     self.assertEqual(ok(await anonymous.call_tool("read_note", {})), "")
                     ok(await anonymous.call_tool("write_note", {"text": "kept by default"}))
                 async with client(url, mode="auto") as later:
                     self.assertEqual(ok(await later.call_tool("read_note", {})), "kept by default")
-                self.assertEqual(sorted(p.name for p in Path(root).iterdir()), ["default", "project-7"])
+                self.assertEqual(sorted(p.name for p in Path(root).iterdir()), ["anonymous", "project-7"])
                 self.assertTrue((Path(root) / "project-7" / ".toolpool-session").is_file())
                 for bad, why in (("../etc", "must not start with '.'"), ("a/b", "'/'"), ("x" * 200, "1 to 128")):
                     async with client(url, bad) as hostile:
                         with self.assertRaises(Exception) as caught:
                             await hostile.call_tool("read_note", {})
                         self.assertIn(why, str(caught.exception))
-                self.assertEqual(sorted(p.name for p in Path(root).iterdir()), ["default", "project-7"])
+                self.assertEqual(sorted(p.name for p in Path(root).iterdir()), ["anonymous", "project-7"])
 
     async def test_idle_session_directories_are_removed_after_keep_sessions(self):
         with tempfile.TemporaryDirectory() as root:
