@@ -112,6 +112,8 @@ def _serve(channel: Channel, toolset, classes, invoker: Invoker) -> None:
         request_id = request.get("id")
         kind = request.get("t")
         blocks = None
+        error = None
+        _mark_call(b"start", request_id)
         try:
             if kind == "invoke" and isinstance(request.get("name"), str):
                 value, blocks = invoker.invoke(request["name"], _arguments(request), _context(request))
@@ -124,13 +126,17 @@ def _serve(channel: Channel, toolset, classes, invoker: Invoker) -> None:
             else:
                 raise ToolFailure("ProtocolError", f"not a request this worker understands: {kind!r} (protocol {PROTOCOL_VERSION})")
         except ToolFailure as failure:
-            _reply_error(channel, request_id, failure.error)
+            error = failure.error
         except Exception as exc:
-            _reply_error(channel, request_id, ToolFailure.from_exception(exc).error)
+            error = ToolFailure.from_exception(exc).error
+        # Everything the call printed is in the stderr pipe before its end
+        # marker, and the marker before the reply.
+        _flush_tool_output()
+        _mark_call(b"end", request_id)
+        if error is not None:
+            _reply_error(channel, request_id, error)
         else:
             _reply_value(channel, request_id, value, blocks)
-        finally:
-            _flush_tool_output()
 
 
 def _arguments(request: dict):
@@ -222,6 +228,20 @@ def _clip(text, limit: int):
     if not isinstance(text, str) or len(text) <= limit:
         return text
     return text[:limit] + f"… ({len(text) - limit} more characters cut)"
+
+
+# Marks where a request's output starts and ends on stderr, for the
+# supervisor to tag each line with its call in the order the lines were
+# written (src/worker/stderr.rs).
+_CALL_MARKER = b"\x1e\x1etoolpool-call "
+
+
+def _mark_call(edge: bytes, request_id) -> None:
+    if type(request_id) is int:
+        try:
+            os.write(2, b"%s%s %d\n" % (_CALL_MARKER, edge, request_id))
+        except OSError:
+            pass  # stderr closed by a tool: its lines are not logged either
 
 
 def _flush_tool_output() -> None:

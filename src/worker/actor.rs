@@ -22,7 +22,7 @@ use tokio::time::{timeout, timeout_at, Instant};
 use super::guardian::GuardianProcess;
 use super::leftovers::Leftovers;
 use super::request::RequestState;
-use super::stderr::{CallTag, StderrTail};
+use super::stderr::StderrTail;
 use super::{
     describe_exit, CallOutcome, CallbackService, StartError, StderrText, Termination, WorkerSpec,
 };
@@ -106,7 +106,6 @@ pub(super) struct Actor {
     pub(super) messages: MessageReader<pipe::Receiver>,
     pub(super) dump: pipe::Receiver,
     pub(super) stderr_tail: Arc<Mutex<StderrTail>>,
-    pub(super) call_tag: CallTag,
     pub(super) spec: Arc<WorkerSpec>,
     /// Set once the guardian is reaped; the handle reads it too, so that
     /// nothing signals a pid the kernel may have given to another process.

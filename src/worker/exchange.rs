@@ -37,15 +37,9 @@ impl Actor {
         job: &mut JobParts,
     ) -> Option<CallOutcome> {
         let call = format!("{}#{id}", job.label);
-        if let Ok(mut tag) = self.call_tag.lock() {
-            *tag = Some(call.clone());
-        }
         let exchange = self
             .exchange(id, frame, state, stdin, written_at, job)
             .await;
-        if let Ok(mut tag) = self.call_tag.lock() {
-            *tag = None;
-        }
         let previous = self.last_call.replace(call);
         Some(match exchange {
             Exchange::Reply(result) => {

@@ -41,7 +41,7 @@ use self::spawn::Spawned;
 pub use self::spawn::Spawner;
 pub use self::spec::{BootConfig, QuarantinedModule, WorkerSpec};
 pub use self::stderr::StderrText;
-use self::stderr::{pump_stderr, CallTag, StderrTail};
+use self::stderr::{pump_stderr, CallTags, StderrTail};
 pub use self::termination::{describe_exit, Termination};
 use crate::error::ErrorKind;
 use crate::process::{KillMechanism, ProcessId, WorkerProcesses};
@@ -214,6 +214,8 @@ pub struct Worker {
     mailbox: mpsc::UnboundedSender<Command>,
     /// The guardian and the worker process, as the kernel names them.
     processes: WorkerProcesses,
+    /// Names each request for the stderr pump before it is written.
+    call_tags: CallTags,
     spec: Arc<WorkerSpec>,
     /// The worker's stdin while no request is in flight. Whoever holds it
     /// alone writes to the worker: this handle between requests (it writes
@@ -255,12 +257,12 @@ impl Worker {
         let dump = pipe::Receiver::from_owned_fd(dump)
             .map_err(|e| StartError::Handshake(format!("dump pipe: {e}")))?;
         let stderr_tail = Arc::new(Mutex::new(StderrTail::default()));
-        let call_tag: CallTag = Arc::new(Mutex::new(None));
+        let call_tags = CallTags::default();
         let pump = tokio::spawn(pump_stderr(
             stderr,
             guardian.raw() as u32,
             stderr_tail.clone(),
-            call_tag.clone(),
+            call_tags.clone(),
         ));
         let started = match &guardian_process {
             GuardianProcess::Cloned(_) => StartMethod::Template,
@@ -274,7 +276,6 @@ impl Worker {
             messages: message_reader(stdout, spec.max_frame),
             dump,
             stderr_tail,
-            call_tag,
             spec: spec.clone(),
             reaped: reaped.clone(),
             _cgroup: cgroup,
@@ -288,6 +289,7 @@ impl Worker {
             id: WorkerId::next(),
             mailbox,
             processes,
+            call_tags,
             spec,
             stdin: Some(stdin),
             next_id: 1,
@@ -424,6 +426,7 @@ impl Worker {
                 })
             }
         };
+        self.call_tags.name(id, format!("{}#{id}", run.label));
         let last_pid_before = leftovers::last_pid();
         let written_at = tokio::time::Instant::now();
         state.wrote(write_now(&stdin, &frame));

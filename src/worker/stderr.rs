@@ -42,15 +42,67 @@ impl StderrTail {
     }
 }
 
-/// What the stderr pump tags tool output with: the call running now.
-pub(super) type CallTag = Arc<Mutex<Option<String>>>;
+/// What the stderr pump tags tool output with. The worker marks where each
+/// request's output starts and ends on stderr itself (`_mark_call` in the
+/// shim's worker.py), so a line is tagged with the call that printed it
+/// however late the pump reads it; the handle names each request before it
+/// is written.
+#[derive(Clone, Default)]
+pub(super) struct CallTags(Arc<Mutex<Tags>>);
+
+#[derive(Default)]
+struct Tags {
+    /// Requests written and not yet ended on stderr: their tags, by id.
+    named: std::collections::HashMap<u64, String>,
+    /// The tag of the request whose output the pump is reading now.
+    current: Option<String>,
+}
+
+/// The start of a marker line (then `start <id>` or `end <id>`).
+const CALL_MARKER: &[u8] = b"\x1e\x1etoolpool-call ";
+
+impl CallTags {
+    /// Names request `id` (`tool#id`) before it is written.
+    pub(super) fn name(&self, id: u64, tag: String) {
+        if let Ok(mut tags) = self.0.lock() {
+            tags.named.insert(id, tag);
+        }
+    }
+
+    /// A marker line moves the tag; `true` when `line` was one (not logged).
+    fn follow(&self, line: &[u8]) -> bool {
+        let Some(rest) = line.strip_prefix(CALL_MARKER) else {
+            return false;
+        };
+        let text = String::from_utf8_lossy(rest);
+        let mut words = text.split(' ');
+        let (Some(edge), Some(Ok(id))) = (words.next(), words.next().map(str::parse::<u64>)) else {
+            return false;
+        };
+        if let Ok(mut tags) = self.0.lock() {
+            match edge {
+                "start" => tags.current = tags.named.get(&id).cloned(),
+                "end" => {
+                    tags.named.remove(&id);
+                    tags.current = None;
+                }
+                _ => return false,
+            }
+        }
+        true
+    }
+
+    fn current(&self) -> Option<String> {
+        self.0.lock().ok().and_then(|tags| tags.current.clone())
+    }
+}
 
 /// Logs a worker's stderr line by line (tagged with the call) and keeps its tail.
 pub(super) async fn pump_stderr(
     stderr: pipe::Receiver,
     guardian_pid: u32,
     tail: Arc<Mutex<StderrTail>>,
-    tag: CallTag,
+    tags: CallTags,
 ) {
     let mut reader = BufReader::new(stderr);
     let mut line = Vec::new();
@@ -66,10 +118,13 @@ pub(super) async fn pump_stderr(
             Ok(_) => {}
         }
         let text = line.strip_suffix(b"\n").unwrap_or(&line);
+        if tags.follow(text) {
+            continue;
+        }
         if let Ok(mut tail) = tail.lock() {
             tail.push_line(text);
         }
-        let call = tag.lock().ok().and_then(|t| t.clone());
+        let call = tags.current();
         let text = String::from_utf8_lossy(text);
         // Logs end up on terminals: a tool's `\r` or escape sequence is shown, not obeyed.
         let text = crate::control_chars::escape_controls(&text);
@@ -81,5 +136,30 @@ pub(super) async fn pump_stderr(
                 tracing::info!(target: "toolpool::tool_output", worker = guardian_pid, "{text}")
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CallTags;
+
+    #[test]
+    fn lines_are_tagged_by_the_markers_in_the_stream_not_by_when_they_are_read() {
+        let tags = CallTags::default();
+        tags.name(1, "slow#1".into());
+        tags.name(2, "next#2".into());
+        assert_eq!(tags.current(), None);
+        assert!(tags.follow(b"\x1e\x1etoolpool-call start 1"));
+        assert_eq!(tags.current().as_deref(), Some("slow#1"));
+        // Request 2 is already named (written), but a line of request 1
+        // read now is still request 1's.
+        assert!(!tags.follow(b"a line the tool printed"));
+        assert_eq!(tags.current().as_deref(), Some("slow#1"));
+        assert!(tags.follow(b"\x1e\x1etoolpool-call end 1"));
+        assert_eq!(tags.current(), None);
+        assert!(tags.follow(b"\x1e\x1etoolpool-call start 2"));
+        assert_eq!(tags.current().as_deref(), Some("next#2"));
+        // Not a marker: a near miss is an ordinary line.
+        assert!(!tags.follow(b"\x1e\x1etoolpool-call start x"));
     }
 }
