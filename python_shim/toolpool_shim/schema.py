@@ -90,9 +90,21 @@ def slot_schema(slot, doc: str | None = None, expanding: frozenset = frozenset()
         schema["description"] = description
     if slot.default is not EMPTY:
         default = json_value(slot.default)
-        if default is not NOT_JSON:
+        # A default its own type refuses (`null` on a string: an Optional
+        # parameter) is left out: validating clients would reject the schema.
+        if default is not NOT_JSON and (default is not None or _admits_null(schema)):
             schema["default"] = default
     return schema
+
+
+def _admits_null(schema: dict) -> bool:
+    """True when `null` is a value `schema` allows (no type, or null among them)."""
+    if "anyOf" in schema or "oneOf" in schema:
+        return any(_admits_null(part) for part in schema.get("anyOf", schema.get("oneOf", [])) if isinstance(part, dict))
+    kind = schema.get("type")
+    if kind is None:
+        return "enum" not in schema or None in schema["enum"]
+    return kind == "null" or (isinstance(kind, list) and "null" in kind)
 
 
 def type_schema(tp, expanding: frozenset = frozenset()) -> dict:

@@ -28,7 +28,7 @@ POINT = {
     "properties": {
         "x": {"type": "integer"},
         "y": {"type": "integer", "default": 0},
-        "label": {"type": "string", "default": None},
+        "label": {"type": "string"},
         "tags": {"type": "array", "items": {"type": "string"}},
     },
     "required": ["x"],
@@ -137,8 +137,8 @@ EXPECTED = {
         "count": {"type": "integer", "enum": [1, 2],
                   "description": "Taken, because ParamMeta gives no description here."},
         "mixed": {"enum": ["x", 1]},
-        "outer": {"type": "integer", "description": "Optional outside", "default": None},
-        "inner": {"type": "string", "enum": ["a", "b"], "description": "Optional inside", "default": None},
+        "outer": {"type": "integer", "description": "Optional outside"},
+        "inner": {"type": "string", "enum": ["a", "b"], "description": "Optional inside"},
         "color": {"type": "string", "enum": ["red"], "default": "red"},
     }, ["path", "mode", "count", "mixed"])),
     "doc_google": ("Summary on two lines.", _params({
@@ -165,7 +165,7 @@ EXPECTED = {
         "when": {"type": "string", "format": "date-time"},
         "text": {"type": "string", "default": "hi"},
         "ratio": {"type": "number", "default": 0.5},
-        "nothing": {"type": "string", "default": None},
+        "nothing": {"type": "string"},
         "huge": {"type": "integer"},
         "nan": {"type": "number"},
         "items": {"type": "array", "default": [1, "two"]},
@@ -196,14 +196,14 @@ EXPECTED = {
         "count": {"type": "integer"},
         "names": {"type": "array", "items": {"type": "string"}},
         "mode": {"type": "string", "enum": ["fast", "slow"], "default": "fast"},
-        "note": {"type": "string", "description": "A note", "default": None},
+        "note": {"type": "string", "description": "A note"},
     }, ["count"])),
     "future_forward": ("`Box` is defined below this function.", _params({
         "box": {
             "type": "object",
             "properties": {
                 "size": {"type": "integer"},
-                "inner": {"type": "object", "default": None},
+                "inner": {"type": "object"},
             },
             "required": ["size"],
             "additionalProperties": False,
@@ -293,6 +293,60 @@ class FixtureCatalog(unittest.TestCase):
     def test_imported_names_and_classes_are_not_tools(self):
         for name in ("Path", "dataclass", "field", "Point", "Color", "ParamMeta", "_shout"):
             self.assertNotIn(name, self.by_name)
+
+
+def _admits(schema: dict, value) -> bool:
+    """Whether `value` fits `schema`'s type and enum (what a validating client checks first)."""
+    if "anyOf" in schema:
+        return any(_admits(part, value) for part in schema["anyOf"])
+    if "enum" in schema and value not in schema["enum"]:
+        return False
+    kinds = schema.get("type")
+    if kinds is None:
+        return True
+    checks = {
+        "null": lambda v: v is None,
+        "boolean": lambda v: isinstance(v, bool),
+        "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+        "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+        "string": lambda v: isinstance(v, str),
+        "array": lambda v: isinstance(v, list),
+        "object": lambda v: isinstance(v, dict),
+    }
+    return any(checks[kind](value) for kind in (kinds if isinstance(kinds, list) else [kinds]))
+
+
+def _defaults(schema, path=""):
+    """Every (path, schema, default) below `schema`."""
+    if isinstance(schema, dict):
+        if "default" in schema:
+            yield path, schema, schema["default"]
+        for key, value in schema.items():
+            yield from _defaults(value, f"{path}/{key}")
+    elif isinstance(schema, list):
+        for index, value in enumerate(schema):
+            yield from _defaults(value, f"{path}/{index}")
+
+
+class Defaults(unittest.TestCase):
+    def test_no_schema_states_a_default_its_own_type_refuses(self):
+        # Every bundled and fixture tool: an Optional parameter defaulting to
+        # None advertises no `"default": null` on a string (validating
+        # clients then reject every call that omits it).
+        bundled = os.path.join(support.REPO, "functions", "function_calling")
+        with support.isolated_imports(), contextlib.redirect_stderr(io.StringIO()):
+            catalogs = [_fixture_catalog(), catalog.build_catalog(discovery.load_tools(bundled))]
+        checked = 0
+        for built in catalogs:
+            for entry in built["functions"]:
+                for path, schema, default in _defaults(entry["parameters"]):
+                    checked += 1
+                    with self.subTest(entry["name"], path=path):
+                        self.assertTrue(_admits(schema, default), f"{schema}")
+        self.assertGreater(checked, 20)
+        current_time = next(e for e in catalogs[1]["functions"] if e["name"] == "get_current_time")
+        self.assertNotIn("default", current_time["parameters"]["properties"]["timezone"])
+        self.assertNotIn("timezone", current_time["parameters"].get("required", []))
 
 
 class Discovery(unittest.TestCase):
@@ -576,7 +630,7 @@ class Pydantic(unittest.TestCase):
             "type": "object",
             "properties": {
                 "code": {"type": "string", "description": "The code"},
-                "note": {"type": "string", "description": "A note", "default": None},
+                "note": {"type": "string", "description": "A note"},
                 "address": {
                     "type": "object",
                     "properties": {"street": {"type": "string"}, "number": {"type": "integer", "default": 1}},
