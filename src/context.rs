@@ -1,6 +1,6 @@
 //! What a tool's `_context` points at: the session's directories, and the
 //! live services a tool reaches through callbacks to the supervisor while its
-//! call is in flight (README, "Context services"):
+//! call is in flight (docs/writing-tools.md, "Context services"):
 //!
 //! - the attachment store ([`attachments`]), owned by the supervisor so that
 //!   concurrent workers never write its manifest at the same time;

@@ -232,6 +232,33 @@ async fn a_reused_id_in_flight_is_refused_and_the_first_gets_its_own_answer() {
     assert_eq!(server.exit_code().await, Some(0));
 }
 
+/// `tools/list` with a cursor the server never gave is invalid params
+/// (-32602); without one, the whole catalog comes in one page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_list_cursor_is_invalid_params() {
+    let mut server = start(&["--workers", "1", "serve"]).await;
+    let list = |id: u64, cursor: Option<&str>| {
+        let mut params = json!({});
+        if let Some(cursor) = cursor {
+            params["cursor"] = json!(cursor);
+        }
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/list", "params": params}).to_string()
+    };
+    server.send(&list(3, Some("not-a-cursor"))).await;
+    let refused = server.next().await;
+    assert_eq!(error_of(&refused).0, -32602, "{refused}");
+    server.send(&list(4, None)).await;
+    let listed = server.next().await;
+    assert!(
+        listed["result"]["tools"]
+            .as_array()
+            .is_some_and(|t| !t.is_empty()),
+        "{listed}"
+    );
+    assert!(listed["result"].get("nextCursor").is_none(), "{listed}");
+    assert_eq!(server.exit_code().await, Some(0));
+}
+
 /// A message of more JSON values than the server takes is refused before it
 /// is parsed (30 M zeros once took the server to 7.9 GB), naming the count;
 /// the server goes on.

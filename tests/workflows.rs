@@ -1,4 +1,4 @@
-//! Workflow files (README, "Workflow files"): golden tests over `tests/fixtures/workflows/`,
+//! Workflow files (docs/workflows.md): golden tests over `tests/fixtures/workflows/`,
 //! then the library API, then `resolve`/`check` and node timeouts end to end.
 //!
 //! The golden tests need no Python: they validate against a catalog snapshot

@@ -1,5 +1,4 @@
-//! The command line: argument definitions and the commands (README,
-//! "Command line").
+//! The command line: argument definitions and the commands (docs/cli.md).
 //!
 //! stdout carries only results; logs go to stderr. Exit codes: 0 success,
 //! 1 the call failed, 124 the call timed out, 2 bad command line, setup or

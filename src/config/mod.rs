@@ -1,5 +1,4 @@
-//! Workflow files: which function tools each agent node gets (README,
-//! "Workflow files").
+//! Workflow files: which function tools each agent node gets (docs/workflows.md).
 //!
 //! Three steps, each usable on its own:
 //!

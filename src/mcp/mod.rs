@@ -1,4 +1,4 @@
-//! `toolpool serve`: the pool as an MCP server (README, "MCP server"), built on the
+//! `toolpool serve`: the pool as an MCP server (docs/mcp.md), built on the
 //! official Rust SDK, `rmcp`.
 //!
 //! - `tools/list` is the whole catalog, or one workflow node's tools (the
@@ -523,10 +523,14 @@ impl ServerHandler for ToolpoolServer {
 
     async fn list_tools(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        Ok(ListToolsResult::with_all_items(self.tools()))
+        let cursor = request.and_then(|r| r.cursor);
+        let (tools, next) = page(self.tools(), cursor.as_deref())?;
+        let mut result = ListToolsResult::with_all_items(tools);
+        result.next_cursor = next;
+        Ok(result)
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
@@ -688,6 +692,38 @@ impl ServerHandler for ToolpoolServer {
             }
         }
     }
+}
+
+/// Tools (or other items) a list page holds. Large enough that a catalog
+/// rarely needs a second page: clients that read only the first page (some
+/// agent runtimes do) then still see every tool.
+const PAGE_SIZE: usize = 1000;
+
+/// The page of `items` that `cursor` names (none: the first), and the cursor
+/// of the next one. A cursor is one this server gave (`page-<offset>`); any
+/// other is an invalid-params error, as MCP has it.
+fn page<T>(items: Vec<T>, cursor: Option<&str>) -> Result<(Vec<T>, Option<String>), McpError> {
+    let start = match cursor {
+        None => 0,
+        Some(cursor) => cursor
+            .strip_prefix("page-")
+            .and_then(|offset| offset.parse::<usize>().ok())
+            .filter(|offset| *offset > 0 && *offset < items.len())
+            .ok_or_else(|| {
+                McpError::invalid_params(
+                    format!(
+                        "invalid cursor {cursor:?}: not one this server gave (or the list changed)"
+                    ),
+                    None,
+                )
+            })?,
+    };
+    let end = (start + PAGE_SIZE).min(items.len());
+    let next = (end < items.len()).then(|| format!("page-{end}"));
+    Ok((
+        items.into_iter().skip(start).take(end - start).collect(),
+        next,
+    ))
 }
 
 impl ToolpoolServer {
@@ -915,6 +951,26 @@ fn stop_signal() -> impl std::future::Future<Output = ()> {
         tokio::select! {
             _ = term.recv() => tracing::info!("SIGTERM received"),
             _ = int.recv() => tracing::info!("SIGINT received"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{page, PAGE_SIZE};
+
+    #[test]
+    fn lists_are_paged_by_the_cursors_given_and_a_bad_cursor_is_invalid_params() {
+        let (first, next) = page((0..PAGE_SIZE + 5).collect::<Vec<_>>(), None).unwrap();
+        assert_eq!(first.len(), PAGE_SIZE);
+        let next = next.expect("a second page");
+        let (second, last) = page((0..PAGE_SIZE + 5).collect::<Vec<_>>(), Some(&next)).unwrap();
+        assert_eq!(second, (PAGE_SIZE..PAGE_SIZE + 5).collect::<Vec<_>>());
+        assert_eq!(last, None);
+        assert_eq!(page(vec![1, 2], None).unwrap(), (vec![1, 2], None));
+        for bad in ["", "page-0", "page-2", "page-x", "nonsense"] {
+            let error = page(vec![1, 2], Some(bad)).unwrap_err();
+            assert_eq!(error.code.0, -32602, "{bad}");
         }
     }
 }

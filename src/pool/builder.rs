@@ -22,7 +22,7 @@ use crate::protocol::DEFAULT_MAX_FRAME;
 use crate::sandbox::{Sandbox, SandboxMode, SandboxOptions, SandboxPaths};
 use crate::worker::{BootConfig, CallOutcome, Spawner, StartError, Worker, WorkerSpec};
 
-/// Builds a [`Pool`]; the defaults are those of the command line (README, "Command line").
+/// Builds a [`Pool`]; the defaults are those of the command line (docs/cli.md).
 #[derive(Debug, Clone)]
 pub struct PoolBuilder {
     functions_dir: Option<PathBuf>,
