@@ -312,6 +312,7 @@ fn doctor_lists_each_piece() {
         "sandbox seccomp: on",
         "sandbox process limit: on",
         "terminal: none for tools (workers run in a session of their own, the sandbox has no /dev/tty",
+        "sandbox apparmor: ",
     ] {
         assert!(out.stdout.contains(piece), "{piece} in:\n{}", out.stdout);
     }

@@ -430,13 +430,14 @@ pub fn doctor_lines(sandbox: Option<&Sandbox>, allow_net: bool) -> Vec<String> {
     if allow_net {
         lines.push("sandbox network: the host's (--allow-net)".into());
     }
-    if let Some(why) = &pieces.userns_restricted {
-        lines.push(format!("sandbox apparmor: {why}"));
-    } else if std::fs::read_to_string("/proc/sys/kernel/apparmor_restrict_unprivileged_userns")
-        .is_ok_and(|v| v.trim() == "1")
-    {
-        lines.push("sandbox apparmor: restricts unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns = 1); toolpool runs as root here, which it does not bind".into());
-    }
+    let restricts =
+        std::fs::read_to_string("/proc/sys/kernel/apparmor_restrict_unprivileged_userns")
+            .is_ok_and(|v| v.trim() == "1");
+    lines.push(match &pieces.userns_restricted {
+        Some(why) => format!("sandbox apparmor: {why}"),
+        None if restricts => "sandbox apparmor: restricts unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns = 1); toolpool runs as root here, which it does not bind".into(),
+        None => "sandbox apparmor: no restriction on user namespaces".into(),
+    });
     lines.push(format!(
         "terminal: {}",
         match sandbox.map(|s| s.options.mode) {
