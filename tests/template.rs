@@ -176,6 +176,52 @@ async fn a_killed_template_is_started_again_and_calls_go_on() {
     pool.shutdown().await;
 }
 
+/// A template someone attached to (ptrace: the way to change what every
+/// later worker runs) is not cloned from again: it is killed and a fresh one
+/// started, and calls go on.
+#[tokio::test]
+async fn a_traced_template_is_replaced_not_cloned_from() {
+    if skip_when_sandboxed() {
+        return;
+    }
+    let session = tempfile::tempdir().unwrap();
+    let pool = builder(&session, 1)
+        .max_calls_per_worker(Some(1))
+        .spare_workers(0)
+        .build()
+        .await
+        .expect("pool starts");
+    let first = templates(&session);
+    assert_eq!(first.len(), 1);
+    // SAFETY: PTRACE_SEIZE takes a pid and no pointers.
+    let seized = unsafe {
+        libc::ptrace(
+            libc::PTRACE_SEIZE,
+            first[0],
+            std::ptr::null_mut::<libc::c_void>(),
+            std::ptr::null_mut::<libc::c_void>(),
+        )
+    };
+    assert_eq!(seized, 0, "{}", std::io::Error::last_os_error());
+    // Each call retires its worker: the next ones need new workers.
+    for n in 0..3 {
+        assert_eq!(
+            call(&pool, "add", json!({"a": n, "b": 1})).await.unwrap(),
+            json!(n + 1)
+        );
+    }
+    let now = templates(&session);
+    assert_eq!(now.len(), 1, "{}", describe_pids(&now));
+    assert_ne!(now, first, "the traced template was replaced");
+    let guardian = guardian_of_next_call(&pool).await;
+    assert!(
+        cmdline(guardian).contains("--template"),
+        "{}",
+        cmdline(guardian)
+    );
+    pool.shutdown().await;
+}
+
 #[tokio::test]
 async fn workers_of_one_template_do_not_share_random_state() {
     if skip_when_sandboxed() {

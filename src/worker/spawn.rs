@@ -133,9 +133,10 @@ impl Templates {
 
     fn clone_from_template(&mut self, spec: &Arc<WorkerSpec>) -> std::io::Result<Spawned> {
         // A template whose spec nobody else holds serves no one any more (a
-        // session that ended); a dead one is started again.
+        // session that ended); a dead one, or one tampered with, is started
+        // again (dropped, it is killed).
         self.running
-            .retain_mut(|t| t.is_alive() && Arc::strong_count(t.spec()) > 1);
+            .retain_mut(|t| Arc::strong_count(t.spec()) > 1 && t.is_sound());
         let index = match self.running.iter().position(|t| t.serves(spec)) {
             Some(index) => index,
             None => {

@@ -127,8 +127,44 @@ impl Template {
         &self.spec
     }
 
-    pub(super) fn is_alive(&mut self) -> bool {
-        matches!(self.process.try_wait(), Ok(None))
+    /// Alive, and still as it was made, as far as the kernel shows: traced
+    /// by no one (`TracerPid: 0`), and — where this process is not root —
+    /// still not dumpable (its `/proc` files owned by root: owned by this
+    /// user, code inside it made it dumpable again). One that is not is
+    /// killed and a fresh one started: every later worker would carry what
+    /// was done to it. (Root's `/proc/<pid>/mem` writes leave no such mark:
+    /// only `--sandbox` keeps them from a tool.)
+    pub(super) fn is_sound(&mut self) -> bool {
+        if !matches!(self.process.try_wait(), Ok(None)) {
+            return false;
+        }
+        let Some(pid) = self.process.id() else {
+            return false;
+        };
+        let traced = std::fs::read_to_string(format!("/proc/{pid}/status")).map(|status| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix("TracerPid:"))
+                .is_some_and(|tracer| tracer.trim() != "0")
+        });
+        let me = nix::unistd::geteuid();
+        let dumpable = !me.is_root()
+            && std::fs::metadata(format!("/proc/{pid}/mem")).is_ok_and(|meta| {
+                use std::os::unix::fs::MetadataExt;
+                meta.uid() == me.as_raw()
+            });
+        match traced {
+            Ok(false) if !dumpable => true,
+            _ => {
+                tracing::warn!(
+                    template = pid,
+                    traced = traced.unwrap_or(true),
+                    dumpable,
+                    "the template is no longer as it was made (traced, or made dumpable): starting a fresh one"
+                );
+                false
+            }
+        }
     }
 
     fn set_answer_wait(&self, wait: Duration) -> std::io::Result<()> {
