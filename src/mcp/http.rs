@@ -272,7 +272,7 @@ struct Front {
 /// answered 503 before its body is read. A body costs a few times its size
 /// while it is parsed and sent on to a worker, so this bounds the memory
 /// that requests take, whatever clients send.
-const BODIES_IN_FLIGHT: usize = 4 * crate::protocol::DEFAULT_MAX_FRAME;
+pub(super) const BODIES_IN_FLIGHT: usize = 4 * crate::protocol::DEFAULT_MAX_FRAME;
 
 impl Front {
     async fn handle(&self, request: Request<Incoming>) -> Response<Body> {

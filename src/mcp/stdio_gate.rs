@@ -37,6 +37,8 @@ const OVERSIZED_PREFIX: usize = 64 * 1024;
 
 const PARSE_ERROR: i64 = -32700;
 const INVALID_REQUEST: i64 = -32600;
+/// A JSON-RPC server error: the request is fine, the server cannot take it now.
+const SERVER_BUSY: i64 = -32000;
 
 /// What to do with one line read from stdin.
 #[derive(Debug, PartialEq, Eq)]
@@ -64,6 +66,10 @@ pub struct Gate {
     original_of: Arc<DashMap<String, Value>>,
     alias_of: Arc<DashMap<String, Value>>,
     aliases_made: Arc<std::sync::atomic::AtomicU64>,
+    /// Bytes of requests in flight, in KiB (as over HTTP: a budget shared
+    /// by every request until it is answered or cancelled).
+    budget: Arc<tokio::sync::Semaphore>,
+    held: Arc<DashMap<String, tokio::sync::OwnedSemaphorePermit>>,
     limit: usize,
 }
 
@@ -80,6 +86,10 @@ impl Gate {
             original_of: Arc::default(),
             alias_of: Arc::default(),
             aliases_made: Arc::default(),
+            budget: Arc::new(tokio::sync::Semaphore::new(
+                super::http::BODIES_IN_FLIGHT / 1024,
+            )),
+            held: Arc::default(),
             limit,
         }
     }
@@ -152,7 +162,9 @@ impl Gate {
     }
 
     fn land(&self, id: &Value) {
-        self.in_flight.remove(&id_key(id));
+        let key = id_key(id);
+        self.in_flight.remove(&key);
+        self.held.remove(&key);
     }
 
     /// `line`, a request the client sent with `id`, given an alias of its own.
@@ -195,7 +207,19 @@ impl Gate {
             JsonRpcMessage::Request(request) => {
                 let id = serde_json::to_value(&request.id).unwrap_or(Value::Null);
                 let key = id_key(&id);
+                let kib = u32::try_from(line.len().div_ceil(1024)).unwrap_or(u32::MAX);
+                let Ok(permit) = self.budget.clone().try_acquire_many_owned(kib.max(1)) else {
+                    return Verdict::Reply(error_line(
+                        &id,
+                        SERVER_BUSY,
+                        &format!(
+                            "Server busy: the requests in flight hold {} MiB, the most this server keeps at once; retry once some are answered",
+                            super::http::BODIES_IN_FLIGHT >> 20
+                        ),
+                    ));
+                };
                 if self.in_flight.insert(key.clone()) {
+                    self.held.insert(key.clone(), permit);
                     if self.cancelled.remove(&key).is_some() {
                         return self.under_alias(line, id);
                     }
@@ -520,6 +544,28 @@ mod tests {
             .as_str()
             .unwrap()
             .starts_with("toolpool-alias-"));
+    }
+
+    #[test]
+    fn requests_in_flight_have_a_budget_of_bytes_given_back_when_answered() {
+        let gate = Gate::new(super::super::http::BODIES_IN_FLIGHT);
+        let big = |id: u32| {
+            let text = "x".repeat(60 << 20);
+            format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"a","arguments":{{"t":"{text}"}}}}}}"#
+            )
+        };
+        for id in 1..=4 {
+            assert_eq!(gate.line(big(id).as_bytes()), Verdict::Pass, "{id}");
+        }
+        let busy = reply(gate.line(big(5).as_bytes()));
+        assert_eq!(busy[0]["error"]["code"], -32000);
+        assert!(busy[0]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("Server busy"));
+        gate.answered(br#"{"jsonrpc":"2.0","id":1,"result":{}}"#);
+        assert_eq!(gate.line(big(5).as_bytes()), Verdict::Pass);
     }
 
     #[test]
