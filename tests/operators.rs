@@ -471,3 +471,61 @@ fn bench_draws_a_bar_per_pool_size_on_a_terminal() {
         );
     }
 }
+
+/// Every file or folder of the repository that the README and docs/ name
+/// (in backticks, or as a relative link) exists: the docs follow the code.
+#[test]
+fn every_file_the_docs_name_exists() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut documents = vec![
+        root.join("README.md"),
+        root.join("CONTRIBUTING.md"),
+        root.join("CHANGELOG.md"),
+    ];
+    for entry in std::fs::read_dir(root.join("docs")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "md") {
+            documents.push(path);
+        }
+    }
+    const TOP: [&str; 7] = [
+        "src/",
+        "tests/",
+        "python_shim/",
+        "benches/",
+        "scripts/",
+        "functions/",
+        "docs/",
+    ];
+    let mut missing = Vec::new();
+    for document in &documents {
+        let text = std::fs::read_to_string(document).unwrap();
+        let base = document.parent().unwrap();
+        // `path` in backticks, from the repository's root.
+        for quoted in text.split('`').skip(1).step_by(2) {
+            let candidate = quoted.trim_end_matches(['.', ',', ':']);
+            let is_path = TOP.iter().any(|top| candidate.starts_with(top))
+                && !candidate.contains(['*', ' ', '<', '{', '…']);
+            if is_path && !root.join(candidate).exists() {
+                missing.push(format!("{}: `{candidate}`", document.display()));
+            }
+        }
+        // [text](relative/path#anchor), from the document's folder.
+        for (at, _) in text.match_indices("](") {
+            let rest = &text[at + 2..];
+            let Some(end) = rest.find(')') else { continue };
+            let target = rest[..end].split('#').next().unwrap_or("");
+            if target.is_empty() || target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            }
+            if !base.join(target).exists() {
+                missing.push(format!("{}: ]({target})", document.display()));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "named but missing:\n{}",
+        missing.join("\n")
+    );
+}
