@@ -27,6 +27,27 @@ pub struct FunctionSpec {
     /// `{"result": <the result>}`, and that is how it is sent structured.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub output_wrapped: bool,
+    /// A human-readable title the tool's author gave it (`mcp_title`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// MCP's behaviour hints the author gave it (`mcp_annotations`):
+    /// `readOnlyHint`, `destructiveHint`, `idempotentHint`, `openWorldHint`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<ToolHints>,
+}
+
+/// MCP's behaviour hints for a tool (each absent when the author said nothing).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolHints {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_only_hint: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destructive_hint: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotent_hint: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open_world_hint: Option<bool>,
 }
 
 impl FunctionSpec {
@@ -375,6 +396,8 @@ mod tests {
             line: 1,
             output_schema: None,
             output_wrapped: false,
+            title: None,
+            annotations: None,
         }
     }
 

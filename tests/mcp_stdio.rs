@@ -75,6 +75,25 @@ async fn tools_list_is_the_whole_catalog() {
         assert_eq!(meta["toolpool/module"], function["module"]);
     }
     assert!(tools.iter().any(|t| t.name == "sleep_forever"));
+    // A title and hints the author set on the function (`mcp_title`,
+    // `mcp_annotations`), in the catalog and on the MCP tool.
+    let add = tools.iter().find(|t| t.name == "add").expect("add");
+    assert_eq!(add.title.as_deref(), Some("Add two integers"));
+    let hints = add.annotations.as_ref().expect("annotations");
+    assert_eq!(
+        (
+            hints.read_only_hint,
+            hints.open_world_hint,
+            hints.idempotent_hint
+        ),
+        (Some(true), Some(false), None)
+    );
+    let listed = functions.iter().find(|f| f["name"] == "add").unwrap();
+    assert_eq!(listed["title"], "Add two integers");
+    assert_eq!(
+        listed["annotations"],
+        json!({"readOnlyHint": true, "openWorldHint": false})
+    );
     served.close().await;
 }
 

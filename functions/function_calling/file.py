@@ -1012,3 +1012,25 @@ def search_in_files(
         "files_skipped": skipped,
         "truncated": limited,
     }
+
+
+# Titles and MCP behaviour hints: plain attributes, read by toolpool and
+# ignored by runtimes that do not know them.
+describe_available_files.mcp_title = 'Describe available files'
+describe_available_files.mcp_annotations = {'readOnlyHint': True, 'openWorldHint': False}
+list_directory.mcp_title = 'List a directory'
+list_directory.mcp_annotations = {'readOnlyHint': True, 'openWorldHint': False}
+read_text_file_snippet.mcp_title = 'Read a snippet of a text file'
+read_text_file_snippet.mcp_annotations = {'readOnlyHint': True, 'openWorldHint': False}
+read_file_segment.mcp_title = 'Read part of a file'
+read_file_segment.mcp_annotations = {'readOnlyHint': True, 'openWorldHint': False}
+load_file.mcp_title = 'Load a file as an attachment'
+load_file.mcp_annotations = {'readOnlyHint': False, 'destructiveHint': False, 'idempotentHint': True, 'openWorldHint': False}
+save_file.mcp_title = 'Save a file'
+save_file.mcp_annotations = {'readOnlyHint': False, 'destructiveHint': True, 'idempotentHint': True, 'openWorldHint': False}
+create_folder.mcp_title = 'Create a folder'
+create_folder.mcp_annotations = {'readOnlyHint': False, 'destructiveHint': False, 'idempotentHint': True, 'openWorldHint': False}
+delete_path.mcp_title = 'Delete a file or folder'
+delete_path.mcp_annotations = {'readOnlyHint': False, 'destructiveHint': True, 'idempotentHint': True, 'openWorldHint': False}
+search_in_files.mcp_title = 'Search in files'
+search_in_files.mcp_annotations = {'readOnlyHint': True, 'openWorldHint': False}

@@ -324,3 +324,9 @@ def install_python_packages(
         "stdout": _tail(stdout or ""),
         "stderr": _tail(stderr or ""),
     }
+
+
+# Titles and MCP behaviour hints: plain attributes, read by toolpool and
+# ignored by runtimes that do not know them.
+install_python_packages.mcp_title = 'Install Python packages'
+install_python_packages.mcp_annotations = {'readOnlyHint': False, 'destructiveHint': False, 'idempotentHint': True, 'openWorldHint': True}

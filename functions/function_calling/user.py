@@ -30,3 +30,9 @@ def call_user(
         metadata={"source": "function_tool"},
     )
     return result.text
+
+
+# Titles and MCP behaviour hints: plain attributes, read by toolpool and
+# ignored by runtimes that do not know them.
+call_user.mcp_title = 'Ask the user'
+call_user.mcp_annotations = {'readOnlyHint': True, 'openWorldHint': True}

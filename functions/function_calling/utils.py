@@ -72,3 +72,11 @@ def get_current_time(
     if fmt == "unix":
         return str(int(now.timestamp()))
     raise ValueError(f"unknown fmt {fmt!r}: use one of iso, date, time, datetime, unix")
+
+
+# Titles and MCP behaviour hints: plain attributes, read by toolpool and
+# ignored by runtimes that do not know them.
+wait.mcp_title = 'Wait'
+wait.mcp_annotations = {'readOnlyHint': True, 'idempotentHint': True, 'openWorldHint': False}
+get_current_time.mcp_title = 'Get the current time'
+get_current_time.mcp_annotations = {'readOnlyHint': True, 'openWorldHint': False}

@@ -5,6 +5,28 @@ import sys
 from . import discovery, docstrings, schema
 
 
+# MCP's behaviour hints, as a tool author sets them on the function.
+HINTS = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
+
+
+def _presentation(func) -> dict:
+    """A tool's `title` and behaviour `annotations`, from plain attributes of
+    the function (`func.mcp_title = "..."`, `func.mcp_annotations = {...}` with
+    any of the four MCP hints as booleans): a folder sets them without
+    depending on toolpool, and other runtimes ignore them. Anything else in
+    them is left out."""
+    found = {}
+    title = getattr(func, "mcp_title", None)
+    if isinstance(title, str) and title.strip():
+        found["title"] = title.strip()
+    hints = getattr(func, "mcp_annotations", None)
+    if isinstance(hints, dict):
+        kept = {name: value for name, value in hints.items() if name in HINTS and isinstance(value, bool)}
+        if kept:
+            found["annotations"] = kept
+    return found
+
+
 def build_catalog(toolset, warnings=(), content_classes: tuple = ()) -> dict:
     """The catalog reply; `warnings`: what the worker could not do as the project expects (standins.py);
     `content_classes`: the attachment result classes (their tools get no output schema)."""
@@ -33,6 +55,7 @@ def build_catalog(toolset, warnings=(), content_classes: tuple = ()) -> dict:
             entry["output_schema"] = output
             if wrapped:
                 entry["output_wrapped"] = True
+        entry.update(_presentation(tool.func))
         functions.append(entry)
     functions.sort(key=lambda entry: (entry["module"], entry["name"]))
     errors.sort(key=lambda entry: entry["module"])

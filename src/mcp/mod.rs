@@ -383,13 +383,7 @@ impl ToolpoolServer {
 fn list_tools(pool: &Pool, tools: &ToolSet) -> Vec<Tool> {
     let default_timeout = pool.default_timeout();
     let catalog = pool.catalog();
-    let output_of = |function: &str| {
-        catalog
-            .functions
-            .iter()
-            .find(|f| f.name == function)
-            .and_then(output_schema)
-    };
+    let function_of = |function: &str| catalog.functions.iter().find(|f| f.name == function);
     match tools {
         ToolSet::Catalog => catalog
             .functions
@@ -400,13 +394,7 @@ fn list_tools(pool: &Pool, tools: &ToolSet) -> Vec<Tool> {
                     "toolpool/module": f.module,
                     "toolpool/timeout": seconds(default_timeout),
                 });
-                tool(
-                    &f.name,
-                    &f.description,
-                    &f.parameters,
-                    meta,
-                    output_schema(f),
-                )
+                tool(&f.name, &f.description, &f.parameters, meta, Some(f))
             })
             .collect(),
         ToolSet::Node(node) => node
@@ -423,7 +411,7 @@ fn list_tools(pool: &Pool, tools: &ToolSet) -> Vec<Tool> {
                     &t.description,
                     &t.parameters,
                     meta,
-                    output_of(&t.function),
+                    function_of(&t.function),
                 )
             })
             .collect(),
@@ -441,13 +429,16 @@ fn output_schema(function: &FunctionSpec) -> Option<Value> {
     Some(schema)
 }
 
+/// The MCP tool for `name`, with what its catalog `function` (when known)
+/// says of its result, title and behaviour.
 fn tool(
     name: &str,
     description: &str,
     parameters: &Value,
     meta: Value,
-    output: Option<Value>,
+    function: Option<&FunctionSpec>,
 ) -> Tool {
+    let output = function.and_then(output_schema);
     // The catalog and `resolve` only produce object schemas; anything else
     // would be rejected by clients, so fall back to "no parameters".
     let schema: JsonObject = match parameters {
@@ -468,10 +459,24 @@ fn tool(
     )
     .with_meta(meta);
     // The shim only makes object schemas (a non-object result is wrapped).
-    match output {
+    let mut tool = match output {
         Some(Value::Object(output)) => tool.with_raw_output_schema(Arc::new(output)),
         _ => tool,
+    };
+    if let Some(function) = function {
+        tool.title = function.title.clone();
+        tool.annotations = function.annotations.as_ref().map(|hints| {
+            let mut annotations = rmcp::model::ToolAnnotations::default();
+            // The title here too: clients of versions before `Tool.title` read it here.
+            annotations.title = function.title.clone();
+            annotations.read_only_hint = hints.read_only_hint;
+            annotations.destructive_hint = hints.destructive_hint;
+            annotations.idempotent_hint = hints.idempotent_hint;
+            annotations.open_world_hint = hints.open_world_hint;
+            annotations
+        });
     }
+    tool
 }
 
 /// Seconds as a JSON number: `30`, not `30.0`, when whole.
@@ -502,6 +507,10 @@ impl ServerHandler for ToolpoolServer {
         }
         let mut info = ServerConfig::new(capabilities);
         let mut implementation = Implementation::new("toolpool", env!("CARGO_PKG_VERSION"));
+        implementation.title = Some("toolpool".into());
+        implementation.website_url = option_env!("CARGO_PKG_REPOSITORY")
+            .filter(|url| !url.is_empty())
+            .map(str::to_string);
         implementation.description = Some(
             "Python function tools run in a pool of isolated workers, with enforced timeouts"
                 .into(),

@@ -349,6 +349,21 @@ class Defaults(unittest.TestCase):
         self.assertNotIn("timezone", current_time["parameters"].get("required", []))
 
 
+class Presentation(unittest.TestCase):
+    def test_the_bundled_tools_carry_true_hints_and_titles(self):
+        bundled = os.path.join(support.REPO, "functions", "function_calling")
+        with support.isolated_imports(), contextlib.redirect_stderr(io.StringIO()):
+            entries = {e["name"]: e for e in catalog.build_catalog(discovery.load_tools(bundled))["functions"]}
+        for entry in entries.values():
+            with self.subTest(entry["name"]):
+                self.assertTrue(entry.get("title"))
+                self.assertEqual(set(entry["annotations"]) - set(catalog.HINTS), set())
+        self.assertTrue(entries["read_file_segment"]["annotations"]["readOnlyHint"])
+        self.assertTrue(entries["save_file"]["annotations"]["destructiveHint"])
+        self.assertTrue(entries["delete_path"]["annotations"]["destructiveHint"])
+        self.assertTrue(entries["install_python_packages"]["annotations"]["openWorldHint"])
+
+
 class Discovery(unittest.TestCase):
     def setUp(self):
         self._tmp = tempfile.TemporaryDirectory()

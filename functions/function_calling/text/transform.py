@@ -143,3 +143,17 @@ def text_diff(
         lineterm="",
     )
     return "\n".join(diff)
+
+
+# Titles and MCP behaviour hints: plain attributes, read by toolpool and
+# ignored by runtimes that do not know them.
+word_count.mcp_title = 'Count words'
+word_count.mcp_annotations = {'readOnlyHint': True, 'openWorldHint': False}
+change_case.mcp_title = 'Change the case of text'
+change_case.mcp_annotations = {'readOnlyHint': True, 'openWorldHint': False}
+normalize_whitespace.mcp_title = 'Normalize whitespace'
+normalize_whitespace.mcp_annotations = {'readOnlyHint': True, 'openWorldHint': False}
+replace_text.mcp_title = 'Replace text'
+replace_text.mcp_annotations = {'readOnlyHint': True, 'openWorldHint': False}
+text_diff.mcp_title = 'Compare two texts'
+text_diff.mcp_annotations = {'readOnlyHint': True, 'openWorldHint': False}
