@@ -113,7 +113,6 @@ def _serve(channel: Channel, toolset, classes, invoker: Invoker) -> None:
         kind = request.get("t")
         blocks = None
         error = None
-        _mark_call(b"start", request_id)
         try:
             if kind == "invoke" and isinstance(request.get("name"), str):
                 value, blocks = invoker.invoke(request["name"], _arguments(request), _context(request))
@@ -132,7 +131,7 @@ def _serve(channel: Channel, toolset, classes, invoker: Invoker) -> None:
         # Everything the call printed is in the stderr pipe before its end
         # marker, and the marker before the reply.
         _flush_tool_output()
-        _mark_call(b"end", request_id)
+        _mark_end(request_id)
         if error is not None:
             _reply_error(channel, request_id, error)
         else:
@@ -230,16 +229,17 @@ def _clip(text, limit: int):
     return text[:limit] + f"… ({len(text) - limit} more characters cut)"
 
 
-# Marks where a request's output starts and ends on stderr, for the
-# supervisor to tag each line with its call in the order the lines were
-# written (src/worker/stderr.rs).
-_CALL_MARKER = b"\x1e\x1etoolpool-call "
+# Marks where a request's output ends on stderr, for the supervisor to tag
+# each line with its call in the order the lines were written (one request
+# runs at a time: a line belongs to the oldest request not yet ended;
+# src/worker/stderr.rs).
+_END_MARKER = b"\x1e\x1etoolpool-call end "
 
 
-def _mark_call(edge: bytes, request_id) -> None:
+def _mark_end(request_id) -> None:
     if type(request_id) is int:
         try:
-            os.write(2, b"%s%s %d\n" % (_CALL_MARKER, edge, request_id))
+            os.write(2, b"%s%d\n" % (_END_MARKER, request_id))
         except OSError:
             pass  # stderr closed by a tool: its lines are not logged either
 

@@ -43,23 +43,22 @@ impl StderrTail {
 }
 
 /// What the stderr pump tags tool output with. The worker marks where each
-/// request's output starts and ends on stderr itself (`_mark_call` in the
-/// shim's worker.py), so a line is tagged with the call that printed it
-/// however late the pump reads it; the handle names each request before it
-/// is written.
+/// request's output ends on stderr itself (`_mark_end` in the shim's
+/// worker.py), and the handle names each request before it is written; a
+/// worker runs one request at a time, so a line belongs to the oldest
+/// request named and not yet ended, however late the pump reads it.
 #[derive(Clone, Default)]
 pub(super) struct CallTags(Arc<Mutex<Tags>>);
 
 #[derive(Default)]
 struct Tags {
-    /// Requests written and not yet ended on stderr: their tags, by id.
-    named: std::collections::HashMap<u64, String>,
-    /// The tag of the request whose output the pump is reading now.
-    current: Option<String>,
+    /// Requests written and not yet ended on stderr: their tags, by id (ids
+    /// grow, so the first is the oldest).
+    named: std::collections::BTreeMap<u64, String>,
 }
 
-/// The start of a marker line (then `start <id>` or `end <id>`).
-const CALL_MARKER: &[u8] = b"\x1e\x1etoolpool-call ";
+/// The start of an end marker line (then the request's id).
+const END_MARKER: &[u8] = b"\x1e\x1etoolpool-call end ";
 
 impl CallTags {
     /// Names request `id` (`tool#id`) before it is written.
@@ -69,31 +68,25 @@ impl CallTags {
         }
     }
 
-    /// A marker line moves the tag; `true` when `line` was one (not logged).
+    /// An end marker ends its request (and any older one, which ended
+    /// without its marker); `true` when `line` was one (not logged).
     fn follow(&self, line: &[u8]) -> bool {
-        let Some(rest) = line.strip_prefix(CALL_MARKER) else {
-            return false;
-        };
-        let text = String::from_utf8_lossy(rest);
-        let mut words = text.split(' ');
-        let (Some(edge), Some(Ok(id))) = (words.next(), words.next().map(str::parse::<u64>)) else {
+        let Some(id) = line
+            .strip_prefix(END_MARKER)
+            .and_then(|id| std::str::from_utf8(id).ok()?.parse::<u64>().ok())
+        else {
             return false;
         };
         if let Ok(mut tags) = self.0.lock() {
-            match edge {
-                "start" => tags.current = tags.named.get(&id).cloned(),
-                "end" => {
-                    tags.named.remove(&id);
-                    tags.current = None;
-                }
-                _ => return false,
-            }
+            tags.named = tags.named.split_off(&(id + 1));
         }
         true
     }
 
+    /// The tag of the request whose output the pump reads now.
     fn current(&self) -> Option<String> {
-        self.0.lock().ok().and_then(|tags| tags.current.clone())
+        let tags = self.0.lock().ok()?;
+        tags.named.values().next().cloned()
     }
 }
 
@@ -146,20 +139,21 @@ mod tests {
     #[test]
     fn lines_are_tagged_by_the_markers_in_the_stream_not_by_when_they_are_read() {
         let tags = CallTags::default();
-        tags.name(1, "slow#1".into());
-        tags.name(2, "next#2".into());
         assert_eq!(tags.current(), None);
-        assert!(tags.follow(b"\x1e\x1etoolpool-call start 1"));
+        tags.name(1, "slow#1".into());
         assert_eq!(tags.current().as_deref(), Some("slow#1"));
         // Request 2 is already named (written), but a line of request 1
         // read now is still request 1's.
+        tags.name(2, "next#2".into());
         assert!(!tags.follow(b"a line the tool printed"));
         assert_eq!(tags.current().as_deref(), Some("slow#1"));
         assert!(tags.follow(b"\x1e\x1etoolpool-call end 1"));
-        assert_eq!(tags.current(), None);
-        assert!(tags.follow(b"\x1e\x1etoolpool-call start 2"));
         assert_eq!(tags.current().as_deref(), Some("next#2"));
+        // An end marker also ends older requests that never wrote theirs.
+        tags.name(3, "third#3".into());
+        assert!(tags.follow(b"\x1e\x1etoolpool-call end 3"));
+        assert_eq!(tags.current(), None);
         // Not a marker: a near miss is an ordinary line.
-        assert!(!tags.follow(b"\x1e\x1etoolpool-call start x"));
+        assert!(!tags.follow(b"\x1e\x1etoolpool-call end x"));
     }
 }
