@@ -460,22 +460,21 @@ fn without_a_session_dir_a_read_only_working_directory_is_no_obstacle() {
     let Some(home) = nobodys_home() else {
         return;
     };
-    let called = run(as_nobody(home.path())
-        .expect("checked")
-        .current_dir("/")
-        .args(["--python", "/usr/bin/python3", "--functions-dir"])
-        .arg(escapes())
-        .args(["call", "add", "--args", r#"{"a": 1, "b": 2}"#]));
+    // `call add` as nobody from `/`, with `home` as HOME.
+    let add_from_root = |home: &Path| {
+        run(as_nobody(home)
+            .expect("checked")
+            .current_dir("/")
+            .args(["--python", "/usr/bin/python3", "--functions-dir"])
+            .arg(escapes())
+            .args(["call", "add", "--args", r#"{"a": 1, "b": 2}"#]))
+    };
+    let called = add_from_root(home.path());
     assert_eq!(called.code, 0, "{}", called.stderr);
     assert_eq!(called.stdout.trim(), "3", "{}", called.stderr);
     let session = home.path().join(".local/state/toolpool/sessions/default");
     assert!(session.join("code_workspace").is_dir(), "{}", called.stderr);
-    let nowhere = run(as_nobody(Path::new("/nonexistent"))
-        .expect("checked")
-        .current_dir("/")
-        .args(["--python", "/usr/bin/python3", "--functions-dir"])
-        .arg(escapes())
-        .args(["call", "add", "--args", r#"{"a": 1, "b": 2}"#]));
+    let nowhere = add_from_root(Path::new("/nonexistent"));
     assert_eq!(nowhere.code, 2, "{}", nowhere.stdout);
     assert!(
         nowhere

@@ -46,6 +46,21 @@ fn templates(session: &tempfile::TempDir) -> Vec<i32> {
         .collect()
 }
 
+/// A pool of one worker that each call retires (so the next call needs a new
+/// worker, cloned from the template), and its one template.
+async fn pool_with_one_template() -> (tempfile::TempDir, Pool, Vec<i32>) {
+    let session = tempfile::tempdir().unwrap();
+    let pool = builder(&session, 1)
+        .max_calls_per_worker(Some(1))
+        .spare_workers(0)
+        .build()
+        .await
+        .expect("pool starts");
+    let first = templates(&session);
+    assert_eq!(first.len(), 1);
+    (session, pool, first)
+}
+
 /// The guardian of the worker that answers the next call.
 async fn guardian_of_next_call(pool: &Pool) -> i32 {
     let report = pool
@@ -143,15 +158,7 @@ async fn a_killed_template_is_started_again_and_calls_go_on() {
     if skip_when_sandboxed() {
         return;
     }
-    let session = tempfile::tempdir().unwrap();
-    let pool = builder(&session, 1)
-        .max_calls_per_worker(Some(1))
-        .spare_workers(0)
-        .build()
-        .await
-        .expect("pool starts");
-    let first = templates(&session);
-    assert_eq!(first.len(), 1);
+    let (session, pool, first) = pool_with_one_template().await;
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(first[0]),
         nix::sys::signal::Signal::SIGKILL,
@@ -184,15 +191,7 @@ async fn a_traced_template_is_replaced_not_cloned_from() {
     if skip_when_sandboxed() {
         return;
     }
-    let session = tempfile::tempdir().unwrap();
-    let pool = builder(&session, 1)
-        .max_calls_per_worker(Some(1))
-        .spare_workers(0)
-        .build()
-        .await
-        .expect("pool starts");
-    let first = templates(&session);
-    assert_eq!(first.len(), 1);
+    let (session, pool, first) = pool_with_one_template().await;
     // SAFETY: PTRACE_SEIZE takes a pid and no pointers.
     let seized = unsafe {
         libc::ptrace(
