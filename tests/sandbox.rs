@@ -552,21 +552,28 @@ fn a_process_of_the_same_user_cannot_write_the_template() {
         .spawn()
         .unwrap();
     let supervisor = toolpool.id() as i32;
+    // The template makes itself not dumpable once its interpreter is up;
+    // wait until it has cloned the call's guardian (a child of the
+    // supervisor too, with a worker of its own): by then it has.
     let template = (0..200).find_map(|_| {
         std::thread::sleep(Duration::from_millis(50));
-        std::fs::read_dir("/proc")
-            .ok()?
-            .flatten()
-            .find_map(|entry| {
-                let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
-                let command = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-                let is_template = command.split(|b| *b == 0).any(|arg| arg == b"--template");
-                (is_template && parent_of(pid) == Some(supervisor)).then_some(pid)
+        let clones: Vec<i32> = descendants(supervisor)
+            .into_iter()
+            .filter(|pid| parent_of(*pid) == Some(supervisor))
+            .filter(|pid| {
+                std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|command| command.split(|b| *b == 0).any(|arg| arg == b"--template"))
             })
+            .collect();
+        let has_children = |pid: i32| !descendants(pid).is_empty();
+        if !clones.iter().any(|pid| has_children(*pid)) {
+            return None;
+        }
+        clones.into_iter().find(|pid| !has_children(*pid))
     });
     let template = template.expect("the pool's template is running");
     let script = format!(
-        "import sys\ntry:\n    open('/proc/{template}/mem', 'r+b')\nexcept PermissionError:\n    sys.exit(13)\nprint('opened')"
+        "import sys\ntry:\n    open('/proc/{template}/mem', 'r+b')\nexcept PermissionError:\n    sys.exit(13)\nprint('opened', open('/proc/{template}/status').read())"
     );
     let poked = run(as_nobody_running(home.path(), "/usr/bin/python3")
         .expect("checked")
