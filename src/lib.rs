@@ -30,7 +30,7 @@ mod procfs;
 pub mod protocol;
 pub mod reaper;
 pub mod sandbox;
-pub mod signals;
+pub mod stop;
 pub mod watch;
 pub mod worker;
 

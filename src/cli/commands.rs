@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use super::signals::StopSignals;
 use super::{
     attachments_json, bench_command, build_unless_stopped, builder, call_draining_on_signal,
     command, pretty, print_out, read_args, terminal_width, CatalogFormat, Cli, CliError, Command,
@@ -17,7 +18,6 @@ use crate::config::{nodes_json, ToolFormat, Workflow};
 use crate::content::result_text;
 use crate::context::{PromptInput, TerminalPrompt};
 use crate::pool::{InvokeOptions, Pool, PoolBuilder, SessionIsolation};
-use crate::signals::StopSignals;
 
 /// What every subcommand starts from: the options, the stop signals
 /// listened for since the start, and the scratch session of the read-only
@@ -97,15 +97,14 @@ pub(super) async fn run_command(cli: &Cli) -> Result<ExitCode, CliError> {
             node,
             format,
         } => resolve(&mut run, workflow, node.as_deref(), *format).await,
-        Command::Serve(args) => serve(&run, args).await,
+        Command::Serve(args) => serve(&mut run, args).await,
         Command::Doctor => doctor(&mut run).await,
         Command::Check { workflow } => check(&mut run, workflow).await,
     }
 }
 
 /// Listening from the start, so that a stop signal never kills the process
-/// half-way; `serve` handles its own, and `bench` keeps the default action
-/// (Ctrl-C ends it).
+/// half-way; `bench` keeps the default action (Ctrl-C ends it).
 fn stop_signals(command: &Command) -> Option<StopSignals> {
     match command {
         Command::Catalog { .. }
@@ -113,6 +112,7 @@ fn stop_signals(command: &Command) -> Option<StopSignals> {
         | Command::Call { .. }
         | Command::Resolve { .. }
         | Command::Check { .. }
+        | Command::Serve(_)
         | Command::Doctor => StopSignals::new().ok(),
         _ => None,
     }
@@ -284,7 +284,7 @@ async fn doctor(run: &mut Invocation<'_>) -> Result<ExitCode, CliError> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn serve(run: &Invocation<'_>, args: &ServeArgs) -> Result<ExitCode, CliError> {
+async fn serve(run: &mut Invocation<'_>, args: &ServeArgs) -> Result<ExitCode, CliError> {
     // Checked before any worker starts: a public address without a token is
     // refused here.
     let http = args
@@ -323,7 +323,7 @@ async fn serve(run: &Invocation<'_>, args: &ServeArgs) -> Result<ExitCode, CliEr
         // (each is started for its session).
         builder = builder.spare_workers(0);
     }
-    let pool = builder.build().await?;
+    let pool = build_unless_stopped(builder, &mut run.signals).await?;
     let reloads = args.watch.then(|| crate::watch::spawn(&pool));
     let _metrics = match args.metrics {
         Some(addr) => {
@@ -365,7 +365,19 @@ async fn serve(run: &Invocation<'_>, args: &ServeArgs) -> Result<ExitCode, CliEr
         task_after: args.task_after,
         task_keep: args.task_keep,
     };
-    crate::mcp::serve(pool, options)
+    let (stop, requests) = crate::stop::stop_channel();
+    // The one signal listener: each SIGTERM or SIGINT is a stop request
+    // (the first drains, the second kills what still runs).
+    let _listener = run.signals.take().map(|mut signals| {
+        tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {
+            loop {
+                let signal = signals.recv().await;
+                tracing::info!("{signal} received");
+                stop.request_stop();
+            }
+        }))
+    });
+    crate::mcp::serve(pool, options, requests)
         .await
         .map_err(|e| CliError::Usage(e.to_string()))?;
     Ok(ExitCode::SUCCESS)

@@ -11,6 +11,7 @@
 mod args;
 mod bench_command;
 mod commands;
+mod signals;
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -23,7 +24,7 @@ use crate::config::WorkflowError;
 use crate::content::ContentBlock;
 use crate::pool::{CallReport, Pool, PoolBuilder};
 use crate::pool_error::PoolError;
-use crate::signals::{StopSignal, StopSignals};
+use signals::{StopSignal, StopSignals};
 
 pub use args::{
     command, parse, CatalogFormat, Cli, Command, EnvFile, IsolationArg, ResolveFormat, SandboxArg,

@@ -55,7 +55,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::http_access::{authority_and_origin, Access, HttpOptions, Refusal};
-use super::{stop_signal, ServeError, ToolpoolServer};
+use super::{ServeError, ToolpoolServer};
 use crate::context::sessions::check_session_name;
 use crate::context::{Session, SessionsRoot};
 use crate::http_conn::{read_body, serve_connection, BodyError, ConnectionCap};
@@ -189,7 +189,8 @@ pub(super) async fn serve(
             }
         );
     }
-    let stop = stop_signal();
+    let requests = server.inner.stop.clone();
+    let stop = requests.first();
     tokio::pin!(stop);
     // Tests and scripts that ask for port 0 learn the port from this line.
     eprintln!("toolpool: serving MCP (streamable HTTP) at http://{local}{ENDPOINT}");

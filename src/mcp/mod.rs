@@ -66,6 +66,7 @@ use crate::config::{NodeTools, Workflow};
 use crate::context::{HumanPrompt, Session};
 use crate::error::{ErrorKind, ToolError};
 use crate::pool::{CallReport, InvokeOptions, Pool};
+use crate::stop::StopRequests;
 use content::call_result;
 
 pub use http::parse_http_addr;
@@ -129,10 +130,15 @@ pub enum ServeError {
     Sessions(#[source] crate::pool_error::PoolError),
 }
 
-/// Serves the pool over MCP until the client goes away (stdin EOF) or the
-/// process is told to stop (SIGTERM, SIGINT); then shuts the pool down.
-pub async fn serve(pool: Pool, options: ServeOptions) -> Result<(), ServeError> {
-    let mut server = ToolpoolServer::new(pool, options.tools);
+/// Serves the pool over MCP until the client goes away (stdin EOF) or `stop`
+/// is requested (the binary requests it on SIGTERM and SIGINT); then shuts
+/// the pool down.
+pub async fn serve(
+    pool: Pool,
+    options: ServeOptions,
+    stop: StopRequests,
+) -> Result<(), ServeError> {
+    let mut server = ToolpoolServer::new(pool, options.tools).with_stop(stop);
     if let Some(after) = options.task_after {
         server = server.with_tasks(after, options.task_keep);
     }
@@ -170,6 +176,9 @@ struct Inner {
     calls: CallCounter,
     /// Set at shutdown: calls arriving after it are refused.
     closing: AtomicBool,
+    /// The embedding program's stop requests: the first drains, the second
+    /// ends the grace period.
+    stop: StopRequests,
 }
 
 impl ToolpoolServer {
@@ -186,6 +195,7 @@ impl ToolpoolServer {
                 tasks: Arc::new(tasks::Tasks::new(tasks::DEFAULT_KEEP)),
                 calls: CallCounter::default(),
                 closing: AtomicBool::new(false),
+                stop: StopRequests::never(),
             }),
             session: http::SessionCalls::default(),
         }
@@ -206,6 +216,17 @@ impl ToolpoolServer {
         if let Some(inner) = Arc::get_mut(&mut self.inner) {
             inner.task_after = Some(after);
             inner.tasks = Arc::new(tasks::Tasks::new(keep));
+        }
+        self
+    }
+
+    /// Stops on `stop`'s requests: the first drains (no new calls, those
+    /// in flight finish within the grace period), the second kills what
+    /// still runs. Without it, only the transport's end stops the server.
+    /// Before the server is shared.
+    pub fn with_stop(mut self, stop: StopRequests) -> ToolpoolServer {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.stop = stop;
         }
         self
     }
@@ -333,9 +354,6 @@ impl ToolpoolServer {
     async fn shut_down(&self, grace: Duration) {
         let inner = &self.inner;
         let started = tokio::time::Instant::now();
-        // Listening before anything waits: a second SIGTERM or SIGINT ends
-        // the grace period at once, as it does for `call`.
-        let mut again = crate::signals::StopSignals::new().ok();
         // `/readyz` (on `--metrics` too) says so from now on.
         inner.pool.drain();
         inner.closing.store(true, Ordering::Release);
@@ -347,13 +365,8 @@ impl ToolpoolServer {
         let mut left_now = false;
         tokio::select! {
             _ = inner.calls.wait_idle(grace) => {}
-            signal = async {
-                match again.as_mut() {
-                    Some(signals) => signals.recv().await,
-                    None => std::future::pending().await,
-                }
-            } => {
-                tracing::warn!("{signal} again: killing the calls in flight");
+            _ = inner.stop.again() => {
+                tracing::warn!("asked to stop again: killing the calls in flight");
                 left_now = true;
             }
         }
@@ -939,27 +952,6 @@ impl Drop for CallGuard<'_> {
     fn drop(&mut self) {
         if self.0.running.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.0.idle.notify_waiters();
-        }
-    }
-}
-
-/// Resolves on SIGTERM or SIGINT. The handlers are installed at the call,
-/// not at the first poll: a signal sent as soon as the server says it
-/// serves is a stop, not the default action's death.
-fn stop_signal() -> impl std::future::Future<Output = ()> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let handlers = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    );
-    async move {
-        let (Ok(mut term), Ok(mut int)) = handlers else {
-            tracing::error!("cannot install signal handlers; only stdin EOF stops the server");
-            return std::future::pending().await;
-        };
-        tokio::select! {
-            _ = term.recv() => tracing::info!("SIGTERM received"),
-            _ = int.recv() => tracing::info!("SIGINT received"),
         }
     }
 }

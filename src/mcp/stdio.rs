@@ -31,7 +31,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::stdio_gate::{Gate, LineSplitter, Piece, Verdict};
-use super::{stop_signal, ServeError, ToolpoolServer};
+use super::{ServeError, ToolpoolServer};
 use crate::protocol::DEFAULT_MAX_FRAME;
 
 /// How long rmcp may take to flush its last messages after the pool is down.
@@ -52,7 +52,8 @@ pub(super) async fn serve(server: ToolpoolServer, grace: Duration) -> Result<(),
         stdout_gone.clone(),
     ));
     let ct = CancellationToken::new();
-    let stop = stop_signal();
+    let requests = server.inner.stop.clone();
+    let stop = requests.first();
     tokio::pin!(stop);
 
     // The gate already refused longer lines; rmcp's own cap (16 MiB by
