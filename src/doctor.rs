@@ -1,5 +1,7 @@
 //! `toolpool doctor`: what the workers run on and how they are kept in check.
 
+use std::time::Duration;
+
 use crate::pool::Pool;
 use crate::process::KillMechanism;
 use crate::worker::StartMethod;
@@ -39,54 +41,60 @@ pub fn report(pool: &Pool) -> String {
         ),
         format!(
             "subreaper: {}",
-            if limits["subreaper"].as_bool() == Some(true) {
+            if limits.subreaper {
                 "on (what a killed guardian leaves becomes toolpool's child, and is killed)"
             } else {
                 "off"
             }
         ),
     ];
-    let show = |value: &serde_json::Value, unit: &str, none: &str| match value {
-        serde_json::Value::Null => none.to_string(),
-        value => format!("{value}{unit}"),
-    };
-    lines.push(format!("workers: {}", limits["workers"]));
-    lines.push(format!(
-        "timeout: {}",
-        show(&limits["timeout_secs"], " s", "none")
-    ));
+    // Seconds as `30.0`, `0.5`.
+    let secs = |d: Duration| format!("{:?}", d.as_secs_f64());
+    let or = |value: Option<String>, none: &str| value.unwrap_or_else(|| none.to_string());
+    lines.push(format!("workers: {}", limits.workers));
+    lines.push(format!("timeout: {} s", secs(limits.timeout)));
     lines.push(format!(
         "import timeout: {}",
-        show(
-            &limits["import_timeout_secs"],
-            " s per module",
+        or(
+            limits
+                .import_timeout
+                .map(|d| format!("{} s per module", secs(d))),
             "none (only the start timeout)"
         )
     ));
     lines.push(format!(
         "human timeout: {}",
-        show(&limits["human_timeout_secs"], " s per wait", "none")
+        or(
+            limits
+                .human_timeout
+                .map(|d| format!("{} s per wait", secs(d))),
+            "none"
+        )
     ));
     lines.push(format!(
         "memory limit: {}",
-        show(
-            &limits["memory_limit_bytes"],
-            " bytes of address space per worker",
+        or(
+            limits
+                .memory_limit_bytes
+                .map(|b| format!("{b} bytes of address space per worker")),
             "none"
         )
     ));
     lines.push(format!(
         "max calls per worker: {}",
-        show(&limits["max_calls_per_worker"], "", "unlimited")
+        or(
+            limits.max_calls_per_worker.map(|n| n.to_string()),
+            "unlimited"
+        )
     ));
-    lines.push(format!("max frame: {} bytes", limits["max_frame_bytes"]));
+    lines.push(format!("max frame: {} bytes", limits.max_frame_bytes));
     lines.push(format!(
         "shim: installed afresh for this pool in {} (mode 0700, removed with it; nothing is reused from an earlier run)",
-        limits["private_dir"].as_str().unwrap_or("?")
+        limits.private_dir.display()
     ));
     lines.extend(crate::sandbox::doctor_lines(
         pool.sandbox(),
-        limits["allow_net"].as_bool() == Some(true),
+        limits.allow_net,
     ));
     lines.join("\n")
 }

@@ -46,7 +46,7 @@ pub use context::{
 };
 pub use error::{ErrorKind, ToolError};
 pub use pool::{
-    CallReport, InvokeContext, InvokeOptions, LatencyHistogram, Pool, PoolBuilder, PoolStats,
-    SessionIsolation, WorkerStats,
+    CallReport, InvokeContext, InvokeOptions, LatencyHistogram, Limits, Pool, PoolBuilder,
+    PoolStats, SessionIsolation, WorkerStats,
 };
 pub use pool_error::PoolError;

@@ -216,9 +216,9 @@ async fn a_modules_compiled_code_is_kept_in_the_code_cache() {
     assert_eq!(call(&pool, "version", json!({})).await.unwrap(), json!(7));
     // The pool's own cache, in its private directory (gone with the pool).
     let limits = pool.limits();
-    let private = std::path::PathBuf::from(limits["private_dir"].as_str().unwrap());
+    let private = limits.private_dir;
     let shim = private.join("shim");
-    let cache = std::path::PathBuf::from(limits["code_cache"].as_str().unwrap());
+    let cache = limits.code_cache.expect("a code cache");
     assert!(cache.starts_with(&private), "{}", cache.display());
     let file = tools.path().canonicalize().unwrap().join("versioned.py");
     let output = std::process::Command::new("python3")

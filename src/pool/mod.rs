@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -24,6 +24,7 @@ mod checkout;
 mod dispatch;
 mod idle_deaths;
 mod lease;
+mod limits;
 mod sandboxed;
 mod stats;
 
@@ -32,6 +33,7 @@ pub use self::builder::{resolve_interpreter, PoolBuilder};
 use self::call::{AttemptEnd, CallNext, CallState, Placement};
 use self::dispatch::Dispatcher;
 use self::lease::Lease;
+pub use self::limits::Limits;
 use self::stats::{Counters, Gauge};
 pub use self::stats::{LatencyHistogram, PoolStats, WorkerStats};
 use crate::catalog::Catalog;
@@ -791,25 +793,28 @@ impl Pool {
     }
 
     /// The limits in force, for `toolpool doctor`.
-    pub fn limits(&self) -> Value {
+    pub fn limits(&self) -> Limits {
         let shared = &self.shared;
-        let secs = |d: Option<Duration>| d.map(|d| d.as_secs_f64());
-        json!({
-            "workers": shared.size,
-            "timeout_secs": shared.default_timeout.as_secs_f64(),
-            "import_timeout_secs": secs(shared.import_timeout),
-            "human_timeout_secs": secs(shared.spec.human_timeout),
-            "start_timeout_secs": shared.spec.start_timeout.as_secs_f64(),
-            "queue_wait_secs": secs(shared.queue_wait),
-            "memory_limit_bytes": shared.spec.memory_limit_bytes,
-            "max_calls_per_worker": shared.max_calls_per_worker,
-            "max_frame_bytes": shared.spec.max_frame,
-            "subreaper": shared.subreaper,
-            "sandbox": shared.spec.sandbox.is_some(),
-            "allow_net": shared.spec.sandbox.as_ref().is_some_and(|s| s.options().allow_net),
-            "private_dir": shared.install.path(),
-            "code_cache": shared.spec.boot.code_cache,
-        })
+        Limits {
+            workers: shared.size,
+            timeout: shared.default_timeout,
+            import_timeout: shared.import_timeout,
+            human_timeout: shared.spec.human_timeout,
+            start_timeout: shared.spec.start_timeout,
+            queue_wait: shared.queue_wait,
+            memory_limit_bytes: shared.spec.memory_limit_bytes,
+            max_calls_per_worker: shared.max_calls_per_worker,
+            max_frame_bytes: shared.spec.max_frame,
+            subreaper: shared.subreaper,
+            sandbox: shared.spec.sandbox.is_some(),
+            allow_net: shared
+                .spec
+                .sandbox
+                .as_ref()
+                .is_some_and(|s| s.options().allow_net),
+            private_dir: shared.install.path().to_path_buf(),
+            code_cache: shared.spec.boot.code_cache.clone(),
+        }
     }
 
     /// The sandbox its workers run in (`--sandbox`), if any.
