@@ -7,6 +7,7 @@ TOOLPOOL_BIN.
 """
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -17,8 +18,6 @@ import time
 from pathlib import Path
 
 import anyio
-from mcp import Client, StdioServerParameters
-from mcp.client.stdio import stdio_client
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -46,6 +45,11 @@ async def served(
     `mode="legacy"` in `client_options` makes the client use the `initialize`
     handshake (2025-11-25); by default it discovers 2026-07-28.
     """
+    # Imported here, not at the top: the agent runtimes' tests import this
+    # module in venvs of their own, one of which holds `mcp` 1.x (no `Client`).
+    from mcp import Client, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
     with tempfile.TemporaryDirectory() as tmp:
         stderr_path = Path(tmp) / "stderr.txt"
         if log_file is not None:
@@ -280,3 +284,101 @@ async def started_with(marker: str, seconds: float = 30.0) -> int:
         assert time.monotonic() < deadline, f"no process with {marker} started"
         await anyio.sleep(0.05)
     return pid
+
+
+# The agent runtimes (tests/python_mcp/test_runtime_*.py): the OpenAI Agents
+# SDK, langchain-mcp-adapters, pydantic-ai and Google ADK, each in a venv of
+# its own, drive `toolpool serve` over the bundled tools through their own tool
+# objects (no model is called), with their default protocol settings.
+
+BUNDLED_FUNCTIONS = REPO / "functions" / "function_calling"
+RUNTIME_TIMEOUT = 2
+"""toolpool's `--timeout` in the runtime tests: `wait` past it is killed."""
+CLIENT_TIMEOUT = 60
+"""The runtimes' own client timeouts there, well above RUNTIME_TIMEOUT: the
+runtime must get toolpool's TimeoutError, not give up first."""
+RUNTIME_TOKEN = "runtime-token-0123456789abcdef"
+RUNTIME_HEADERS = {"Authorization": f"Bearer {RUNTIME_TOKEN}"}
+"""What a runtime sends `serve --http` (which has `--auth-token-file`)."""
+RUNTIME_TOOLS = {"save_file", "read_file_segment", "wait", "word_count"}
+"""Bundled tools the runtime tests call (a runtime lists them all)."""
+
+
+def runtime_stdio_command(session_dir: str) -> tuple[str, list[str]]:
+    """The command and arguments a runtime starts `toolpool serve` on stdio
+    with: the bundled tools, `--timeout RUNTIME_TIMEOUT`, files in `session_dir`."""
+    return BIN, base_args(session_dir, "--timeout", str(RUNTIME_TIMEOUT), "serve", functions=BUNDLED_FUNCTIONS)
+
+
+@contextlib.asynccontextmanager
+async def runtime_http_server(log: list | None = None):
+    """`toolpool serve --http` on a free port over the bundled tools, with
+    `--timeout RUNTIME_TIMEOUT` and a bearer token (RUNTIME_HEADERS); yields
+    its URL. Its stderr is appended to `log` at the end."""
+    with tempfile.TemporaryDirectory() as tmp:
+        token_file = Path(tmp) / "token"
+        token_file.write_text(RUNTIME_TOKEN + "\n")
+        args = ("--timeout", str(RUNTIME_TIMEOUT), "serve", "--http", "127.0.0.1:0", "--auth-token-file", str(token_file))
+        async with http_server(*args, functions=BUNDLED_FUNCTIONS, log=log) as (_, url):
+            yield url
+
+
+def runtime_warnings(log: str) -> list[str]:
+    """A runtime test's server log's warnings, but for the call log of the
+    error and timeout provoked on purpose."""
+    return [line for line in warnings_in(log) if "toolpool::calls" not in line]
+
+
+NOTE = "notes/runtime.txt"
+"""The workspace file the runtime tests save and read back."""
+
+
+async def save_note(test, call, text: str) -> None:
+    """Save `text` (one line) to NOTE through a runtime's `call` (see runtime_flow)."""
+    result, failed = await call("save_file", {"path": NOTE, "content": text + "\n"})
+    test.assertIn(failed, (None, False), result)
+    saved = json.loads(result)
+    test.assertEqual((saved["path"], saved["bytes_written"]), (NOTE, len(text.encode()) + 1), result)
+
+
+async def read_note(test, call, text: str) -> None:
+    """Read NOTE back through a runtime's `call`: it holds `text`."""
+    result, failed = await call("read_file_segment", {"path": NOTE})
+    test.assertIn(failed, (None, False), result)
+    test.assertEqual(json.loads(result)["content"], f"1: {text}", result)
+
+
+async def runtime_flow(test, names, call, text: str, *, files: bool = True) -> None:
+    """Every runtime test's flow: the tools the runtime listed (`names`) hold
+    RUNTIME_TOOLS; a call; save then read back (unless `files` is false); a
+    raised error; a timeout; the next call. `call(name, arguments)` calls a
+    tool as the runtime's agent would and returns (text, failed): the text the
+    model would be given, and whether the runtime marks the call as failed
+    (None when it has no such mark)."""
+    test.assertLessEqual(RUNTIME_TOOLS, set(names))
+
+    result, failed = await call("word_count", {"text": "one two three"})
+    test.assertIn(failed, (None, False), result)
+    test.assertEqual(json.loads(result)["words"], 3, result)
+
+    if files:
+        await save_note(test, call, text)
+        await read_note(test, call, text)
+
+    result, failed = await call("wait", {"seconds": -1})
+    test.assertIn(failed, (None, True), result)
+    test.assertIn("Tool wait error: ValueError: seconds must be a finite number, 0 or more (got -1.0)", result)
+
+    start = time.monotonic()
+    result, failed = await call("wait", {"seconds": 120})
+    test.assertIn(failed, (None, True), result)
+    test.assertIn(f"Tool wait error: TimeoutError: function 'wait' timed out after {RUNTIME_TIMEOUT} s", result)
+    test.assertIn("was killed", result)
+    test.assertLess(time.monotonic() - start, CLIENT_TIMEOUT)
+
+    # The next call runs (on a fresh worker); the file outlived the kill.
+    result, failed = await call("word_count", {"text": "after the timeout"})
+    test.assertIn(failed, (None, False), result)
+    test.assertEqual(json.loads(result)["words"], 3, result)
+    if files:
+        await read_note(test, call, text)
