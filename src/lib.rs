@@ -1,52 +1,86 @@
 //! toolpool: runs Python function tools for LLM agents in a pool of isolated
 //! `python3` workers, with timeouts that are enforced by killing the worker.
 //!
-//! Modules, dependencies pointing one way: [`protocol`] ← [`worker`] ←
-//! [`pool`] ← [`cli`]; [`catalog`], [`config`] (workflow files) and
-//! [`context`] beside them.
+//! The library's surface is what an embedding program needs: a [`Pool`]
+//! built with [`PoolBuilder`] and called with [`Pool::invoke`] /
+//! [`Pool::invoke_report`]; the [`Catalog`] of its tools; workflow files
+//! ([`Workflow`]); sessions and human prompts; and, with the `mcp` feature,
+//! the MCP server as a value ([`mcp::ToolpoolServer`], [`mcp::serve`]),
+//! stopped by the program through [`stop`].
+//!
+//! Modules inside point one way: `protocol` ← `worker` ← `pool` ← the front
+//! ends (`mcp`, `cli`); `catalog`, `config` (workflow files) and `context`
+//! beside them (docs/architecture.md).
 
-pub mod bench;
-pub mod catalog;
+#[cfg(feature = "cli")]
+mod bench;
+mod catalog;
+#[cfg(feature = "cli")]
+#[doc(hidden)]
 pub mod cli;
-pub mod config;
-pub mod content;
-pub mod context;
-pub mod control_chars;
-pub mod doctor;
-pub mod duration_text;
-pub mod embedded;
-pub mod env;
-pub mod error;
-pub mod health;
+mod config;
+mod content;
+mod context;
+mod control_chars;
+#[cfg(feature = "cli")]
+mod doctor;
+mod duration_text;
+mod embedded;
+mod env;
+mod error;
+#[cfg(feature = "http")]
+mod health;
+#[cfg(feature = "http")]
 mod http_conn;
+#[cfg(feature = "cli")]
+#[doc(hidden)]
 pub mod logging;
+#[cfg(feature = "mcp")]
 pub mod mcp;
 pub mod metrics;
 mod node_calls;
-pub mod pool;
-pub mod pool_error;
-pub mod process;
+mod pool;
+mod pool_error;
+mod process;
 mod procfs;
-pub mod protocol;
-pub mod reaper;
-pub mod sandbox;
+mod protocol;
+mod reaper;
+mod sandbox;
 pub mod stop;
+#[cfg(feature = "watch")]
 pub mod watch;
-pub mod worker;
+mod worker;
 
-pub use catalog::{Catalog, FunctionSpec, ListOption, LoadError, LoadWarning};
+pub use catalog::{Catalog, FunctionSpec, ListOption, LoadError, LoadWarning, ToolHints};
 pub use config::{
-    validate, ConfigError, NodeTools, ResolvedWorkflow, ToolFormat, ToolSpec, Workflow,
-    WorkflowError,
+    nodes_json, validate, ConfigError, FunctionToolConfig, FunctionToolEntryConfig,
+    FunctionTooling, Located, NodeConfig, NodeTools, OtherNode, ResolvedWorkflow, ToolFormat,
+    ToolSpec, ToolingConfig, ToolingKind, Workflow, WorkflowError,
 };
-pub use content::{Attachment, BlockKind, ContentBlock};
+pub use content::{result_text, Attachment, BlockKind, ContentBlock};
 pub use context::{
-    AttachmentRecord, AttachmentStore, HumanPrompt, PromptAnswer, PromptError, PromptRequest,
-    Session, SessionsRoot, TerminalPrompt,
+    prompt_fn, AttachmentError, AttachmentRecord, AttachmentRef, AttachmentStore, HumanPrompt,
+    PromptAnswer, PromptError, PromptInput, PromptRequest, Session, SessionPaths, SessionsRoot,
+    TerminalPrompt,
 };
+pub use env::{read_env_file, EnvFileError};
 pub use error::{ErrorKind, ToolError};
 pub use pool::{
     CallReport, InvokeContext, InvokeOptions, LatencyHistogram, Limits, Pool, PoolBuilder,
     PoolStats, SessionIsolation, WorkerStats,
 };
 pub use pool_error::PoolError;
+pub use process::KillMechanism;
+pub use sandbox::SandboxMode;
+pub use worker::{StartMethod, WorkerInfo};
+
+/// What the crate's own benchmarks and tests drive below the pool: the
+/// worker channel. Not a stable interface.
+#[doc(hidden)]
+pub mod internals {
+    pub use crate::embedded::PrivateInstall;
+    pub use crate::pool::resolve_interpreter;
+    pub use crate::protocol::{
+        encode_invoke_frame, write_frame, CallContext, DEFAULT_MAX_FRAME, PROTOCOL_VERSION,
+    };
+}

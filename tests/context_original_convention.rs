@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use toolpool::context::prompt_fn;
+use toolpool::prompt_fn;
 use toolpool::{InvokeOptions, Pool, PromptAnswer, PromptRequest};
 
 fn folder() -> PathBuf {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::{alive, builder, call, call_with_timeout, gone_within, toolpool_command};
 use serde_json::json;
-use toolpool::context::prompt_fn;
+use toolpool::prompt_fn;
 use toolpool::{ErrorKind, HumanPrompt, InvokeOptions, PromptAnswer, PromptError, PromptRequest};
 
 fn answering(text: &'static str, after: Duration) -> Arc<dyn HumanPrompt> {

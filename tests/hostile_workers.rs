@@ -109,7 +109,7 @@ async fn wrong_protocol_version_fails_the_start_naming_both_versions() {
     let error = start_error("wrong_protocol").await;
     let expected = format!(
         "the worker speaks protocol 99, this supervisor speaks {}",
-        toolpool::protocol::PROTOCOL_VERSION
+        toolpool::internals::PROTOCOL_VERSION
     );
     assert!(error.contains(&expected), "{error}");
 }

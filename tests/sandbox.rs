@@ -15,7 +15,7 @@ use common::terminal::Terminal;
 use common::*;
 use serde_json::{json, Value};
 use std::sync::Arc;
-use toolpool::sandbox::SandboxMode;
+use toolpool::SandboxMode;
 
 use toolpool::{ErrorKind, InvokeOptions, Pool, PoolBuilder, Session, SessionsRoot, ToolError};
 

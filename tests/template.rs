@@ -10,7 +10,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
 use serde_json::json;
-use toolpool::worker::StartMethod;
+use toolpool::StartMethod;
 use toolpool::{InvokeOptions, Pool, ToolError};
 
 use common::{builder, call, descendants, describe_pids, parent_of};
@@ -416,7 +416,7 @@ def inspect(name: str) -> dict:
         .workers(3)
         .spare_workers(0)
         .session_dir(session.path())
-        .sandbox(toolpool::sandbox::SandboxMode::Strict)
+        .sandbox(toolpool::SandboxMode::Strict)
         .build()
         .await
         .expect("a sandboxed pool starts");

@@ -14,7 +14,7 @@ use common::{run, toolpool_command, Run};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use toolpool::config::nodes_json;
+use toolpool::nodes_json;
 use toolpool::{validate, Catalog, ErrorKind, ToolFormat, Workflow, WorkflowError};
 
 fn fixtures() -> PathBuf {

@@ -18,6 +18,7 @@ use std::time::{Duration, SystemTime};
 use super::{AttachmentStore, SessionPaths, SessionServices};
 use crate::pool_error::PoolError;
 
+#[cfg(feature = "http")]
 /// Default `--keep-sessions`: a day.
 pub const DEFAULT_KEEP: Duration = Duration::from_secs(24 * 3600);
 /// Longest session name a client may give.

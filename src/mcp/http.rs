@@ -268,12 +268,7 @@ struct Front {
     bodies: Arc<tokio::sync::Semaphore>,
 }
 
-/// The most bytes of request bodies the server holds at once, across every
-/// connection (four bodies of the largest size): past it a request is
-/// answered 503 before its body is read. A body costs a few times its size
-/// while it is parsed and sent on to a worker, so this bounds the memory
-/// that requests take, whatever clients send.
-pub(super) const BODIES_IN_FLIGHT: usize = 4 * crate::protocol::DEFAULT_MAX_FRAME;
+use super::BODIES_IN_FLIGHT;
 
 impl Front {
     async fn handle(&self, request: Request<Incoming>) -> Response<Body> {

@@ -26,36 +26,63 @@ pub const TOKEN_ENV: &str = "TOOLPOOL_AUTH_TOKEN";
 /// Shortest token accepted: anything shorter could be guessed.
 const MIN_TOKEN_LEN: usize = 16;
 
-/// The `serve --http` options beyond the address (see [`HttpOptions`]).
-#[derive(Debug, Clone, clap::Args)]
+/// The `serve --http` options beyond the address, as given (checked by
+/// [`HttpOptions::new`]); [`Default`] is what the command line defaults to.
+#[derive(Debug, Clone)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct HttpArgs {
     /// With --http: also accept browser requests from ORIGIN (scheme://host[:port]; loopback origins are always accepted); repeatable
-    #[arg(long = "allow-origin", value_name = "ORIGIN", requires = "http")]
+    #[cfg_attr(
+        feature = "cli",
+        arg(long = "allow-origin", value_name = "ORIGIN", requires = "http")
+    )]
     pub allow_origin: Vec<String>,
     /// With --http: also accept requests whose Host header names HOST (HOST or HOST:PORT; loopback names and IP addresses are always accepted); repeatable
-    #[arg(long = "allow-host", value_name = "HOST", requires = "http")]
+    #[cfg_attr(
+        feature = "cli",
+        arg(long = "allow-host", value_name = "HOST", requires = "http")
+    )]
     pub allow_host: Vec<String>,
     /// With --http: require `Authorization: Bearer <token>`, the token being FILE's first line (else TOOLPOOL_AUTH_TOKEN)
-    #[arg(long, value_name = "FILE", requires = "http")]
+    #[cfg_attr(feature = "cli", arg(long, value_name = "FILE", requires = "http"))]
     pub auth_token_file: Option<PathBuf>,
     /// With --http: serve a non-loopback address without a token (anyone who reaches it runs the tools)
-    #[arg(long, requires = "http", conflicts_with = "auth_token_file")]
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, requires = "http", conflicts_with = "auth_token_file")
+    )]
     pub no_auth: bool,
     /// With --http: end a session after SECS without a message from or to its client
-    #[arg(long, value_name = "SECS", default_value = "300", value_parser = crate::duration_text::parse_seconds)]
+    #[cfg_attr(feature = "cli", arg(long, value_name = "SECS", default_value = "300", value_parser = crate::duration_text::parse_seconds))]
     pub session_idle: Duration,
     /// With --http: sessions open at once; an initialize past it is answered 503
-    #[arg(long, value_name = "N", default_value = "256", value_parser = clap::value_parser!(u32).range(1..))]
+    #[cfg_attr(feature = "cli", arg(long, value_name = "N", default_value = "256", value_parser = clap::value_parser!(u32).range(1..)))]
     pub max_sessions: u32,
     /// With --http: connections open at once; one past it is answered 503 and closed
-    #[arg(long, value_name = "N", default_value = "512", value_parser = clap::value_parser!(u32).range(1..))]
+    #[cfg_attr(feature = "cli", arg(long, value_name = "N", default_value = "512", value_parser = clap::value_parser!(u32).range(1..)))]
     pub max_connections: u32,
     /// With --http: the directory holding each MCP session's own session directory (workspace, attachments, packages) [default: the directory holding --session-dir, .toolpool/sessions]
-    #[arg(long, value_name = "DIR", requires = "http")]
+    #[cfg_attr(feature = "cli", arg(long, value_name = "DIR", requires = "http"))]
     pub sessions_root: Option<PathBuf>,
     /// With --http: remove a session directory nobody has used for SECS [default: 86400, a day]
-    #[arg(long, value_name = "SECS", value_parser = crate::duration_text::parse_seconds, requires = "http")]
+    #[cfg_attr(feature = "cli", arg(long, value_name = "SECS", value_parser = crate::duration_text::parse_seconds, requires = "http"))]
     pub keep_sessions: Option<Duration>,
+}
+
+impl Default for HttpArgs {
+    fn default() -> HttpArgs {
+        HttpArgs {
+            allow_origin: Vec::new(),
+            allow_host: Vec::new(),
+            auth_token_file: None,
+            no_auth: false,
+            session_idle: Duration::from_secs(300),
+            max_sessions: 256,
+            max_connections: 512,
+            sessions_root: None,
+            keep_sessions: None,
+        }
+    }
 }
 
 /// How `serve --http` runs, checked before anything starts.
@@ -376,6 +403,7 @@ fn parse_authority(text: &str) -> Option<(String, Option<u16>)> {
 }
 
 /// A `Host` header value (`host[:port]`) that names a loopback host.
+#[cfg(feature = "metrics")]
 pub(crate) fn is_loopback_host(text: &str) -> bool {
     parse_authority(text).is_some_and(|(host, _)| is_loopback_name(&host))
 }

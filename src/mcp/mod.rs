@@ -37,7 +37,12 @@
 
 mod content;
 mod elicit;
+#[cfg(feature = "http")]
 mod http;
+#[cfg(not(feature = "http"))]
+#[path = "stdio_sessions.rs"]
+mod http;
+#[cfg(feature = "http")]
 mod http_access;
 mod listeners;
 mod mrtr;
@@ -69,9 +74,20 @@ use crate::pool::{CallReport, InvokeOptions, Pool};
 use crate::stop::StopRequests;
 use content::call_result;
 
+#[cfg(feature = "http")]
 pub use http::parse_http_addr;
+#[cfg(feature = "metrics")]
 pub(crate) use http_access::{authority_and_origin, is_loopback_host};
+#[cfg(feature = "http")]
 pub use http_access::{HttpArgs, HttpOptions, TOKEN_ENV as AUTH_TOKEN_ENV};
+
+/// The most bytes of request bodies the server holds at once, across every
+/// connection (four bodies of the largest size; on stdio, of lines read and
+/// not yet answered): past it a request is refused before it is read whole.
+/// A body costs a few times its size while it is parsed and sent on to a
+/// worker, so this bounds the memory that requests take, whatever clients
+/// send.
+const BODIES_IN_FLIGHT: usize = 4 * crate::protocol::DEFAULT_MAX_FRAME;
 
 /// After stdin ends: how long no call may have run before the server takes
 /// every request read before the end as answered.
@@ -99,6 +115,7 @@ pub enum ToolSet {
 pub struct ServeOptions {
     pub tools: ToolSet,
     /// `None`: stdio. `Some(options)`: streamable HTTP on their address.
+    #[cfg(feature = "http")]
     pub http: Option<HttpOptions>,
     /// How long calls in flight may run on at shutdown before they are killed.
     pub grace: Duration,
@@ -145,10 +162,11 @@ pub async fn serve(
     if let Some(reloads) = options.reloads {
         server.follow_reloads(reloads, options.workflow);
     }
-    match options.http {
-        None => stdio::serve(server, options.grace).await,
-        Some(http) => http::serve(server, http, options.grace).await,
+    #[cfg(feature = "http")]
+    if let Some(http) = options.http {
+        return http::serve(server, http, options.grace).await;
     }
+    stdio::serve(server, options.grace).await
 }
 
 /// The MCP server handler: one per stdio connection; shared by every HTTP
@@ -202,6 +220,7 @@ impl ToolpoolServer {
     }
 
     /// A handle for one HTTP session.
+    #[cfg(feature = "http")]
     fn for_session(&self, session: http::SessionCalls) -> ToolpoolServer {
         ToolpoolServer {
             inner: self.inner.clone(),

@@ -86,9 +86,7 @@ impl Gate {
             original_of: Arc::default(),
             alias_of: Arc::default(),
             aliases_made: Arc::default(),
-            budget: Arc::new(tokio::sync::Semaphore::new(
-                super::http::BODIES_IN_FLIGHT / 1024,
-            )),
+            budget: Arc::new(tokio::sync::Semaphore::new(super::BODIES_IN_FLIGHT / 1024)),
             held: Arc::default(),
             limit,
         }
@@ -214,7 +212,7 @@ impl Gate {
                         SERVER_BUSY,
                         &format!(
                             "Server busy: the requests in flight hold {} MiB, the most this server keeps at once; retry once some are answered",
-                            super::http::BODIES_IN_FLIGHT >> 20
+                            super::BODIES_IN_FLIGHT >> 20
                         ),
                     ));
                 };
@@ -548,7 +546,7 @@ mod tests {
 
     #[test]
     fn requests_in_flight_have_a_budget_of_bytes_given_back_when_answered() {
-        let gate = Gate::new(super::super::http::BODIES_IN_FLIGHT);
+        let gate = Gate::new(super::super::BODIES_IN_FLIGHT);
         let big = |id: u32| {
             let text = "x".repeat(60 << 20);
             format!(

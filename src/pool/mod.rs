@@ -427,6 +427,7 @@ impl Pool {
         PoolBuilder::default()
     }
 
+    #[cfg(feature = "watch")]
     /// A handle that does not keep the pool alive (for background watchers).
     pub(crate) fn downgrade(&self) -> WeakPool {
         WeakPool(Arc::downgrade(&self.shared))
@@ -828,9 +829,11 @@ impl Pool {
     }
 }
 
+#[cfg(feature = "watch")]
 /// A [`Pool`] that may have been dropped.
 pub(crate) struct WeakPool(std::sync::Weak<Shared>);
 
+#[cfg(feature = "watch")]
 impl WeakPool {
     pub(crate) fn upgrade(&self) -> Option<Pool> {
         self.0.upgrade().map(|shared| Pool { shared })

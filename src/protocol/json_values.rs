@@ -33,6 +33,7 @@ pub fn count_values(text: &[u8]) -> usize {
     count
 }
 
+#[cfg(feature = "mcp")]
 /// Why a message holding about `values` JSON values is refused.
 pub fn too_many(values: usize) -> String {
     format!(

@@ -25,6 +25,7 @@ pub enum WriteError {
 
 /// `value` as `marshal.dumps(value, 4)` would write the Python object
 /// `json.loads` makes of it (without marshal's reference flags).
+#[cfg(test)]
 pub fn to_marshal(value: &Value) -> Result<Vec<u8>, WriteError> {
     let mut out = Vec::with_capacity(estimated_len(value));
     write_marshal(value, &mut out)?;

@@ -9,13 +9,15 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
+#[cfg(test)]
+mod frame_decoder_tests;
 mod framing;
 pub mod json_values;
 pub mod marshal;
 pub mod marshal_writer;
 mod python_text;
 
-pub use self::framing::{message_reader, next_message, MessageCodec, MessageReader};
+pub use self::framing::{message_reader, next_message, MessageReader};
 pub use self::json_values::{count_values, MAX_VALUES};
 
 /// Version of the wire protocol; the worker's hello must carry the same.

@@ -33,13 +33,12 @@ mod termination;
 
 pub use self::actor::JobParts;
 use self::actor::{Actor, Command, Job, JobEnd};
-pub use self::dump::locate_in_dump;
 use self::guardian::GuardianProcess;
 use self::leftovers::Leftovers;
 use self::request::{unread_in_pipe, RequestState};
 use self::spawn::Spawned;
 pub use self::spawn::Spawner;
-pub use self::spec::{BootConfig, QuarantinedModule, WorkerSpec};
+pub use self::spec::{BootConfig, WorkerSpec};
 pub use self::stderr::StderrText;
 use self::stderr::{pump_stderr, CallTags, StderrTail};
 pub use self::termination::{describe_exit, Termination};

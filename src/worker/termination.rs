@@ -64,11 +64,6 @@ impl Termination {
         }
     }
 
-    /// The variant's name for counters and metrics labels.
-    pub fn kind(&self) -> &'static str {
-        Termination::KINDS[self.index()]
-    }
-
     /// The variant's position in [`Termination::KINDS`].
     pub fn index(&self) -> usize {
         match self {
@@ -177,7 +172,6 @@ mod tests {
         ];
         for (i, t) in all.iter().enumerate() {
             assert_eq!(t.index(), i);
-            assert_eq!(t.kind(), Termination::KINDS[i]);
         }
     }
 }

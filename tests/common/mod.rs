@@ -30,7 +30,7 @@ pub fn builder(session: &tempfile::TempDir, workers: usize) -> PoolBuilder {
 /// packages and prompts then show they pass sandboxed too.
 pub fn sandbox_from_env(builder: PoolBuilder) -> PoolBuilder {
     if sandboxed_by_env() {
-        builder.sandbox(toolpool::sandbox::SandboxMode::Strict)
+        builder.sandbox(toolpool::SandboxMode::Strict)
     } else {
         builder
     }

@@ -1,4 +1,4 @@
-//! The frame decoder on arbitrary input: it never panics, never allocates
+//! The frame decoder on arbitrary input (proptest): it never panics, never allocates
 //! more than the frame limit for a frame, whatever length a worker announces,
 //! and decoding never reserves room for items a body does not hold.
 //!
@@ -10,11 +10,10 @@ use std::cell::Cell;
 use std::future::Future;
 use std::task::{Context, Poll, Waker};
 
+use super::framing::MessageCodec;
+use super::{decode_message, next_message, MessageReader, ProtocolError};
 use proptest::prelude::*;
 use tokio_util::codec::FramedRead;
-use toolpool::protocol::{
-    decode_message, next_message, MessageCodec, MessageReader, ProtocolError,
-};
 
 struct Counting;
 

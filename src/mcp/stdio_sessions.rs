@@ -1,0 +1,29 @@
+//! Built without the `http` feature: every call runs in the pool's own
+//! session, and no client closes a session under a call (the HTTP
+//! transport's `SessionCalls`, for stdio alone).
+
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
+
+use crate::context::Session;
+
+/// The calls of the one stdio connection.
+#[derive(Clone, Default)]
+pub(super) struct SessionCalls;
+
+impl SessionCalls {
+    /// The pool's own session, always.
+    pub(super) fn session(
+        &self,
+        _context: &rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Result<Option<std::sync::Arc<Session>>, String> {
+        Ok(None)
+    }
+
+    /// Never resolves: stdio has no session to close.
+    pub(super) fn closed(
+        &self,
+        _context: &rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> WaitForCancellationFutureOwned {
+        CancellationToken::new().cancelled_owned()
+    }
+}
