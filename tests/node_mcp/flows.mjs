@@ -3,7 +3,7 @@
 // human prompt (elicitation), list change, structured result.
 //
 // Usage: node flows.mjs stdio|http   (TOOLPOOL_BIN, TOOLPOOL_FIXTURES and
-// NODE_PATH are set by tests/mcp_node.rs). SDK 1.32 speaks up to 2025-11-25,
+// NODE_PATH are set by tests/suite/mcp_node.rs). SDK 1.32 speaks up to 2025-11-25,
 // so that is the version tested. Prints "ok <flow>" per flow; exits 1 on the
 // first failure, with the server's stderr.
 

@@ -136,7 +136,7 @@ class ResultConversion(unittest.TestCase):
 class MarshalledResults(unittest.TestCase):
     """encode() sends a marshal blob for what marshal writes exactly (the
     supervisor's decoding of it is compared with the walk in
-    src/protocol/marshal.rs and tests/results.rs)."""
+    src/protocol/marshal.rs and tests/suite/results.rs)."""
 
     def test_exact_builtin_values_are_marshalled(self):
         table = [{"id": i, "name": f"item-{i}", "score": i * 0.5, "tags": ["a", "b"]} for i in range(100)]

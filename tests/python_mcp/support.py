@@ -1,7 +1,7 @@
 """Shared set-up for the MCP client tests: `toolpool serve` on the fixture
 tools, driven by the official Python `mcp` package.
 
-The Rust test `tests/mcp_python.rs` runs these modules with the virtual
+The Rust test `tests/suite/mcp_python.rs` runs these modules with the virtual
 environment that `scripts/test-deps` prepares, and passes the binary's path in
 TOOLPOOL_BIN.
 """

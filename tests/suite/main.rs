@@ -1,0 +1,48 @@
+//! The integration tests, as one binary (one link of the crate, not one per
+//! file): each module is one concern, run as `cargo test --test suite`,
+//! one module as `cargo test --test suite -- <module>::`.
+
+mod common;
+mod mcp_support;
+
+mod arguments;
+mod cli;
+mod concurrency;
+mod context_attachments;
+mod context_original_convention;
+mod context_packages;
+mod context_prompts;
+mod dropin;
+mod hostile_tools;
+mod hostile_workers;
+mod import_hazards;
+mod isolation;
+mod layering;
+mod limits;
+mod mcp_elicitation;
+mod mcp_node;
+mod mcp_python;
+mod mcp_soak;
+mod mcp_stdio;
+mod mcp_stdio_input;
+mod metrics;
+mod operators;
+mod output_protection;
+mod package_installs;
+mod python_shim;
+mod recycling;
+mod reload;
+mod results;
+mod sandbox;
+mod sessions;
+mod shutdown;
+mod soak;
+mod startup_failures;
+mod subreaper;
+mod supervisor_death;
+mod template;
+mod timeouts;
+mod wheel;
+mod worker_death;
+mod worker_env;
+mod workflows;

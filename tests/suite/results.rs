@@ -1,0 +1,276 @@
+//! Results cross the boundary as JSON-able values; what is not JSON is
+//! converted, and a result too large for a frame is a clear error.
+
+use std::time::{Duration, Instant};
+
+use crate::common::*;
+use serde_json::json;
+
+#[tokio::test]
+async fn json_values_pass_through_unchanged() {
+    let (pool, _session) = pool(1).await;
+    let value = json!({"a": [1, 2.5, "x", null, true], "nested": {"ü": "ß"}});
+    assert_eq!(
+        call(&pool, "echo", json!({"value": value})).await.unwrap(),
+        value
+    );
+    pool.shutdown().await;
+}
+
+#[tokio::test]
+async fn async_tool_runs_to_completion() {
+    let (pool, _session) = pool(1).await;
+    assert_eq!(
+        call(&pool, "async_add", json!({"a": 20, "b": 22}))
+            .await
+            .unwrap(),
+        json!(42)
+    );
+    pool.shutdown().await;
+}
+
+#[tokio::test]
+async fn huge_result_is_refused_clearly_not_a_hang() {
+    let (pool, _session) = pool(1).await;
+    let started = Instant::now();
+    let error = call(&pool, "huge_result", json!({"megabytes": 100}))
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind, toolpool::ErrorKind::ResultTooLarge, "{error}");
+    assert!(error.message.contains("frame limit"), "{error}");
+    assert!(started.elapsed() < Duration::from_secs(20));
+    assert_serves(&pool).await;
+    pool.shutdown().await;
+}
+
+/// A result of more values than the server takes ([0] * 10 000 000, a 50 MB
+/// blob that would parse into gigabytes) is ResultTooLarge naming the
+/// limit; one under it is delivered.
+#[tokio::test]
+async fn a_result_of_too_many_values_is_refused_not_parsed() {
+    let (pool, _session) = pool(1).await;
+    let error = call(&pool, "many_zeros", json!({})).await.unwrap_err();
+    assert_eq!(error.kind, toolpool::ErrorKind::ResultTooLarge, "{error}");
+    assert!(
+        error.message.contains("holds more than 2000000 values"),
+        "{error}"
+    );
+    let fewer = call(&pool, "many_zeros", json!({"count": 1000})).await;
+    assert_eq!(fewer.unwrap().as_array().map(Vec::len), Some(1000));
+    assert_serves(&pool).await;
+    pool.shutdown().await;
+}
+
+#[tokio::test]
+async fn result_under_the_limit_is_delivered_whole() {
+    let (pool, _session) = pool(1).await;
+    let result = call(&pool, "huge_result", json!({"megabytes": 10}))
+        .await
+        .unwrap();
+    assert_eq!(result.as_str().map(str::len), Some(10 * 1024 * 1024));
+    pool.shutdown().await;
+}
+
+#[tokio::test]
+async fn non_json_results_are_converted() {
+    let (pool, _session) = pool(1).await;
+    for (tool, expected) in [
+        ("return_bytes", json!("AAFoZWxsb/8=")),
+        ("return_datetime", json!("2024-01-02T03:04:05+00:00")),
+        ("return_set", json!([1, 2, 3])),
+        ("return_tuple", json!([1, "two", 3.0])),
+        ("return_dataclass", json!({"x": 1, "y": 2, "label": "p"})),
+        ("return_object_with_str", json!("custom __str__ result")),
+        ("return_enum", json!("green")),
+        ("return_huge_int", json!("1208925819614629174706176")),
+        ("return_negative_huge_int", json!("-1180591620717411303424")),
+    ] {
+        let value = call(&pool, tool, json!({}))
+            .await
+            .unwrap_or_else(|e| panic!("{tool}: {e}"));
+        assert_eq!(value, expected, "{tool}");
+    }
+    pool.shutdown().await;
+}
+
+/// The interpreter with the msgpack C extension that `scripts/test-deps` installs.
+fn python_with_c_extension() -> std::path::PathBuf {
+    let python =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/pyvenv-test/bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: run scripts/test-deps",
+        python.display()
+    );
+    python
+}
+
+/// Each result sample arrives as the walk converts it, whichever encoding the
+/// shim chose (with or without the msgpack C extension, which no longer
+/// matters for results): a marshal blob that the supervisor turns into JSON
+/// (number, bytes and tuple keys spelled as Python spells them), JSON text
+/// where marshal does not take the value, and the walk for what neither
+/// gives exactly.
+#[tokio::test]
+async fn every_encoding_of_a_result_gives_what_the_walk_gives() {
+    let c_ext = python_with_c_extension();
+    let session = tempfile::tempdir().unwrap();
+    let with_c = builder(&session, 1)
+        .python(c_ext.to_string_lossy())
+        .build()
+        .await
+        .unwrap();
+    let (plain, _plain_session) = pool(1).await;
+    assert_eq!(with_c.worker_info().codec, "msgpack");
+    let marshalled_samples = [
+        "table",
+        "scalars",
+        "bytes",
+        "number_keys",
+        "bytes_keys",
+        "tuple_keys",
+        "wide",
+        "shared",
+        "nan",
+        "nested_99",
+        "complex",
+        "sets",
+        "odd_keys",
+        "singletons",
+        "views",
+    ];
+    for name in [
+        "table",
+        "scalars",
+        "bytes",
+        "number_keys",
+        "bytes_keys",
+        "tuple_keys",
+        "enum_keys",
+        "wide",
+        "mixed",
+        "shared",
+        "nan",
+        "nested_99",
+        "dict_subclass",
+        "complex",
+        "sets",
+        "odd_keys",
+        "singletons",
+        "views",
+        "array",
+        "ctypes",
+    ] {
+        let args = json!({"name": name});
+        for pool in [&with_c, &plain] {
+            let walked = call(pool, "walked_sample", args.clone()).await.unwrap();
+            assert_eq!(
+                walked["marshalled"],
+                json!(marshalled_samples.contains(&name)),
+                "{name}"
+            );
+            let value = call(pool, "result_sample", args.clone())
+                .await
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(value, walked["walked"], "{name}");
+        }
+    }
+    // A numpy-like buffer (array.array) is not sent as its raw bytes.
+    let array = call(&plain, "result_sample", json!({"name": "array"}))
+        .await
+        .unwrap();
+    assert_eq!(array, json!(["array('i', [1, 2])", "b2s="]));
+    // So is a ctypes value, once a tool imported ctypes.
+    let ctypes = call(&plain, "result_sample", json!({"name": "ctypes"}))
+        .await
+        .unwrap();
+    assert_eq!(ctypes, json!(["c_int(5)", "b2s="]));
+    let odd = call(&plain, "result_sample", json!({"name": "odd_keys"}))
+        .await
+        .unwrap();
+    let keys: Vec<&str> = odd
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "frozenset({1})",
+            "(1+2j)",
+            "Ellipsis",
+            "(1.5, None, b'x', (\"it's\",))",
+            "1180591620717411303424"
+        ]
+    );
+    // What the keys look like, not only that both sides agree.
+    let keys = call(&with_c, "result_sample", json!({"name": "number_keys"}))
+        .await
+        .unwrap();
+    let keys: Vec<&str> = keys
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(keys, ["7", "-2", "2.5", "1e+16", "1.5e-07", "true", "null"]);
+    with_c.shutdown().await;
+    plain.shutdown().await;
+}
+
+/// A result that cannot be sent is the error the walk gives for it, and
+/// the worker answers the next call.
+#[tokio::test]
+async fn results_inside_themselves_too_deep_or_not_utf8_are_clear_errors() {
+    let (pool, _session) = pool(1).await;
+    for (name, says) in [
+        ("loop", "ValueError: the result contains itself (a list inside itself)"),
+        (
+            "deep",
+            "ValueError: the result is nested deeper than 100 levels of lists and dicts",
+        ),
+        (
+            "surrogate",
+            "UnicodeEncodeError: the result cannot be encoded: 'utf-8' codec can't encode character '\\ud800'",
+        ),
+    ] {
+        let error = call(&pool, "result_error", json!({"name": name}))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains(says), "{name}: {error}");
+        assert_eq!(call(&pool, "return_none", json!({})).await.unwrap(), json!(null));
+    }
+    pool.shutdown().await;
+}
+
+/// The guardian's system calls use ctypes; a fresh worker has forgotten it,
+/// so that a result is not read back and compared for fear of a ctypes
+/// buffer no tool made (`_marshalled` in results.py).
+#[tokio::test]
+async fn a_fresh_worker_has_no_buffer_modules_loaded() {
+    let tools = tempfile::tempdir().unwrap();
+    let session = tempfile::tempdir().unwrap();
+    std::fs::write(
+        tools.path().join("probe.py"),
+        "import sys\n\n\ndef modules_loaded(names: list[str]) -> list[str]:\n    \"\"\"Which of these modules the worker has loaded.\"\"\"\n    return [name for name in names if name in sys.modules]\n",
+    )
+    .unwrap();
+    let pool = toolpool::Pool::builder()
+        .functions_dir(tools.path())
+        .session_dir(session.path())
+        .workers(1)
+        .build()
+        .await
+        .unwrap();
+    let loaded = call(
+        &pool,
+        "modules_loaded",
+        json!({"names": ["_ctypes", "ctypes", "array", "mmap"]}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(loaded, json!([]));
+    pool.shutdown().await;
+}
