@@ -8,6 +8,35 @@
 //! the MCP server as a value ([`mcp::ToolpoolServer`], [`mcp::serve`]),
 //! stopped by the program through [`stop`].
 //!
+//! ```
+//! # #[tokio::main]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # // The README's tool, in a folder of its own (the example's `my_tools`).
+//! # let folder = tempfile::tempdir()?;
+//! # std::env::set_current_dir(folder.path())?;
+//! # std::fs::create_dir("my_tools")?;
+//! # std::fs::write(
+//! #     "my_tools/temperature.py",
+//! #     "def convert_temperature(value: float, unit: str = 'C') -> str:\n    \"\"\"Convert a temperature.\"\"\"\n    return f'{value * 9 / 5 + 32:.1f} °F'\n",
+//! # )?;
+//! use std::time::Duration;
+//! use toolpool::{InvokeOptions, Pool};
+//!
+//! let pool = Pool::builder()
+//!     .functions_dir("my_tools")
+//!     .workers(4)
+//!     .timeout(Duration::from_secs(30))
+//!     .build()
+//!     .await?;
+//! let result = pool
+//!     .invoke("convert_temperature", serde_json::json!({"value": 100}), InvokeOptions::default())
+//!     .await; // Ok(value), or Err(ToolError) whose Display is the agent-facing text
+//! pool.shutdown().await;
+//! # assert_eq!(result?, serde_json::json!("212.0 °F"));
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! Modules inside point one way: `protocol` ← `worker` ← `pool` ← the front
 //! ends (`mcp`, `cli`); `catalog`, `config` (workflow files) and `context`
 //! beside them (docs/architecture.md).

@@ -470,10 +470,8 @@ fn bench_draws_a_bar_per_pool_size_on_a_terminal() {
     }
 }
 
-/// Every file or folder of the repository that the README and docs/ name
-/// (in backticks, or as a relative link) exists: the docs follow the code.
-#[test]
-fn every_file_the_docs_name_exists() {
+/// The README, CONTRIBUTING.md, the CHANGELOG and every file of docs/.
+fn documents() -> Vec<std::path::PathBuf> {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut documents = vec![
         root.join("README.md"),
@@ -486,6 +484,15 @@ fn every_file_the_docs_name_exists() {
             documents.push(path);
         }
     }
+    documents
+}
+
+/// Every file or folder of the repository that the README and docs/ name
+/// (in backticks, or as a relative link) exists: the docs follow the code.
+#[test]
+fn every_file_the_docs_name_exists() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let documents = documents();
     const TOP: [&str; 7] = [
         "src/",
         "tests/",
@@ -526,4 +533,149 @@ fn every_file_the_docs_name_exists() {
         "named but missing:\n{}",
         missing.join("\n")
     );
+}
+
+/// `text` split into words as a shell would (single and double quotes, no
+/// expansions).
+fn shell_words(text: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut word: Option<String> = None;
+    let mut quote = None;
+    for c in text.chars() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), c) => word.get_or_insert_with(String::new).push(c),
+            (None, '\'' | '"') => {
+                quote = Some(c);
+                word.get_or_insert_with(String::new);
+            }
+            (None, c) if c.is_whitespace() => words.extend(word.take()),
+            (None, c) => word.get_or_insert_with(String::new).push(c),
+        }
+    }
+    words.extend(word);
+    words
+}
+
+/// The `toolpool …` command lines a document shows: in shell blocks
+/// (fenced as `sh`, `bash`, `shell` or `console`; a
+/// `$ ` prompt, `\` continuations and leading `NAME=value` settings
+/// allowed) and in backticks; a comment or what follows `;` or a pipe is
+/// not part of it, nor is a redirection. Lines with placeholders (`<id>`,
+/// `...`) are not commands. Each as its words.
+fn command_lines(text: &str) -> Vec<Vec<String>> {
+    let mut candidates = Vec::new();
+    // Outside a block, or in one: shell or not.
+    let mut block: Option<bool> = None;
+    let mut joined = String::new();
+    for line in text.lines() {
+        if let Some(fence) = line.trim_start().strip_prefix("```") {
+            block = match block {
+                Some(_) => None,
+                None => Some(matches!(fence.trim(), "sh" | "bash" | "shell" | "console")),
+            };
+            continue;
+        }
+        if block == Some(false) {
+            continue;
+        }
+        if block == Some(true) {
+            match line.strip_suffix('\\') {
+                Some(start) => joined.push_str(start),
+                None => {
+                    joined.push_str(line);
+                    candidates.push(std::mem::take(&mut joined));
+                }
+            }
+        } else {
+            candidates.extend(line.split('`').skip(1).step_by(2).map(str::to_string));
+        }
+    }
+    candidates
+        .iter()
+        .filter_map(|line| {
+            let line = line.trim().trim_start_matches("$ ");
+            let line = line.split(" #").next().unwrap_or(line);
+            let line = line.split([';', '|']).next().unwrap_or(line);
+            let mut words = shell_words(line);
+            if let Some(end) = words
+                .iter()
+                .position(|w| w.starts_with(['>', '&']) || w.starts_with("2>"))
+            {
+                words.truncate(end);
+            }
+            while words.first().is_some_and(|w| {
+                w.contains('=') && w.chars().next().is_some_and(|c| c.is_ascii_uppercase())
+            }) {
+                words.remove(0);
+            }
+            let placeholder = words.iter().any(|w| w.contains(['<', '…']) || w == "...");
+            (words.first().map(String::as_str) == Some("toolpool")
+                && words.len() > 1
+                && !placeholder)
+                .then_some(words)
+        })
+        .collect()
+}
+
+/// Every `toolpool …` command line the README and docs/ show parses:
+/// `--help` appended, it prints help and exits 0 (clap checks every word
+/// before it). A line that ends in an option taking a value names the
+/// option (`serve --http`), and is checked up to it.
+#[test]
+fn every_command_line_the_docs_show_parses() {
+    let mut bad = Vec::new();
+    let mut checked = 0;
+    for document in documents() {
+        let text = std::fs::read_to_string(&document).unwrap();
+        for words in command_lines(&text) {
+            let line = words.join(" ");
+            let output = Command::new(env!("CARGO_BIN_EXE_toolpool"))
+                .args(&words[1..])
+                .arg("--help")
+                .env_remove("TOOLPOOL_FUNCTIONS_DIR")
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            let last = words.last().map(String::as_str).unwrap_or("");
+            let names_an_option = last.starts_with("--")
+                && stderr.contains(&format!("a value is required for '{last}"));
+            checked += 1;
+            if !output.status.success() && !names_an_option {
+                bad.push(format!("{}: {line}\n{stderr}", document.display()));
+            }
+        }
+    }
+    assert!(checked >= 20, "only {checked} command lines found");
+    assert!(
+        bad.is_empty(),
+        "command lines that do not parse:\n{}",
+        bad.join("\n")
+    );
+}
+
+/// The README's "From Rust" block is the crate page's example (src/lib.rs),
+/// which `cargo test --doc` compiles and runs: the same lines, less the
+/// hidden set-up.
+#[test]
+fn the_readme_rust_example_is_the_crate_pages_doctest() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let section = &readme[at(&readme, "## From Rust")..];
+    let block = &section[at(section, "```rust\n") + "```rust\n".len()..];
+    let block = &block[..at(block, "```")];
+    let lib = std::fs::read_to_string(root.join("src/lib.rs")).unwrap();
+    let doc: Vec<&str> = lib
+        .lines()
+        .filter_map(|line| line.strip_prefix("//!"))
+        .map(|line| line.strip_prefix(' ').unwrap_or(line))
+        .collect();
+    let start = doc.iter().position(|l| *l == "```").expect("a doc example") + 1;
+    let end = start + doc[start..].iter().position(|l| *l == "```").unwrap();
+    let shown: Vec<&str> = doc[start..end]
+        .iter()
+        .filter(|l| !(l.starts_with("# ") || **l == "#"))
+        .copied()
+        .collect();
+    assert_eq!(block.lines().collect::<Vec<_>>(), shown);
 }
