@@ -11,12 +11,20 @@ use serde_json::{json, Value};
 /// One tool function.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct FunctionSpec {
+    /// The function's name, which is the tool's name; unique in the catalog.
     pub name: String,
+    /// The module that defines it: its file's path relative to the functions
+    /// directory without `.py`, `/` between folders (`sub/tools`).
     pub module: String,
+    /// The docstring's first paragraph, lines joined by spaces, at most 600
+    /// characters; `""` when there is no docstring.
     pub description: String,
+    /// The JSON Schema of the arguments: `{"type": "object", "properties",
+    /// "required"}` (docs/catalog.md has the type mapping).
     pub parameters: Value,
     /// Path relative to the functions directory.
     pub file: String,
+    /// The line of the `def` in `file`, from 1.
     pub line: u32,
     /// The JSON Schema of the result, from the return annotation: always an
     /// object schema (MCP's `outputSchema`); `None` when the annotation says
@@ -40,12 +48,19 @@ pub struct FunctionSpec {
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ToolHints {
+    /// `readOnlyHint`: the tool does not change its environment.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub read_only_hint: Option<bool>,
+    /// `destructiveHint`: a tool that changes its environment may delete or
+    /// overwrite, rather than only add.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub destructive_hint: Option<bool>,
+    /// `idempotentHint`: calling it again with the same arguments changes
+    /// nothing more.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotent_hint: Option<bool>,
+    /// `openWorldHint`: the tool reaches entities outside a closed domain
+    /// (the web, say).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub open_world_hint: Option<bool>,
 }
@@ -66,8 +81,13 @@ impl FunctionSpec {
 /// A module that failed to import, or a name defined twice.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct LoadError {
+    /// The module, named as [`FunctionSpec::module`] is.
     pub module: String,
+    /// Its file, relative to the functions directory.
     pub file: String,
+    /// What went wrong: the exception as `Type: message`,
+    /// `DuplicateFunction: …` naming both definitions, or `cannot describe
+    /// function …` when its schema could not be built.
     pub error: String,
 }
 
@@ -78,16 +98,24 @@ pub struct LoadError {
 pub struct LoadWarning {
     /// The project module (`utils.attachments`).
     pub module: String,
+    /// The module's file (its `__file__`); empty when it has none.
     pub file: String,
+    /// What could not be done: the class and what it lacks.
     pub warning: String,
 }
 
+/// The tools of a functions directory, as a worker found them, and what it
+/// could not load.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Catalog {
+    /// The functions directory the tools were loaded from (canonical).
     pub functions_dir: PathBuf,
     /// Sorted by module, then name.
     pub functions: Vec<FunctionSpec>,
+    /// Modules that failed to load, names defined twice and functions whose
+    /// schema could not be built; sorted by module.
     pub errors: Vec<LoadError>,
+    /// What the worker could not do as the project expects.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<LoadWarning>,
 }
@@ -95,8 +123,12 @@ pub struct Catalog {
 /// One entry of the `list` dropdown.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct ListOption {
+    /// What is shown: `module:All` or `module:function`.
     pub label: String,
+    /// What a workflow's tool list takes: `module:All`, or the function's name.
     pub value: String,
+    /// For `module:All`, the file and the functions it loads; else the
+    /// function's description.
     pub description: String,
 }
 
@@ -129,6 +161,7 @@ impl Catalog {
         })
     }
 
+    /// The function called `name`, if the catalog has it.
     pub fn get(&self, name: &str) -> Option<&FunctionSpec> {
         self.functions.iter().find(|f| f.name == name)
     }

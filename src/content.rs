@@ -23,11 +23,18 @@ use crate::protocol::WireBlock;
 #[serde(rename_all = "lowercase")]
 #[non_exhaustive]
 pub enum BlockKind {
+    /// Text, in [`ContentBlock::text`].
     Text,
+    /// An image attachment.
     Image,
+    /// An audio attachment.
     Audio,
+    /// A video attachment.
     Video,
+    /// Any other file attachment.
     File,
+    /// Structured data, in [`ContentBlock::data`]; also a block whose type
+    /// toolpool does not know.
     Data,
 }
 
@@ -47,14 +54,23 @@ impl BlockKind {
 /// A file (or a provider's file id) a content block refers to.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Attachment {
+    /// The attachment's id in the session's store (as the tool gave it when
+    /// the store does not hold it).
     pub id: String,
+    /// The name shown for it; the id when it has none.
     pub name: String,
+    /// Its MIME type; `application/octet-stream` when none was given.
     pub mime_type: String,
+    /// Size in bytes: the store's record's, else the file's, else what the
+    /// tool said; `None` when none of them tells.
     pub size: Option<u64>,
+    /// SHA-256 of the content in hex, as the store's record (or, unchecked,
+    /// the tool) says; `None` when unknown.
     pub sha256: Option<String>,
     /// The file, inside the session's workspace; `None` when the block
     /// named no file there (a remote file, or a path that led outside).
     pub path: Option<PathBuf>,
+    /// The file's id at a provider it was uploaded to; `None` when it has none.
     pub remote_file_id: Option<String>,
     /// Whether the session's attachment store holds this attachment (else
     /// it is only what the tool said).
@@ -64,9 +80,13 @@ pub struct Attachment {
 /// One block of an attachment result.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ContentBlock {
+    /// What the block holds.
     pub kind: BlockKind,
+    /// The block's text; `None` when it has none (or it is not a string).
     pub text: Option<String>,
+    /// The file the block refers to; `None` for a block without one.
     pub attachment: Option<Attachment>,
+    /// The block's free-form `data`, as JSON; empty when it has none.
     pub data: Map<String, Value>,
     /// The block as text, as the original runtime shows it to the model.
     pub summary: String,

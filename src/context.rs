@@ -34,6 +34,7 @@ pub use terminal::{PromptInput, TerminalPrompt};
 /// A session's directories, created and made absolute.
 #[derive(Debug, Clone)]
 pub struct SessionPaths {
+    /// The session's id, one path component (`session_id` in `_context`).
     pub id: String,
     /// `graph_directory` in `_context`.
     pub dir: PathBuf,
@@ -49,7 +50,8 @@ pub struct SessionPaths {
 impl SessionPaths {
     /// `dir` defaults to `.toolpool/sessions/<id>` under the current
     /// directory, or, where that cannot be made (a client that starts the
-    /// server in `/`), under the user's state directory ([`state_dir`]).
+    /// server in `/`), under the user's state directory
+    /// (`$XDG_STATE_HOME/toolpool`, else `~/.local/state/toolpool`).
     pub fn prepare(id: &str, dir: Option<&Path>) -> Result<SessionPaths, PoolError> {
         check_session_id(id)?;
         let dir = match dir {
@@ -203,12 +205,15 @@ impl PromptRequest {
 /// A human's answer: `.text` (and `.metadata`) of the result the tool gets.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct PromptAnswer {
+    /// The human's answer.
     pub text: String,
+    /// Free-form details the front end gives with it.
     #[serde(default)]
     pub metadata: Map<String, Value>,
 }
 
 impl PromptAnswer {
+    /// An answer of `text` alone, without metadata.
     pub fn text(text: impl Into<String>) -> PromptAnswer {
         PromptAnswer {
             text: text.into(),
@@ -261,6 +266,7 @@ impl PromptError {
 /// dropped if the call ends meanwhile (cancelled, pool shut down, worker
 /// killed): implementations should withdraw the question then.
 pub trait HumanPrompt: Send + Sync {
+    /// Asks the human; resolves to the answer, or to why there is none.
     fn request(&self, request: PromptRequest) -> BoxFuture<'_, Result<PromptAnswer, PromptError>>;
 }
 

@@ -84,6 +84,7 @@ impl PrivateInstall {
         Ok(PrivateInstall { dir })
     }
 
+    /// The private directory, removed with this value.
     pub fn path(&self) -> &Path {
         &self.dir
     }

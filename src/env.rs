@@ -16,15 +16,22 @@ const BASE_ENV: &[&str] = &["PATH", "HOME", "LANG", "TZ"];
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum EnvFileError {
+    /// The file cannot be read (or is not UTF-8).
     #[error("cannot read the env file {path}: {source}")]
     Read {
+        /// The env file.
         path: PathBuf,
+        /// The system's error.
         source: std::io::Error,
     },
+    /// A line is not `NAME=value` as [`read_env_file`] reads them.
     #[error("{path}:{line}: {problem}")]
     Line {
+        /// The env file.
         path: PathBuf,
+        /// The line's number, from 1.
         line: usize,
+        /// What is wrong with it.
         problem: String,
     },
 }

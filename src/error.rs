@@ -67,14 +67,19 @@ impl ErrorKind {
 /// A failed call, as the agent sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToolError {
+    /// The tool's name as the agent called it (a workflow node's tool: the
+    /// name it exposes, prefix included).
     pub tool: String,
+    /// Why the call failed; names the `<Type>` of the text.
     pub kind: ErrorKind,
+    /// The explanation after `<Type>: ` (for a raised exception, its message).
     pub message: String,
     /// The Python traceback, when the tool raised.
     pub traceback: Option<String>,
 }
 
 impl ToolError {
+    /// An error of `tool`, without a traceback.
     pub fn new(tool: &str, kind: ErrorKind, message: impl Into<String>) -> ToolError {
         ToolError {
             tool: tool.to_string(),
@@ -84,6 +89,7 @@ impl ToolError {
         }
     }
 
+    /// Whether the call ran past its timeout ([`ErrorKind::Timeout`]).
     pub fn is_timeout(&self) -> bool {
         self.kind == ErrorKind::Timeout
     }

@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! toolpool: runs Python function tools for LLM agents in a pool of isolated
 //! `python3` workers, with timeouts that are enforced by killing the worker.
 //!

@@ -57,6 +57,8 @@ pub struct Cli {
     #[arg(long, env = "TOOLPOOL_TIMEOUT", global = true, default_value = "60", value_parser = parse_seconds)]
     pub timeout: Duration,
     /// Session directory [default: .toolpool/sessions/<session-id>]
+    // The text is also the option's --help, where `<session-id>` must stay as it is.
+    #[allow(rustdoc::invalid_html_tags)]
     #[arg(long, env = "TOOLPOOL_SESSION_DIR", global = true, value_name = "DIR")]
     pub session_dir: Option<PathBuf>,
     /// Session id, passed to tools in _context

@@ -13,6 +13,7 @@ pub struct ConfigError {
     pub path: String,
     /// 1-based line in the file.
     pub line: Option<usize>,
+    /// What is wrong there.
     pub message: String,
 }
 
@@ -46,33 +47,62 @@ impl std::error::Error for ConfigError {}
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum WorkflowError {
+    /// The file does not exist.
     #[error("workflow file {file} does not exist")]
-    NotFound { file: String },
+    NotFound {
+        /// The path as given.
+        file: String,
+    },
+    /// The file cannot be read: it is a directory, it is not UTF-8, or
+    /// reading it failed.
     #[error("cannot read workflow file {file}: {reason}")]
-    Unreadable { file: String, reason: String },
+    Unreadable {
+        /// The path as given.
+        file: String,
+        /// Which of those, with the system's error.
+        reason: String,
+    },
+    /// The file is not valid YAML, or its aliases expand to too much, or it
+    /// is nested too deeply.
     #[error("{file}: not valid YAML{}: {message}", at_line(*line, *column))]
     Yaml {
+        /// The file, as [`Workflow::source`](crate::Workflow::source) names it.
         file: String,
+        /// 1-based line of the error, when the parser could tell.
         line: Option<usize>,
+        /// 1-based column of the error, when the parser could tell.
         column: Option<usize>,
+        /// The parser's message.
         message: String,
     },
+    /// The file is YAML but not a usable workflow: keys of the wrong shape,
+    /// unknown functions, tool names that clash (every problem, by line).
     #[error("{file}: {}", invalid_summary(errors))]
     Invalid {
+        /// The file, as [`Workflow::source`](crate::Workflow::source) names it.
         file: String,
+        /// Every problem found, sorted by line.
         errors: Vec<ConfigError>,
     },
+    /// No node has the id asked for.
     #[error("{file}: {}", unknown_node(id, available))]
     UnknownNode {
+        /// The file, as [`Workflow::source`](crate::Workflow::source) names it.
         file: String,
+        /// The id asked for.
         id: String,
         /// The ids of the nodes that have function tooling.
         available: Vec<String>,
     },
+    /// The node asked for exists but has no function tooling (it is not an
+    /// agent node, or its tooling is all of other types).
     #[error("{file}: node '{id}' has no function tooling{}", node_kind(node_type.as_deref()))]
     NoFunctionTooling {
+        /// The file, as [`Workflow::source`](crate::Workflow::source) names it.
         file: String,
+        /// The node's id.
         id: String,
+        /// The node's `type`; `None` when it has none.
         node_type: Option<String>,
     },
 }

@@ -18,7 +18,11 @@ pub struct ToolSpec {
     pub name: String,
     /// The Python function it calls.
     pub function: String,
+    /// The description the model sees: the entry's, else (with `auto_fill`)
+    /// the function's docstring summary.
     pub description: String,
+    /// The JSON Schema of its arguments the model sees: the entry's, else
+    /// (with `auto_fill`) the catalog's.
     pub parameters: Value,
     /// From the tooling's `timeout`; `None` → the pool's default.
     #[serde(skip)]
@@ -28,25 +32,32 @@ pub struct ToolSpec {
 /// An agent node with function tooling, resolved: its tools in order.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeTools {
+    /// The node's id.
     pub id: String,
     /// The timeout of the node's first function tooling (what `resolve` prints
     /// as the node's `timeout`); every tool carries its own in
     /// [`ToolSpec::timeout`].
     pub timeout: Option<Duration>,
+    /// Its tools, in the order the file lists them (`module:All` expanded
+    /// where it stands).
     pub tools: Vec<ToolSpec>,
 }
 
 /// A node that `resolve` skips, kept for messages.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OtherNode {
+    /// The node's id.
     pub id: String,
+    /// The node's `type`; `None` when it has none.
     pub node_type: Option<String>,
 }
 
 /// A validated workflow: the agent nodes that have function tooling.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ResolvedWorkflow {
+    /// The file name used in messages ([`Workflow::source`]).
     pub source: String,
+    /// The agent nodes with function tooling, in document order.
     pub nodes: Vec<NodeTools>,
     /// Nodes with an id but no function tooling.
     pub other_nodes: Vec<OtherNode>,
@@ -70,6 +81,7 @@ impl ResolvedWorkflow {
         Workflow::load(path)?.resolve(catalog)
     }
 
+    /// The node `id`, if it is an agent node with function tooling.
     pub fn node(&self, id: &str) -> Option<&NodeTools> {
         self.nodes.iter().find(|n| n.id == id)
     }

@@ -16,7 +16,10 @@ use crate::catalog::Catalog;
 /// A value with the line it came from.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Located<T> {
+    /// The value read.
     pub value: T,
+    /// 1-based line of the value in the file; `None` when the parser could
+    /// not tell.
     pub line: Option<usize>,
 }
 
@@ -39,9 +42,12 @@ pub struct Workflow {
 pub struct NodeConfig {
     /// e.g. `nodes[2]` or `graph.nodes[2]`.
     pub path: String,
+    /// 1-based line where the node starts; `None` when unknown.
     pub line: Option<usize>,
     /// The node id; inside an inline subgraph `<subgraph id>/<id>`.
     pub id: Option<Located<String>>,
+    /// The node's `type` (`agent`, `literal`, …); `None` when it has none or
+    /// it is not a string.
     pub node_type: Option<String>,
     /// `config.tooling`, read only for agent nodes; a single mapping in the
     /// file is a one-element list here.
@@ -49,6 +55,7 @@ pub struct NodeConfig {
 }
 
 impl NodeConfig {
+    /// Whether it is a `type: agent` node, the only kind whose tooling is read.
     pub fn is_agent(&self) -> bool {
         self.node_type.as_deref() == Some("agent")
     }
@@ -66,10 +73,13 @@ impl NodeConfig {
 pub struct ToolingConfig {
     /// e.g. `nodes[0].config.tooling[1]` (no index for the single-mapping form).
     pub path: String,
+    /// 1-based line where the entry starts; `None` when unknown.
     pub line: Option<usize>,
+    /// What its `type` says, with the function tooling's contents.
     pub kind: ToolingKind,
 }
 
+/// The `type` of a tooling entry.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ToolingKind {
     /// `type: function`.
@@ -83,6 +93,7 @@ pub enum ToolingKind {
 /// `{type: function, config: {...}, prefix?}`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FunctionTooling {
+    /// Its `config`: the tools and their timeout.
     pub config: FunctionToolConfig,
     /// Renames every tool to `<prefix>_<name>`.
     pub prefix: Option<Located<String>>,
@@ -93,7 +104,10 @@ pub struct FunctionTooling {
 pub struct FunctionToolConfig {
     /// e.g. `nodes[0].config.tooling[0].config`.
     pub path: String,
+    /// 1-based line of the `config` (else of its tooling entry); `None` when
+    /// unknown.
     pub line: Option<usize>,
+    /// The `tools` entries, in file order.
     pub tools: Vec<FunctionToolEntryConfig>,
     /// Seconds; `None` (absent or null) → the pool's default.
     pub timeout: Option<f64>,
@@ -107,6 +121,7 @@ pub struct FunctionToolConfig {
 pub struct FunctionToolEntryConfig {
     /// e.g. `nodes[0].config.tooling[0].config.tools[3]`.
     pub path: String,
+    /// 1-based line where the entry starts; `None` when unknown.
     pub line: Option<usize>,
     /// The function name (whitespace trimmed), or `module:All`.
     pub name: Option<Located<String>>,

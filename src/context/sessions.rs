@@ -28,6 +28,7 @@ pub const SESSION_MARKER: &str = ".toolpool-session";
 
 /// One toolpool session: its directories and its attachment store.
 pub struct Session {
+    /// Its directories; the session's name is their `id`.
     pub paths: SessionPaths,
     services: Arc<SessionServices>,
 }
@@ -42,10 +43,12 @@ impl std::fmt::Debug for Session {
 }
 
 impl Session {
+    /// The session's name.
     pub fn id(&self) -> &str {
         &self.paths.id
     }
 
+    /// The session's attachment store.
     pub fn attachments(&self) -> &Arc<AttachmentStore> {
         &self.services.attachments
     }
@@ -137,12 +140,14 @@ impl SessionsRoot {
         })
     }
 
+    /// The directory that holds the sessions (canonical).
     pub fn root(&self) -> &Path {
         &self.root
     }
 
-    /// The session `name` (checked with [`check_session_name`]), its
-    /// directories created if they are not there yet.
+    /// The session `name`, its directories created if they are not there
+    /// yet. A name must be 1 to 128 ASCII letters, digits, `-`, `_` and `.`,
+    /// not starting with `.` (else [`PoolError::Setting`]).
     pub fn open(&self, name: &str) -> Result<Arc<Session>, PoolError> {
         check_session_name(name).map_err(PoolError::Setting)?;
         if let Some(session) = self.open.lock().ok().and_then(|o| o.get(name).cloned()) {

@@ -35,6 +35,8 @@ pub struct TerminalPrompt {
 }
 
 impl TerminalPrompt {
+    /// A prompt that asks on stderr and reads answers from `input`; nothing
+    /// is read until the first question.
     pub fn new(input: PromptInput) -> TerminalPrompt {
         TerminalPrompt {
             input,

@@ -32,6 +32,8 @@ const MIN_TOKEN_LEN: usize = 16;
 #[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct HttpArgs {
     /// With --http: also accept browser requests from ORIGIN (scheme://host[:port]; loopback origins are always accepted); repeatable
+    // The text is also the option's --help, where `[:port]` must stay as it is.
+    #[allow(rustdoc::broken_intra_doc_links)]
     #[cfg_attr(
         feature = "cli",
         arg(long = "allow-origin", value_name = "ORIGIN", requires = "http")
@@ -85,17 +87,18 @@ impl Default for HttpArgs {
     }
 }
 
-/// How `serve --http` runs, checked before anything starts.
+/// How `serve --http` runs, checked before anything starts; made by
+/// [`HttpOptions::new`] only, so what it holds was checked.
 #[derive(Debug, Clone)]
 pub struct HttpOptions {
-    pub addr: SocketAddr,
-    pub access: Access,
-    pub session_idle: Duration,
-    pub max_sessions: usize,
-    pub max_connections: usize,
+    pub(crate) addr: SocketAddr,
+    pub(crate) access: Access,
+    pub(crate) session_idle: Duration,
+    pub(crate) max_sessions: usize,
+    pub(crate) max_connections: usize,
     /// `None`: the directory holding the pool's own session directory.
-    pub sessions_root: Option<PathBuf>,
-    pub keep_sessions: Duration,
+    pub(crate) sessions_root: Option<PathBuf>,
+    pub(crate) keep_sessions: Duration,
 }
 
 impl HttpOptions {

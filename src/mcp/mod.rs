@@ -16,12 +16,12 @@
 //!   output schema (from its return annotation; see `FunctionSpec`).
 //! - A tool's human prompt (`_context["human_prompt"].request(...)`) becomes
 //!   an elicitation request to the client that made the call (2025-11-25),
-//!   or a multi-round-trip result (2026-07-28, see [`mrtr`]), when it
+//!   or a multi-round-trip result (2026-07-28, see `src/mcp/mrtr.rs`), when it
 //!   declared the capability; otherwise the tool is told no human is
-//!   available (see [`elicit`]). The pool does not count the wait against
+//!   available (see `src/mcp/elicit.rs`). The pool does not count the wait against
 //!   the call's timeout.
 //! - With `--watch`, a reload that changes the tool list is told to every
-//!   client (see [`listeners`]); in node mode the node is re-resolved.
+//!   client (see `src/mcp/listeners.rs`); in node mode the node is re-resolved.
 //! - Shutdown (stdin EOF on stdio, SIGTERM/SIGINT on either transport): stop
 //!   taking calls, let the calls already received (running or queued) finish
 //!   within the grace period, kill the rest, reap every worker, answer every
@@ -113,6 +113,7 @@ pub enum ToolSet {
 /// How `serve` runs.
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
+    /// Which tools the server offers.
     pub tools: ToolSet,
     /// `None`: stdio. `Some(options)`: streamable HTTP on their address.
     #[cfg(feature = "http")]
@@ -138,11 +139,15 @@ pub struct ServeOptions {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ServeError {
+    /// The HTTP server cannot listen on its address.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
+        /// The address asked for.
         addr: std::net::SocketAddr,
+        /// The system's error.
         source: std::io::Error,
     },
+    /// The directory of the HTTP sessions (`--sessions-root`) cannot be made.
     #[error("--sessions-root: {0}")]
     Sessions(#[source] crate::pool_error::PoolError),
 }
@@ -200,6 +205,8 @@ struct Inner {
 }
 
 impl ToolpoolServer {
+    /// A server of `tools` on `pool`, stopped only by its transport's end
+    /// (see [`with_stop`](Self::with_stop)).
     pub fn new(pool: Pool, tools: ToolSet) -> ToolpoolServer {
         let round_trips = mrtr::RoundTrips::new(pool.human_timeout());
         ToolpoolServer {
@@ -228,7 +235,7 @@ impl ToolpoolServer {
         }
     }
 
-    /// Calls running longer than `after` become tasks (see [`tasks`]), for
+    /// Calls running longer than `after` become tasks (see `src/mcp/tasks.rs`), for
     /// clients that declare the tasks extension; a finished one is kept for
     /// `keep`. Before the server is shared.
     pub fn with_tasks(mut self, after: Duration, keep: Duration) -> ToolpoolServer {
@@ -250,6 +257,7 @@ impl ToolpoolServer {
         self
     }
 
+    /// The pool the calls run on.
     pub fn pool(&self) -> &Pool {
         &self.inner.pool
     }

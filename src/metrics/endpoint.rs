@@ -10,7 +10,7 @@ use crate::http_conn::{serve_connection, ConnectionCap};
 use crate::mcp::{authority_and_origin, is_loopback_host};
 use crate::pool::Pool;
 
-/// Serves `GET /metrics` (and the health endpoints, [`crate::health`]) on
+/// Serves `GET /metrics` (and the health endpoints, `/healthz` and `/readyz`) on
 /// `listener` until the task is dropped: other methods get 405, other paths
 /// 404. On a loopback address the `Host` header
 /// must name a loopback host (DNS rebinding). Connections are capped and must

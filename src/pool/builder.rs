@@ -87,10 +87,14 @@ impl PoolBuilder {
         self.functions_dir = Some(dir.into());
         self
     }
+    /// The Python interpreter the workers run, a command name or a path
+    /// (`python3` by default); resolved once to its real path.
     pub fn python(mut self, python: impl Into<String>) -> Self {
         self.python = python.into();
         self
     }
+    /// How many workers run calls at once (at least 1; spares come on top);
+    /// by default the number of CPUs.
     pub fn workers(mut self, n: usize) -> Self {
         self.workers = n.max(1);
         self
@@ -100,21 +104,27 @@ impl PoolBuilder {
         self.timeout = timeout;
         self
     }
+    /// The pool's session (`default` by default): `session_id` in the
+    /// tools' `_context`, and the name of its directory. It must be one path
+    /// component, else [`build`](Self::build) fails.
     pub fn session_id(mut self, id: impl Into<String>) -> Self {
         self.session_id = id.into();
         self
     }
+    /// The pool's session directory, instead of `.toolpool/sessions/<id>`
+    /// under the current directory (or under the user's state directory when
+    /// that cannot be made).
     pub fn session_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.session_dir = Some(dir.into());
         self
     }
-    /// Recycle a worker after this many calls.
     /// See [`SessionIsolation`]; `Shared` by default.
     pub fn session_isolation(mut self, isolation: SessionIsolation) -> Self {
         self.isolation = isolation;
         self
     }
 
+    /// Recycle a worker after this many calls; `None` (or 0): never.
     pub fn max_calls_per_worker(mut self, n: Option<u64>) -> Self {
         self.max_calls_per_worker = n.filter(|n| *n > 0);
         self
@@ -142,20 +152,21 @@ impl PoolBuilder {
         self.queue_wait = wait;
         self
     }
-    /// Largest frame either side sends or accepts (results included).
     /// Warm spare workers kept started but idle, so a killed or recycled
     /// worker is replaced at once instead of after a Python start-up.
     pub fn spare_workers(mut self, n: usize) -> Self {
         self.spare_workers = n;
         self
     }
+    /// Largest frame either side sends or accepts (results included), in
+    /// bytes; 64 MiB by default.
     pub fn max_frame(mut self, bytes: usize) -> Self {
         self.max_frame = bytes;
         self
     }
     /// Who answers the tools' human prompts (`_context["human_prompt"]`);
     /// without one, tools find `None` there. A call can bring its own
-    /// ([`InvokeOptions::human_prompt`]).
+    /// ([`InvokeOptions::human_prompt`](super::InvokeOptions::human_prompt)).
     pub fn human_prompt(mut self, prompt: Arc<dyn HumanPrompt>) -> Self {
         self.human_prompt = Some(prompt);
         self
@@ -167,7 +178,7 @@ impl PoolBuilder {
     }
     /// Make this process the child subreaper while the pool runs, and kill
     /// and reap what a worker's tree leaves behind when even its guardian
-    /// was killed (see [`crate::reaper`]). Only for programs that start no
+    /// was killed (see `src/reaper.rs`). Only for programs that start no
     /// child processes of their own other than through toolpool: those
     /// would be killed as leftovers. The `toolpool` command enables it.
     pub fn subreaper(mut self, on: bool) -> Self {
@@ -199,7 +210,7 @@ impl PoolBuilder {
     }
     /// `--sandbox`: every worker in namespaces of its own, with a mount view
     /// of the session only, a process limit, seccomp and Landlock (see
-    /// [`crate::sandbox`]). `Strict` refuses to build when the kernel lacks
+    /// docs/security.md). `Strict` refuses to build when the kernel lacks
     /// a piece (naming it); `BestEffort` uses what there is.
     pub fn sandbox(mut self, mode: SandboxMode) -> Self {
         self.sandbox.mode = mode;

@@ -66,6 +66,7 @@ const MAX_QUARANTINED: usize = 1000;
 pub struct InvokeOptions {
     /// Overrides the pool's default timeout.
     pub timeout: Option<Duration>,
+    /// What the tool is told about its caller.
     pub context: InvokeContext,
     /// Who answers this call's human prompts, instead of the pool's
     /// ([`PoolBuilder::human_prompt`]); e.g. the MCP client that made the call.
@@ -92,20 +93,28 @@ pub enum SessionIsolation {
 /// What a caller tells the tool about itself (`_context` keys).
 #[derive(Debug, Clone, Default)]
 pub struct InvokeContext {
+    /// The calling agent node's id (`_context["node_id"]`); `None` when the
+    /// caller is not a workflow node.
     pub node_id: Option<String>,
+    /// Free-form values for the tool (`_context["vars"]`).
     pub vars: serde_json::Map<String, Value>,
 }
 
 /// A successful call, with what the CLI's `--json` envelope reports.
 #[derive(Debug, Clone)]
 pub struct CallReport {
+    /// The tool's JSON value, or the error the agent gets.
     pub result: Result<Value, ToolError>,
     /// For an attachment result (the tool returned message blocks or an
     /// attachment record), its blocks, checked against the session's store.
     pub content: Option<Vec<ContentBlock>>,
+    /// From the call's start to its end, the wait for a worker included.
     pub elapsed: Duration,
     /// How long the call waited for a free worker.
     pub queue_wait: Duration,
+    /// The pid of the worker the call last went to; `None` when it got none
+    /// (the pool busy or shutting down, a sandboxed worker that could not
+    /// start).
     pub worker_pid: Option<i32>,
 }
 
@@ -423,6 +432,7 @@ pub struct Pool {
 }
 
 impl Pool {
+    /// A [`PoolBuilder`] with the command line's defaults.
     pub fn builder() -> PoolBuilder {
         PoolBuilder::default()
     }
@@ -475,10 +485,12 @@ impl Pool {
         &self.shared.services.attachments
     }
 
+    /// The directories of the pool's session ([`PoolBuilder::session_id`]).
     pub fn session(&self) -> &SessionPaths {
         &self.shared.session
     }
 
+    /// The timeout of a call that sets none ([`PoolBuilder::timeout`]).
     pub fn default_timeout(&self) -> Duration {
         self.shared.default_timeout
     }

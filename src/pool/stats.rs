@@ -52,7 +52,9 @@ pub struct LatencyHistogram {
     /// `(upper bound in seconds, calls that took at most that long)`; the
     /// last bound is infinite and counts every call.
     pub buckets: Vec<(f64, u64)>,
+    /// The latencies of all the calls counted, added up, in seconds.
     pub sum_seconds: f64,
+    /// Calls counted.
     pub count: u64,
 }
 
@@ -84,6 +86,7 @@ impl LatencyHistogram {
 /// One live worker, for operators.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct WorkerStats {
+    /// The worker process's pid.
     pub pid: i32,
     /// Calls it had finished when it last came back to the pool.
     pub calls_served: u64,
@@ -94,30 +97,48 @@ pub struct WorkerStats {
 /// A snapshot of the pool for operators.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct PoolStats {
+    /// The configured number of workers
+    /// ([`PoolBuilder::workers`](crate::PoolBuilder::workers)).
     pub size: usize,
+    /// Live worker processes, spares included.
     pub live_workers: usize,
+    /// Workers running a call.
     pub busy: usize,
+    /// Workers waiting for a call (not counting spares).
     pub idle: usize,
+    /// Calls waiting for a free worker.
     pub queued: usize,
+    /// Calls started.
     pub calls: u64,
+    /// Calls that returned a result.
     pub succeeded: u64,
+    /// Calls killed at their timeout.
     pub timeouts: u64,
+    /// Calls whose worker died under them.
     pub worker_deaths: u64,
+    /// Replacement workers put in place (a warm spare, or a new start).
     pub respawns: u64,
+    /// Workers retired in good health: after their
+    /// [`max_calls_per_worker`](crate::PoolBuilder::max_calls_per_worker)
+    /// calls, or still running code from before a reload.
     pub recycled: u64,
     /// Workers recycled before serving another session
-    /// ([`SessionIsolation::Process`]).
+    /// ([`SessionIsolation::Process`](crate::SessionIsolation::Process)).
     pub session_recycles: u64,
     /// Warm spares ready to replace a worker.
     pub spares: usize,
+    /// Calls abandoned by their caller mid-flight (their workers killed).
     pub cancelled: u64,
     /// Workers the supervisor killed: at a timeout, or under an abandoned call.
     pub kills: u64,
-    /// Workers that ended, by how ([`Termination::kind`]: `exited`,
-    /// `signalled`, `timed_out`, `cancelled`, `shut_down`, `retired`,
-    /// `broke_protocol`, `hung_up`, `status_unknown`); every kind is listed.
+    /// Workers that ended, by how: `exited`, `signalled`, `timed_out`,
+    /// `cancelled`, `shut_down`, `retired`, `broke_protocol`, `hung_up`,
+    /// `status_unknown`, `left_running`; every kind is listed.
     pub terminations: BTreeMap<String, u64>,
+    /// Failed calls by error type
+    /// ([`ErrorKind::type_name`](crate::ErrorKind::type_name)).
     pub errors_by_type: BTreeMap<String, u64>,
+    /// Call latencies, queueing included.
     pub latency: LatencyHistogram,
     /// Every live worker (spares included), by pid.
     pub workers: Vec<WorkerStats>,
@@ -141,6 +162,8 @@ impl Drop for Gauge<'_> {
 }
 
 impl Pool {
+    /// A snapshot of the pool's counters and live workers (each worker's
+    /// memory read from /proc).
     pub fn stats(&self) -> PoolStats {
         let c = &self.shared.counters;
         // /proc is read outside the dispatcher's lock.

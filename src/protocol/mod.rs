@@ -50,8 +50,11 @@ pub enum ProtocolError {
 /// Context a call carries into the worker; the worker adds the paths.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct CallContext {
+    /// The call's session (`_context["session_id"]`).
     pub session_id: String,
+    /// The calling node's id (`_context["node_id"]`); `None` outside a node.
     pub node_id: Option<String>,
+    /// The caller's free-form values (`_context["vars"]`).
     pub vars: serde_json::Map<String, Value>,
     /// Whether the call has a human prompt service (else the tool's
     /// `_context["human_prompt"]` is `None`).
@@ -434,7 +437,7 @@ pub fn encode_frame<T: Serialize>(message: &T, limit: usize) -> Result<Vec<u8>, 
 
 /// An invoke request's frame: a map of `t` (`invoke`), `id`, `name`,
 /// `args_marshal` (the arguments as one marshal blob, see
-/// [`marshal_writer`]: the shim makes its Python objects with
+/// `src/protocol/marshal_writer.rs`: the shim makes its Python objects with
 /// `marshal.loads`, in C, not value by value) and `context_json` (JSON
 /// text, parsed in C; the shim reuses the parsed context while the text
 /// repeats), in that order, where the shim reads them. Written by hand so
@@ -517,6 +520,8 @@ fn msgpack_uint(out: &mut Vec<u8>, n: u64) {
     }
 }
 
+/// Writes a whole frame (length prefix included, as the `encode_*`
+/// functions make it) and flushes.
 pub async fn write_frame<W: AsyncWrite + Unpin>(
     writer: &mut W,
     frame: &[u8],

@@ -165,11 +165,15 @@ pub enum CallOutcome {
 /// What a worker said about itself in its hello, and how it is killed.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct WorkerInfo {
+    /// The interpreter's version, e.g. `3.12.3`.
     pub python_version: String,
+    /// The interpreter's `sys.executable`.
     pub executable: String,
     /// `msgpack` (the C extension) or `builtin` (the shim's own codec).
     pub codec: String,
+    /// How the processes of a call are killed in this worker.
     pub kill_mechanism: KillMechanism,
+    /// Whether the worker was cloned from the template or spawned fresh.
     pub started: StartMethod,
 }
 
