@@ -94,7 +94,7 @@ pub struct ContentBlock {
 
 impl ContentBlock {
     /// Checks one block the worker described against the session's store.
-    pub fn from_wire(block: WireBlock, store: &AttachmentStore) -> ContentBlock {
+    pub(crate) fn from_wire(block: WireBlock, store: &AttachmentStore) -> ContentBlock {
         let attachment = block.attachment.as_ref().and_then(|claimed| {
             let id = claimed.get("attachment_id")?.as_str()?.to_string();
             Some(match store.get(&id) {

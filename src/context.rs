@@ -27,7 +27,9 @@ use serde_json::{json, Map, Value};
 use crate::pool_error::PoolError;
 pub use crate::worker::{CallbackError, CallbackService};
 
-pub use attachments::{AttachmentError, AttachmentRecord, AttachmentRef, AttachmentStore};
+pub use attachments::{
+    AttachmentError, AttachmentRecord, AttachmentRef, AttachmentStore, RegisterOptions,
+};
 pub use sessions::{Session, SessionsRoot};
 pub use terminal::{PromptInput, TerminalPrompt};
 

@@ -90,8 +90,8 @@ pub use config::{
 pub use content::{result_text, Attachment, BlockKind, ContentBlock};
 pub use context::{
     prompt_fn, AttachmentError, AttachmentRecord, AttachmentRef, AttachmentStore, HumanPrompt,
-    PromptAnswer, PromptError, PromptInput, PromptRequest, Session, SessionPaths, SessionsRoot,
-    TerminalPrompt,
+    PromptAnswer, PromptError, PromptInput, PromptRequest, RegisterOptions, Session, SessionPaths,
+    SessionsRoot, TerminalPrompt,
 };
 pub use env::{read_env_file, EnvFileError};
 pub use error::{ErrorKind, ToolError};

@@ -85,14 +85,19 @@ impl AttachmentRecord {
 /// (copy the file, persist the record, no deduplication).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RegisterOptions {
+    /// The record's `kind`; `file` when `None`.
     pub kind: Option<String>,
+    /// The name shown for it; the file's name when `None`.
     pub display_name: Option<String>,
+    /// Its MIME type; guessed from the file's name when `None`.
     pub mime_type: Option<String>,
     /// A caller-chosen id (letters, digits, `-`, `_`); random when `None`.
     pub attachment_id: Option<String>,
     /// Copy the file into `attachments/<id>/` (else the record points at it).
     pub copy_file: bool,
+    /// The record's `description`.
     pub description: Option<String>,
+    /// The record's `extra`: whatever else its owner keeps with it.
     pub extra: Map<String, Value>,
     /// Write the record to the manifest (else it lives as long as the pool).
     pub persist: bool,
