@@ -6,7 +6,7 @@
 //! built with [`PoolBuilder`] and called with [`Pool::invoke`] /
 //! [`Pool::invoke_report`]; the [`Catalog`] of its tools; workflow files
 //! ([`Workflow`]); sessions and human prompts; and, with the `mcp` feature,
-//! the MCP server as a value ([`mcp::ToolpoolServer`], [`mcp::serve`]),
+//! the MCP server as a value (`mcp::ToolpoolServer`, `mcp::serve`),
 //! stopped by the program through [`stop`].
 //!
 //! ```
