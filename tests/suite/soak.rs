@@ -111,20 +111,23 @@ async fn soak_every_call_answered_once_with_its_own_result() {
     assert_eq!(stats.timeouts, timeouts);
     assert_eq!(stats.worker_deaths, crashes);
     assert!(timeouts > 0 && crashes > 0, "the plan mixes in failures");
+    // This pool's processes, taken before it shuts down (other tests' pools
+    // run beside it in this process).
+    let tree = processes_in_session(&session);
+    assert!(!tree.is_empty(), "the pool's processes work in its session");
     pool.shutdown().await;
 
     let pids: Vec<i32> = worker_pids.into_iter().collect();
     let left = survivors_after(&pids, Duration::from_secs(2)).await;
     assert!(left.is_empty(), "workers left: {}", describe_pids(&left));
-    let tree = descendants(std::process::id() as i32);
     let left = survivors_after(&tree, Duration::from_secs(2)).await;
     assert!(left.is_empty(), "processes left: {}", describe_pids(&left));
-    // Every guardian was reaped too: no zombie children.
+    // Every guardian was reaped too: none of them is a zombie child.
+    let me = std::process::id() as i32;
     let zombies = || -> Vec<i32> {
-        std::fs::read_dir("/proc")
-            .unwrap()
-            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-            .filter(|p| parent_of(*p) == Some(std::process::id() as i32) && !alive(*p))
+        tree.iter()
+            .copied()
+            .filter(|p| parent_of(*p) == Some(me) && !alive(*p))
             .collect()
     };
     let deadline = std::time::Instant::now() + Duration::from_secs(2);

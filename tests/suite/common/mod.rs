@@ -155,6 +155,23 @@ pub fn parent_of(pid: i32) -> Option<i32> {
     rest.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// The processes below this test process that work in `session` (its
+/// pool's template, guardians and workers): the tests of the suite run side
+/// by side in one process, so "every descendant" would take in other tests'
+/// pools too.
+pub fn processes_in_session(session: &tempfile::TempDir) -> Vec<i32> {
+    let session = session
+        .path()
+        .canonicalize()
+        .expect("the session directory exists");
+    descendants(std::process::id() as i32)
+        .into_iter()
+        .filter(|p| {
+            std::fs::read_link(format!("/proc/{p}/cwd")).is_ok_and(|cwd| cwd.starts_with(&session))
+        })
+        .collect()
+}
+
 /// Every live process below `pid` (children, grandchildren, ...).
 pub fn descendants(pid: i32) -> Vec<i32> {
     let parents: Vec<(i32, i32)> = std::fs::read_dir("/proc")
