@@ -13,6 +13,7 @@
 
 pub mod attachments;
 mod params;
+mod progress;
 pub mod sessions;
 mod terminal;
 
@@ -30,6 +31,7 @@ pub use crate::worker::{CallbackError, CallbackService};
 pub use attachments::{
     AttachmentError, AttachmentRecord, AttachmentRef, AttachmentStore, RegisterOptions,
 };
+pub use progress::{progress_fn, Progress, ProgressListener};
 pub use sessions::{Session, SessionsRoot};
 pub use terminal::{PromptInput, TerminalPrompt};
 
@@ -322,11 +324,13 @@ pub struct SessionServices {
 }
 
 /// Serves the callbacks of one call: the session's services plus the human
-/// prompt for this call (the pool's, or one the caller gave for the call).
+/// prompt for this call (the pool's, or one the caller gave for the call)
+/// and whoever listens to its progress.
 #[derive(Clone)]
 pub struct CallbackHandler {
     services: Arc<SessionServices>,
     prompt: Option<Arc<dyn HumanPrompt>>,
+    progress: Option<Arc<progress::ProgressGate>>,
 }
 
 /// Callback method names (see `docs/protocol.md`).
@@ -340,6 +344,7 @@ pub mod methods {
     pub const LIST: &str = "attachments.list";
     pub const EXPORT_MANIFEST: &str = "attachments.export_manifest";
     pub const HUMAN_PROMPT: &str = "human_prompt.request";
+    pub const PROGRESS: &str = "progress.report";
 }
 
 /// The parameters of `human_prompt` (docs/protocol.md, "Callbacks"); null
@@ -372,9 +377,20 @@ impl CallbackHandler {
     pub fn new(
         services: Arc<SessionServices>,
         prompt: Option<Arc<dyn HumanPrompt>>,
+        progress: Option<Arc<dyn ProgressListener>>,
     ) -> CallbackHandler {
         let prompt = prompt.or_else(|| services.human_prompt.clone());
-        CallbackHandler { services, prompt }
+        CallbackHandler {
+            services,
+            prompt,
+            progress: progress.map(|listener| Arc::new(progress::ProgressGate::new(listener))),
+        }
+    }
+
+    /// Whether someone listens to this call's progress (else the tool's
+    /// `_context["progress"]` does nothing).
+    pub fn has_progress(&self) -> bool {
+        self.progress.is_some()
     }
 
     /// Whether this call has a human prompt service (else the tool's
@@ -398,6 +414,12 @@ impl CallbackHandler {
         };
         match method {
             methods::HUMAN_PROMPT => self.human_prompt(tool, params).await,
+            methods::PROGRESS => match &self.progress {
+                Some(gate) => gate.report(&params).map(|()| Value::Null),
+                // Nobody asked: the shim does not send reports then, and
+                // one sent anyway is dropped.
+                None => Ok(Value::Null),
+            },
             _ if method.starts_with("attachments.") => {
                 let store = self.services.attachments.clone();
                 let method = method.to_string();
@@ -475,7 +497,7 @@ mod tests {
             attachments: Arc::new(AttachmentStore::open(dir, dir)),
             human_prompt: Some(prompt),
         };
-        CallbackHandler::new(Arc::new(services), None)
+        CallbackHandler::new(Arc::new(services), None, None)
     }
 
     async fn ask(params: Value) -> Result<Value, CallbackError> {

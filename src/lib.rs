@@ -89,9 +89,9 @@ pub use config::{
 };
 pub use content::{result_text, Attachment, BlockKind, ContentBlock};
 pub use context::{
-    prompt_fn, AttachmentError, AttachmentRecord, AttachmentRef, AttachmentStore, HumanPrompt,
-    PromptAnswer, PromptError, PromptInput, PromptRequest, RegisterOptions, Session, SessionPaths,
-    SessionsRoot, TerminalPrompt,
+    progress_fn, prompt_fn, AttachmentError, AttachmentRecord, AttachmentRef, AttachmentStore,
+    HumanPrompt, Progress, ProgressListener, PromptAnswer, PromptError, PromptInput, PromptRequest,
+    RegisterOptions, Session, SessionPaths, SessionsRoot, TerminalPrompt,
 };
 pub use env::{read_env_file, EnvFileError};
 pub use error::{ErrorKind, ToolError};

@@ -8,7 +8,7 @@ import pathlib
 import sys
 import traceback
 
-from . import content, results, standins
+from . import content, proxies, results, standins
 from .coerce import Mismatch, coerce
 
 
@@ -139,7 +139,8 @@ class Invoker:
         `attachment_store` and `human_prompt` are proxies that call back to the
         supervisor (proxies.py), instances of the project's own classes where
         it has them (standins.py); `human_prompt` is None when the call has no
-        one to ask, as in the original convention.
+        one to ask, as in the original convention. `progress` reports how far
+        the call has come (a check and nothing more when nobody listens).
         """
         session_id = context.get("session_id") or self._config.get("session_id")
         session_dir, workspace, packages = self._session_paths(context)
@@ -158,6 +159,7 @@ class Invoker:
             "vars": copy.deepcopy(context["vars"]) if context.get("vars") else {},
             "attachment_store": store,
             "human_prompt": prompt,
+            "progress": proxies.ProgressReporter(self._transport, bool(context.get("progress"))),
         }
         if packages:
             built["python_packages_dir"] = pathlib.Path(packages)

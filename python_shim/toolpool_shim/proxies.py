@@ -20,9 +20,11 @@ import base64
 import builtins
 import enum
 import json
+import math
 import mimetypes
 import os
 import pathlib
+import threading
 from typing import Any, Callable, Dict, Optional
 
 from . import results
@@ -38,6 +40,7 @@ GET = "attachments.get"
 LIST = "attachments.list"
 EXPORT_MANIFEST = "attachments.export_manifest"
 HUMAN_PROMPT = "human_prompt.request"
+PROGRESS = "progress.report"
 
 # The store's layout, as the original keeps it: files and manifest under one root.
 ATTACHMENTS_DIR = "attachments"
@@ -337,3 +340,50 @@ class PromptProxy:
             blocks=[self._block_type.text_block(text)],
             metadata={**(answer.get("metadata") or {}), **meta},
         )
+
+
+class ProgressReporter:
+    """`_context["progress"]`: `progress(progress, total=None, message=None)`
+    tells the caller how far the call has come (MCP `notifications/progress`).
+
+    `progress` and `total` are finite numbers, `message` a string; each
+    report's `progress` must be greater than the last one's (MCP requires it).
+    A report that breaks a rule raises TypeError or ValueError, whether or
+    not anyone listens. Safe from any thread; when the caller asked for no
+    progress, a report is checked and goes nowhere (no round trip).
+    """
+
+    def __init__(self, transport: Transport, listening: bool):
+        self._transport = transport
+        self._listening = listening
+        self._lock = threading.Lock()
+        self._last = None
+
+    def __call__(self, progress, total=None, message=None) -> None:
+        _check_number("progress", progress)
+        if total is not None:
+            _check_number("total", total)
+        if message is not None and not isinstance(message, str):
+            raise TypeError(f"message must be a string or None, not {type(message).__name__}")
+        # Held across the callback: two threads' reports reach the
+        # supervisor in the order they were checked in.
+        with self._lock:
+            if self._last is not None and progress <= self._last:
+                raise ValueError(f"progress must go up with each report: {progress} after {self._last}")
+            self._last = progress
+            if self._listening:
+                call(self._transport, PROGRESS, {"progress": progress, "total": total, "message": message})
+
+    def __repr__(self) -> str:
+        return f"<toolpool progress reporter{'' if self._listening else ' (nobody listening)'}>"
+
+
+def _check_number(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number, not {type(value).__name__}")
+    try:
+        finite = math.isfinite(value)
+    except OverflowError:  # an int too large for a float
+        finite = False
+    if not finite:
+        raise ValueError(f"{name} must be a finite number, got {value}")

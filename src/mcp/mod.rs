@@ -46,6 +46,7 @@ mod http;
 mod http_access;
 mod listeners;
 mod mrtr;
+mod progress;
 mod stdio;
 mod stdio_gate;
 mod tasks;
@@ -68,7 +69,7 @@ use tokio::sync::Notify;
 
 use crate::catalog::FunctionSpec;
 use crate::config::{NodeTools, Workflow};
-use crate::context::{HumanPrompt, Session};
+use crate::context::{HumanPrompt, ProgressListener, Session};
 use crate::error::{ErrorKind, ToolError};
 use crate::pool::{CallReport, InvokeOptions, Pool};
 use crate::stop::StopRequests;
@@ -334,17 +335,20 @@ impl ToolpoolServer {
     }
 
     /// Calls one tool by the name the client sees, in `session` (`None`:
-    /// the pool's); its human prompts go to `human`.
+    /// the pool's); its human prompts go to `human`, its progress reports to
+    /// `progress`.
     async fn invoke(
         &self,
         name: &str,
         args: Value,
         human: Arc<dyn HumanPrompt>,
+        progress: Option<Arc<dyn ProgressListener>>,
         session: Option<Arc<Session>>,
     ) -> CallReport {
         let inner = &self.inner;
         let options = InvokeOptions {
             human_prompt: Some(human),
+            progress,
             session,
             ..InvokeOptions::default()
         };
@@ -708,17 +712,25 @@ impl ServerHandler for ToolpoolServer {
                 .call_in_round_trips(name, args, session, &request, &context)
                 .await;
         }
-        let human = elicit::for_request(&context);
+        let progress = progress::for_request(&context);
         if let Some(after) = self.task_after_for(&context) {
             return Ok(self
-                .call_maybe_as_task(name, args, human, session, after, &context)
+                .call_maybe_as_task(name, args, progress, session, after, &context)
                 .await);
         }
         // Only 2025-11-25 HTTP sessions can be ended (DELETE) under a call.
         let session_closed = self.session.closed(&context);
-        let call = self.invoke(&name, args, human, session.clone());
+        let call = self.invoke(
+            &name,
+            args,
+            progress.prompt(elicit::for_request(&context)),
+            progress.listener.clone(),
+            session.clone(),
+        );
         tokio::select! {
             report = call => {
+                // Its last reports before its answer.
+                progress.flushed().await;
                 if let Err(error) = &report.result {
                     if error.kind == ErrorKind::NotFound {
                         // No such tool (here, or for this workflow node): a
@@ -793,15 +805,19 @@ impl ToolpoolServer {
         &self,
         name: String,
         args: Value,
-        human: Arc<dyn HumanPrompt>,
+        progress: progress::CallProgress,
         session: Option<Arc<Session>>,
         after: Duration,
         context: &RequestContext<RoleServer>,
     ) -> CallToolResponse {
         let server = self.clone();
         let tool = name.clone();
+        let human = progress.prompt(elicit::for_request(context));
+        let listener = progress.listener.clone();
         let mut call = tokio::spawn(async move {
-            let report = server.invoke(&tool, args, human, session.clone()).await;
+            let report = server
+                .invoke(&tool, args, human, listener, session.clone())
+                .await;
             server.result_of(&tool, report, session.as_deref())
         });
         let abort = call.abort_handle();
@@ -816,7 +832,10 @@ impl ToolpoolServer {
             }
         };
         match finished {
-            Some(Ok(result)) => CallToolResponse::Complete(result),
+            Some(Ok(result)) => {
+                progress.flushed().await;
+                CallToolResponse::Complete(result)
+            }
             Some(Err(e)) => {
                 CallToolResponse::Complete(CallToolResult::error(vec![ContentBlock::text(
                     format!("Tool {name} error: WorkerDied: the call's task failed: {e}"),
@@ -842,6 +861,7 @@ impl ToolpoolServer {
         context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let binding = mrtr::binding(context.client_info().as_ref(), &name, &args);
+        let mut progress = None;
         let running = match &request.request_state {
             Some(state) => match self.inner.round_trips.resume(
                 state,
@@ -870,8 +890,13 @@ impl ToolpoolServer {
                 let server = self.clone();
                 let tool = name.clone();
                 let session = session.clone();
+                // Its progress goes to the request that started it; the
+                // client's human is asked in round trips, so no heartbeats.
+                let started = progress::for_request(context);
+                let listener = started.listener.clone();
+                progress = Some(started);
                 mrtr::Running::start(move |human| async move {
-                    server.invoke(&tool, args, human, session).await
+                    server.invoke(&tool, args, human, listener, session).await
                 })
             }
         };
@@ -882,6 +907,9 @@ impl ToolpoolServer {
             .await;
         Ok(match step {
             mrtr::Step::Done(report) => {
+                if let Some(progress) = progress {
+                    progress.flushed().await;
+                }
                 CallToolResponse::Complete(self.result_of(&name, report, session.as_deref()))
             }
             mrtr::Step::Asks(input) => CallToolResponse::InputRequired(input),

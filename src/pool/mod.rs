@@ -39,8 +39,8 @@ pub use self::stats::{LatencyHistogram, PoolStats, WorkerStats};
 use crate::catalog::Catalog;
 use crate::content::ContentBlock;
 use crate::context::{
-    AttachmentStore, CallbackHandler, CallbackService, HumanPrompt, Session, SessionPaths,
-    SessionServices,
+    AttachmentStore, CallbackHandler, CallbackService, HumanPrompt, ProgressListener, Session,
+    SessionPaths, SessionServices,
 };
 use crate::duration_text::format_secs;
 use crate::error::{ErrorKind, ToolError};
@@ -71,6 +71,9 @@ pub struct InvokeOptions {
     /// Who answers this call's human prompts, instead of the pool's
     /// ([`PoolBuilder::human_prompt`]); e.g. the MCP client that made the call.
     pub human_prompt: Option<Arc<dyn HumanPrompt>>,
+    /// Who hears the tool's progress reports (`_context["progress"]`); with
+    /// none, the tool's reports go nowhere.
+    pub progress: Option<Arc<dyn ProgressListener>>,
     /// The session the call runs in (its workspace, attachments and
     /// packages), instead of the pool's ([`Pool::session`]).
     pub session: Option<Arc<Session>>,
@@ -566,14 +569,17 @@ impl Pool {
             Some(session) => session.services().clone(),
             None => shared.services.clone(),
         };
-        let handler = CallbackHandler::new(services.clone(), options.human_prompt);
+        let handler =
+            CallbackHandler::new(services.clone(), options.human_prompt, options.progress);
         let human_prompt = handler.has_human_prompt();
+        let progress = handler.has_progress();
         let callbacks: Arc<dyn CallbackService> = Arc::new(handler);
         let context = CallContext {
             session_id: services.session_id.clone(),
             node_id: options.context.node_id,
             vars: options.context.vars,
             human_prompt,
+            progress,
             session: options.session.as_ref().map(|session| SessionDirs {
                 dir: session.paths.dir.clone(),
                 workspace: session.paths.workspace.clone(),

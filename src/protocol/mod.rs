@@ -60,6 +60,11 @@ pub struct CallContext {
     /// `_context["human_prompt"]` is `None`).
     #[serde(default)]
     pub human_prompt: bool,
+    /// Whether someone listens to the call's progress (else the tool's
+    /// `_context["progress"]` sends nothing). Left out when false, so the
+    /// context text of calls without it stays the same.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub progress: bool,
     /// The call's own session's directories, when it is not the pool's
     /// (each MCP session over HTTP has its own): the worker runs the call
     /// there.

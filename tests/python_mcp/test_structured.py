@@ -6,9 +6,8 @@ import json
 import unittest
 
 import anyio
-from mcp import Client
 
-from support import MODES, cli_json, http_server, ok, served
+from support import check_everywhere, cli_json, ok
 
 INT_RESULT = {"type": "object", "properties": {"result": {"type": "integer"}}, "required": ["result"]}
 
@@ -36,20 +35,8 @@ class Structured(unittest.IsolatedAsyncioTestCase):
         self.assertIsNone(result.structured_content)
         self.assertEqual(json.loads(ok(result)), {"k": 1})
 
-    async def test_over_stdio_in_both_versions(self):
-        for version, mode in MODES.items():
-            with self.subTest(version=version):
-                async with served("--workers", "1", "serve", mode=mode) as client:
-                    self.assertEqual(client.protocol_version, version)
-                    await self.check(client)
-
-    async def test_over_http_in_both_versions(self):
-        async with http_server("--workers", "1", "serve", "--http", "127.0.0.1:0") as (_, url):
-            for version, mode in MODES.items():
-                with self.subTest(version=version):
-                    async with Client(url, mode=mode) as client:
-                        self.assertEqual(client.protocol_version, version)
-                        await self.check(client)
+    async def test_over_stdio_and_http_in_both_versions(self):
+        await check_everywhere(self, self.check, "--workers", "1")
 
     async def test_the_catalog_carries_the_output_schema(self):
         catalog = (await anyio.to_thread.run_sync(cli_json, "catalog", "--format", "json"))["functions"]

@@ -11,6 +11,7 @@ mod concurrency;
 mod context_attachments;
 mod context_original_convention;
 mod context_packages;
+mod context_progress;
 mod context_prompts;
 mod dropin;
 mod hostile_tools;
