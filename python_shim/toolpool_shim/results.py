@@ -17,7 +17,7 @@ import uuid
 _INT_MIN = -(2**63)       # the widest integers MessagePack (and serde_json) carry;
 _UINT_MAX = 2**64 - 1     # anything wider is sent as its decimal string
 # Deepest nesting of lists and dicts in a result. The supervisor refuses
-# messages nested deeper than 128 levels (src/protocol.rs, MAX_DEPTH): a
+# messages nested deeper than 128 levels (src/protocol/mod.rs, MAX_DEPTH): a
 # deeper result is this clear error instead of a killed worker.
 MAX_DEPTH = 100
 

@@ -4,9 +4,10 @@
 //! - `tools/list` is the whole catalog, or one workflow node's tools (the
 //!   specs `resolve` prints: prefixed names, descriptions, parameters; each
 //!   tool's timeout and Python function are in its `_meta`).
-//! - `tools/call` runs through the pool. Every failure — timeout, exception,
-//!   dead worker, bad arguments, unknown tool, pool shut down — is a result
-//!   with `isError: true` and the agent-facing text, never a protocol error.
+//! - `tools/call` runs through the pool. Every failure of a call — timeout,
+//!   exception, dead worker, bad arguments, pool shut down — is a result with
+//!   `isError: true` and the agent-facing text; an unknown tool is a
+//!   protocol error (-32602), as MCP has it.
 //!   rmcp runs every request in its own task, so many calls are in flight at
 //!   once; the pool runs as many as it has workers and queues the rest.
 //! - `notifications/cancelled` cancels the request's token; the call future

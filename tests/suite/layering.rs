@@ -22,13 +22,43 @@ fn files(dir: &Path, extension: &str, found: &mut Vec<PathBuf>) {
     }
 }
 
-/// Code without `//` comments, and without the unit tests at the end.
+/// Code without `//` comments, and without what is compiled for unit tests
+/// only: each `#[cfg(test)]` item is taken out up to its `;` or the brace
+/// that closes its body (`mod frame_decoder_tests;`, `fn to_marshal(..) {
+/// .. }`, `mod tests { .. }`).
 fn code_of(text: &str) -> String {
-    let text = text.split("#[cfg(test)]").next().unwrap_or("");
-    text.lines()
+    const TEST_ONLY: &str = "#[cfg(test)]";
+    let mut kept = String::new();
+    let mut rest = text;
+    while let Some(at) = rest.find(TEST_ONLY) {
+        kept.push_str(&rest[..at]);
+        rest = after_item(&rest[at + TEST_ONLY.len()..]);
+    }
+    kept.push_str(rest);
+    kept.lines()
         .map(|line| line.split("//").next().unwrap_or(""))
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// What follows the item `text` starts with: past its `;`, or past the
+/// brace that closes its body.
+fn after_item(text: &str) -> &str {
+    let mut depth = 0usize;
+    for (at, c) in text.char_indices() {
+        match c {
+            ';' if depth == 0 => return &text[at + 1..],
+            '{' => depth += 1,
+            '}' => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    return &text[at + 1..];
+                }
+            }
+            _ => {}
+        }
+    }
+    ""
 }
 
 /// The top-level module a file of `src/` belongs to.
@@ -180,6 +210,20 @@ fn the_shim_has_no_import_cycles() {
     assert!(graph["worker"].contains("channel"), "{graph:?}");
     if let Some(cycle) = cycle(&graph) {
         panic!("import cycle in the shim: {}", cycle.join(" -> "));
+    }
+}
+
+#[test]
+fn only_test_code_is_left_out() {
+    let text = "use crate::a;\n#[cfg(test)]\nmod model;\nuse crate::b;\n\
+                #[cfg(test)]\npub fn helper() { if x { crate::t1(); } }\nfn f() { crate::c(); }\n\
+                #[cfg(test)]\nmod tests {\n    use crate::t2;\n}\n";
+    let code = code_of(text);
+    for kept in ["crate::a", "crate::b", "crate::c"] {
+        assert!(code.contains(kept), "{kept} dropped: {code}");
+    }
+    for dropped in ["model", "crate::t1", "crate::t2"] {
+        assert!(!code.contains(dropped), "{dropped} kept: {code}");
     }
 }
 

@@ -2,7 +2,7 @@
 //! crashes mixed in. Every call is answered exactly once, with its own
 //! result (or its own failure), and no process is left behind.
 //!
-//! 2 000 calls by default; `TOOLPOOL_SOAK_CALLS=10000 cargo test --test soak`
+//! 2 000 calls by default; `TOOLPOOL_SOAK_CALLS=10000 cargo test --test suite -- soak::`
 //! runs the full count.
 
 use std::collections::HashSet;
