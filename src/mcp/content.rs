@@ -4,14 +4,19 @@
 //! - a text block (or a block with no file) → `text` content;
 //! - an image or audio attachment of at most [`INLINE_LIMIT`] bytes → `image`
 //!   / `audio` content, base64 with its MIME type;
-//! - any other attachment with a file → a `resource_link` (`file://` URI,
-//!   name, MIME type, size); one the store knows only by a provider's file id
-//!   → text naming it.
+//! - a text attachment (a textual MIME type, UTF-8) of at most
+//!   [`EMBED_LIMIT`] bytes → an embedded `resource` with its text;
+//! - any other attachment with a file → a `resource_link` (name, MIME type,
+//!   size) whose URI `resources/read` resolves (`toolpool://attachments/<id>`,
+//!   [`super::resources`]); a `file://` URI for a file the store does not
+//!   know (only a local client can open it); one the store knows only by a
+//!   provider's file id → text naming it.
 
 use base64::Engine as _;
 use rmcp::model::{CallToolResult, ContentBlock as McpContent, Resource};
 use serde_json::Value;
 
+use super::resources;
 use crate::content::{result_text, BlockKind, ContentBlock};
 use crate::context::AttachmentStore;
 use crate::error::ToolError;
@@ -19,6 +24,9 @@ use crate::error::ToolError;
 /// Largest image or audio file sent inline (base64) over MCP; larger ones
 /// are sent as a `resource_link`.
 pub const INLINE_LIMIT: u64 = 4 * 1024 * 1024;
+/// Largest text attachment sent embedded (as a `resource` with its text);
+/// larger ones are sent as a `resource_link`.
+pub const EMBED_LIMIT: u64 = 64 * 1024;
 
 /// The MCP result of a call: its content, or the agent-facing error text
 /// with `isError`.
@@ -54,6 +62,26 @@ fn mcp_block(block: &ContentBlock, store: Option<&AttachmentStore>) -> McpConten
     let Some(path) = &attachment.path else {
         return text();
     };
+    let uri = if attachment.registered {
+        resources::attachment_uri(&attachment.id)
+    } else {
+        file_uri(path)
+    };
+    let embed = !matches!(block.kind, BlockKind::Image | BlockKind::Audio)
+        && resources::is_textual(&attachment.mime_type)
+        && attachment.size.is_some_and(|size| size <= EMBED_LIMIT);
+    if embed {
+        let text = store
+            .and_then(|store| store.read_beneath(path, EMBED_LIMIT))
+            .and_then(|bytes| String::from_utf8(bytes).ok());
+        if let Some(text) = text {
+            return McpContent::resource(resources::text_contents(
+                &uri,
+                Some(attachment.mime_type.clone()),
+                text,
+            ));
+        }
+    }
     let inline = matches!(block.kind, BlockKind::Image | BlockKind::Audio)
         && attachment.size.is_some_and(|size| size <= INLINE_LIMIT);
     if inline {
@@ -67,7 +95,7 @@ fn mcp_block(block: &ContentBlock, store: Option<&AttachmentStore>) -> McpConten
             };
         }
     }
-    let mut resource = Resource::new(file_uri(path), attachment.name.clone());
+    let mut resource = Resource::new(uri, attachment.name.clone());
     resource.mime_type = Some(attachment.mime_type.clone());
     resource.size = attachment.size;
     resource.description = block.text.clone().filter(|t| !t.is_empty());

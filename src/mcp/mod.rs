@@ -48,6 +48,7 @@ mod http_access;
 mod listeners;
 mod mrtr;
 mod progress;
+mod resources;
 mod stdio;
 mod stdio_gate;
 mod tasks;
@@ -59,8 +60,9 @@ use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CustomRequest,
-    CustomResult, ErrorCode, Implementation, JsonObject, ListToolsResult, MetaObject,
-    PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig, Tool,
+    CustomResult, ErrorCode, Implementation, JsonObject, ListResourceTemplatesResult,
+    ListResourcesResult, ListToolsResult, MetaObject, PaginatedRequestParams, ProtocolVersion,
+    ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::model::{CancelTaskParams, GetTaskParams, GetTaskResult, SubscriptionFilter};
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
@@ -70,7 +72,7 @@ use tokio::sync::Notify;
 
 use crate::catalog::FunctionSpec;
 use crate::config::{NodeTools, Workflow};
-use crate::context::{HumanPrompt, ProgressListener, Session};
+use crate::context::{AttachmentStore, HumanPrompt, ProgressListener, Session};
 use crate::error::{ErrorKind, ToolError};
 use crate::pool::{CallReport, InvokeOptions, Pool};
 use crate::stop::StopRequests;
@@ -539,9 +541,13 @@ impl ServerHandler for ToolpoolServer {
             ServerCapabilities::builder()
                 .enable_tools()
                 .enable_tool_list_changed()
+                .enable_resources()
                 .build()
         } else {
-            ServerCapabilities::builder().enable_tools().build()
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_resources()
+                .build()
         };
         let mut capabilities = capabilities;
         if self.inner.task_after.is_some() {
@@ -585,6 +591,47 @@ impl ServerHandler for ToolpoolServer {
         let mut result = ListToolsResult::with_all_items(tools);
         result.next_cursor = next;
         Ok(result)
+    }
+
+    /// The files of the request's session (its attachments).
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        let store = self.store_for(&context)?;
+        let listed = tokio::task::spawn_blocking(move || resources::list(&store))
+            .await
+            .map_err(|e| McpError::internal_error(format!("listing failed: {e}"), None))?;
+        let cursor = request.and_then(|r| r.cursor);
+        let (items, next) = page(listed.resources, cursor.as_deref())?;
+        Ok(ListResourcesResult {
+            resources: items,
+            next_cursor: next,
+            ..listed
+        })
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        Ok(resources::templates())
+    }
+
+    /// One file of the request's session, by its `toolpool://attachments/` URI.
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        let store = self.store_for(&context)?;
+        let uri = request.uri;
+        tokio::task::spawn_blocking(move || resources::read(&store, &uri))
+            .await
+            .map_err(|e| McpError::internal_error(format!("reading failed: {e}"), None))?
+            .map(ReadResourceResponse::Complete)
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
@@ -940,6 +987,21 @@ impl ToolpoolServer {
 
     /// The MCP result of a finished call: its content, and its value as
     /// `structuredContent` when the function has an output schema.
+    /// The attachment store of the session the request in `context` runs in.
+    fn store_for(
+        &self,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<Arc<AttachmentStore>, McpError> {
+        let session = self
+            .session
+            .session(context)
+            .map_err(|e| McpError::invalid_params(e, None))?;
+        Ok(match session {
+            Some(session) => session.attachments().clone(),
+            None => self.inner.pool.attachments().clone(),
+        })
+    }
+
     fn result_of(
         &self,
         name: &str,

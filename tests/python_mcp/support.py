@@ -253,6 +253,17 @@ async def check_everywhere(test, check, *args: str) -> None:
                     await check(client)
 
 
+def named_client(url: str, name: str | None = None, mode: str = "legacy"):
+    """A client of `url` over HTTP; `name`: the toolpool session it names
+    (the `Toolpool-Session` header)."""
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    headers = {"Toolpool-Session": name} if name else None
+    return Client(streamable_http_client(url, http_client=create_mcp_http_client(headers=headers)), mode=mode)
+
+
 ASKING_TOOLS = '''\
 import subprocess
 import sys

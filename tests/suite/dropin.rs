@@ -303,24 +303,59 @@ async fn attachments_arrive_over_mcp_as_image_and_resource_content() {
         .unwrap();
     assert!(bytes.starts_with(b"\x89PNG"), "{bytes:?}");
 
+    // A small text file is embedded; a larger one is a link that
+    // resources/read resolves.
     let report = crate::mcp_support::call(client, "export_report", json!({"name": "q"})).await;
     assert_eq!(report.content.len(), 2, "{report:?}");
     assert_eq!(
         report.content[0].as_text().map(|t| t.text.as_str()),
         Some("Exported q")
     );
+    let embedded = report.content[1]
+        .as_resource()
+        .expect("an embedded resource");
+    let rmcp::model::ResourceContents::TextResourceContents {
+        uri,
+        mime_type,
+        text,
+        ..
+    } = &embedded.resource
+    else {
+        panic!("text contents: {embedded:?}");
+    };
+    assert!(uri.starts_with("toolpool://attachments/"), "{uri}");
+    assert_eq!(mime_type.as_deref(), Some("text/plain"));
+    assert_eq!(text, &"report body\n".repeat(100));
+
+    let large = "report body\n".repeat(6000);
+    let report = crate::mcp_support::call(
+        client,
+        "export_report",
+        json!({"name": "big", "lines": 6000}),
+    )
+    .await;
     let link = report.content[1]
         .as_resource_link()
         .expect("a resource link");
     assert_eq!(
         (link.name.as_str(), link.mime_type.as_deref()),
-        ("q.txt", Some("text/plain"))
+        ("big.txt", Some("text/plain"))
     );
-    assert_eq!(link.size, Some(1200));
+    assert_eq!(link.size, Some(large.len() as u64));
     assert!(
-        link.uri.starts_with("file:///") && link.uri.ends_with("/q.txt"),
+        link.uri.starts_with("toolpool://attachments/"),
         "{}",
         link.uri
+    );
+    let read = client
+        .read_resource(rmcp::model::ReadResourceRequestParams::new(
+            link.uri.clone(),
+        ))
+        .await
+        .expect("resources/read resolves the link");
+    assert!(
+        matches!(&read.contents[..], [rmcp::model::ResourceContents::TextResourceContents { text, .. }] if *text == large),
+        "{read:?}"
     );
 
     // Nothing of a file outside the workspace crosses, whatever the tool claims.
