@@ -42,6 +42,23 @@ pub struct FunctionSpec {
     /// `readOnlyHint`, `destructiveHint`, `idempotentHint`, `openWorldHint`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub annotations: Option<ToolHints>,
+    /// The MCP resource the function serves instead of being a tool
+    /// (`mcp_resource`); `None` for a tool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource: Option<ResourceSpec>,
+}
+
+/// The resource a function serves: read by `resources/read`, not listed as
+/// a tool.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ResourceSpec {
+    /// The resource's URI, or an RFC 6570 template whose `{name}`s are the
+    /// function's parameters (`test://items/{id}`).
+    pub uri: String,
+    /// The MIME type of what it reads (`mcp_mime_type`); `text/plain` for a
+    /// `str` result and `application/json` for other JSON when `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mime_type: Option<String>,
 }
 
 /// MCP's behaviour hints for a tool (each absent when the author said nothing).
@@ -431,6 +448,7 @@ mod tests {
             output_wrapped: false,
             title: None,
             annotations: None,
+            resource: None,
         }
     }
 

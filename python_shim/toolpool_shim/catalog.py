@@ -10,11 +10,13 @@ HINTS = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
 
 
 def _presentation(func) -> dict:
-    """A tool's `title` and behaviour `annotations`, from plain attributes of
-    the function (`func.mcp_title = "..."`, `func.mcp_annotations = {...}` with
-    any of the four MCP hints as booleans): a folder sets them without
-    depending on toolpool, and other runtimes ignore them. Anything else in
-    them is left out."""
+    """A tool's `title` and behaviour `annotations`, and the MCP resource a
+    function serves instead of being a tool, from plain attributes of the
+    function (`func.mcp_title = "..."`, `func.mcp_annotations = {...}` with
+    any of the four MCP hints as booleans, `func.mcp_resource = "uri"` and
+    `func.mcp_mime_type = "..."`): a folder sets them without depending on
+    toolpool, and other runtimes ignore them. Anything else in them is left
+    out."""
     found = {}
     title = getattr(func, "mcp_title", None)
     if isinstance(title, str) and title.strip():
@@ -24,6 +26,13 @@ def _presentation(func) -> dict:
         kept = {name: value for name, value in hints.items() if name in HINTS and isinstance(value, bool)}
         if kept:
             found["annotations"] = kept
+    uri = getattr(func, "mcp_resource", None)
+    if isinstance(uri, str) and uri.strip():
+        resource = {"uri": uri.strip()}
+        mime_type = getattr(func, "mcp_mime_type", None)
+        if isinstance(mime_type, str) and mime_type.strip():
+            resource["mime_type"] = mime_type.strip()
+        found["resource"] = resource
     return found
 
 

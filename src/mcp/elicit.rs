@@ -63,7 +63,7 @@ pub fn is_modern(context: &RequestContext<RoleServer>) -> bool {
 }
 
 /// For clients that cannot be asked; carries the reason the tool is told.
-pub struct NoHuman(&'static str);
+pub struct NoHuman(pub &'static str);
 
 impl HumanPrompt for NoHuman {
     fn request(&self, _request: PromptRequest) -> BoxFuture<'_, Result<PromptAnswer, PromptError>> {

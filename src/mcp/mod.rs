@@ -48,6 +48,7 @@ mod http_access;
 mod listeners;
 mod mrtr;
 mod progress;
+mod resource_functions;
 mod resources;
 mod stdio;
 mod stdio_gate;
@@ -435,6 +436,8 @@ fn list_tools(pool: &Pool, tools: &ToolSet) -> Vec<Tool> {
         ToolSet::Catalog => catalog
             .functions
             .iter()
+            // Functions that serve resources are read, not called.
+            .filter(|f| f.resource.is_none())
             .map(|f| {
                 let meta = json!({
                     "toolpool/function": f.name,
@@ -603,8 +606,10 @@ impl ServerHandler for ToolpoolServer {
         let listed = tokio::task::spawn_blocking(move || resources::list(&store))
             .await
             .map_err(|e| McpError::internal_error(format!("listing failed: {e}"), None))?;
+        let mut all = resource_functions::listed(&self.inner.pool.catalog());
+        all.extend(listed.resources);
         let cursor = request.and_then(|r| r.cursor);
-        let (items, next) = page(listed.resources, cursor.as_deref())?;
+        let (items, next) = page(all, cursor.as_deref())?;
         Ok(ListResourcesResult {
             resources: items,
             next_cursor: next,
@@ -617,17 +622,47 @@ impl ServerHandler for ToolpoolServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, McpError> {
-        Ok(resources::templates())
+        let attachments = resources::templates();
+        let mut all = resource_functions::templates(&self.inner.pool.catalog());
+        all.extend(attachments.resource_templates);
+        Ok(ListResourceTemplatesResult {
+            resource_templates: all,
+            ..attachments
+        })
     }
 
-    /// One file of the request's session, by its `toolpool://attachments/` URI.
+    /// A resource a function serves (run in the request's session), or one
+    /// file of the request's session by its `toolpool://attachments/` URI.
     async fn read_resource(
         &self,
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
-        let store = self.store_for(&context)?;
         let uri = request.uri;
+        let catalog = self.inner.pool.catalog();
+        if let Some((function, args)) = resource_functions::find(&catalog, &uri) {
+            let session = self
+                .session
+                .session(&context)
+                .map_err(|e| McpError::invalid_params(e, None))?;
+            let options = InvokeOptions {
+                human_prompt: Some(Arc::new(elicit::NoHuman(
+                    "a resource is read without a human to ask",
+                ))),
+                session,
+                ..InvokeOptions::default()
+            };
+            let name = function.name.clone();
+            let report = tokio::select! {
+                report = self.inner.pool.invoke_report(&name, Value::Object(args), options) => report,
+                _ = context.ct.cancelled() => {
+                    return Err(McpError::internal_error("the read was cancelled", None));
+                }
+            };
+            return resource_functions::contents(function, &uri, report.result)
+                .map(ReadResourceResponse::Complete);
+        }
+        let store = self.store_for(&context)?;
         tokio::task::spawn_blocking(move || resources::read(&store, &uri))
             .await
             .map_err(|e| McpError::internal_error(format!("reading failed: {e}"), None))?
@@ -742,6 +777,17 @@ impl ServerHandler for ToolpoolServer {
                 None,
                 None,
             )));
+        }
+        if matches!(self.tool_set(), ToolSet::Catalog) {
+            if let Some(resource) = self.function_of(&name).and_then(|f| f.resource) {
+                return Err(McpError::invalid_params(
+                    format!(
+                        "no tool '{name}': the function serves the resource {} (resources/read)",
+                        resource.uri
+                    ),
+                    None,
+                ));
+            }
         }
         // Taken, not copied: a large argument is held once.
         let args = Value::Object(request.arguments.take().unwrap_or_default());

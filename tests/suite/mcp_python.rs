@@ -144,6 +144,11 @@ fn python_client_structured_results_in_both_versions() {
 }
 
 #[test]
+fn python_client_reads_the_resources_functions_serve() {
+    run_python_module("test_resources");
+}
+
+#[test]
 fn python_client_hears_a_tools_progress_in_both_versions() {
     run_python_module("test_progress");
 }
