@@ -1,8 +1,8 @@
-//! Sessions of their own: each MCP session over HTTP gets a toolpool session
-//! — its own `code_workspace`, attachment store and packages directory —
-//! under one root directory (`--sessions-root`). A client may name its
-//! session to come back to its files; a session directory nobody has used
-//! for `--keep-sessions` is removed.
+//! Sessions of their own: over HTTP each credential, or each name a client
+//! gives, has a toolpool session — its own `code_workspace`, attachment
+//! store and packages directory — under one root directory
+//! (`--sessions-root`); a session directory nobody has used for
+//! `--keep-sessions` is removed.
 //!
 //! A directory is a session only if toolpool made it: each holds a marker
 //! file ([`SESSION_MARKER`]), written before the directory takes its name.

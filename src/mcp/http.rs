@@ -19,11 +19,13 @@
 //! Multi-round-trip calls and tasks (2026-07-28 only) so never belong to a
 //! session; they end by their expiry and `tasks/cancel`.
 //!
-//! Each MCP session runs its calls in a toolpool session of its own (its
-//! workspace, attachments and packages) under `--sessions-root`, named by
-//! its `Mcp-Session-Id`, or by the client (the `Toolpool-Session` header or
-//! the `toolpool/session` key of a request's `_meta`) to come back to its
-//! files. `GET /healthz` and `GET /readyz` are served beside `/mcp`
+//! A request runs its call in a toolpool session (a workspace, attachments
+//! and packages) under `--sessions-root`: the one the client names (the
+//! `Toolpool-Session` header or the `toolpool/session` key of a request's
+//! `_meta`), else the one of its credential, in either protocol version —
+//! a client is its credential, whatever MCP sessions it opens. Ending an
+//! MCP session cancels its own calls and leaves the files to the others.
+//! `GET /healthz` and `GET /readyz` are served beside `/mcp`
 //! ([`crate::health`]); on SIGTERM `/readyz` turns 503 at once, new
 //! sessions are refused, and the calls in flight finish within `--grace`
 //! while the listener still answers.
@@ -56,18 +58,18 @@ use tokio_util::sync::CancellationToken;
 
 use super::http_access::{authority_and_origin, Access, HttpOptions, Refusal};
 use super::{ServeError, ToolpoolServer};
-use crate::context::sessions::check_session_name;
 use crate::context::{Session, SessionsRoot};
 use crate::http_conn::{read_body, serve_connection, BodyError, ConnectionCap};
 
 /// The path the MCP endpoint is served at.
 pub const ENDPOINT: &str = "/mcp";
 
-/// The header that names a request's session.
+/// The header that names a request's MCP session (whose calls a DELETE
+/// cancels; it never names a toolpool session).
 const SESSION_HEADER: &str = "mcp-session-id";
 
-/// The header a client names its toolpool session with (to come back to
-/// its files from a new MCP session).
+/// The header a client names its toolpool session with (instead of its
+/// credential's: to keep the files of agents sharing a token apart).
 pub const SESSION_NAME_HEADER: &str = "toolpool-session";
 
 /// The same, as a key of a request's `_meta` (2026-07-28 clients, which may
@@ -353,8 +355,11 @@ pub(super) struct SessionCalls {
     registry: Option<Arc<Registry>>,
     /// Where toolpool sessions live (HTTP only).
     root: Option<Arc<SessionsRoot>>,
-    /// The toolpool session of this MCP session, once its first call named it.
-    bound: Arc<OnceLock<Arc<Session>>>,
+    /// The toolpool session of this MCP session's first call, held while
+    /// the MCP session lives: the sweep keeps a session a handle holds, and
+    /// so ending one MCP session (DELETE, idle) never sweeps the session
+    /// another one (of the same credential, say) still works in.
+    held: Arc<OnceLock<Arc<Session>>>,
 }
 
 impl SessionCalls {
@@ -363,16 +368,13 @@ impl SessionCalls {
             token: CancellationToken::new(),
             registry: Some(registry),
             root: Some(root),
-            bound: Arc::default(),
+            held: Arc::default(),
         }
     }
 
-    /// The toolpool session the request in `context` runs in: the one the
-    /// client names (header, then `_meta`), else this MCP session's own
-    /// (named by its `Mcp-Session-Id`), else — a 2026-07-28 request, which
-    /// has no MCP session — the session of its credential
-    /// ([`stateless_session_name`]). `None` on stdio: the pool's session. An invalid name is an
-    /// error naming what is wrong.
+    /// The toolpool session the request in `context` runs in (see
+    /// [`session_name`]). `None` on stdio: the pool's session. An invalid
+    /// name is an error naming what is wrong.
     pub(super) fn session(
         &self,
         context: &rmcp::service::RequestContext<rmcp::RoleServer>,
@@ -384,44 +386,10 @@ impl SessionCalls {
             .extensions
             .get::<hyper::http::request::Parts>()
             .map(|parts| &parts.headers);
-        let header = |name: &str| headers.and_then(|h| h.get(name));
-        let named = match header(SESSION_NAME_HEADER) {
-            Some(value) => Some(
-                value
-                    .to_str()
-                    .map_err(|_| "the Toolpool-Session header must be ASCII text".to_string())?,
-            ),
-            None => match context.meta.0.get(SESSION_NAME_META) {
-                None => None,
-                Some(serde_json::Value::String(name)) => Some(name.as_str()),
-                Some(other) => {
-                    return Err(format!(
-                    "_meta \"{SESSION_NAME_META}\" must be a string (a session name), got {other}"
-                ))
-                }
-            },
-        };
-        if let Some(name) = named {
-            return root.open(name).map(Some).map_err(|e| e.to_string());
-        }
-        if let Some(session) = self.bound.get() {
-            return Ok(Some(session.clone()));
-        }
-        // rmcp made the id (and checked the header names a live session);
-        // checked again, as it becomes a directory name.
-        let id = header(SESSION_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .filter(|id| check_session_name(id).is_ok());
-        let Some(id) = id else {
-            // A stateless request (2026-07-28) that names no session: the
-            // session of the credential it authenticated with.
-            let name = stateless_session_name(
-                header(AUTHORIZATION.as_str()).and_then(|v| v.to_str().ok()),
-            );
-            return root.open(&name).map(Some).map_err(|e| e.to_string());
-        };
-        let session = root.open(id).map_err(|e| e.to_string())?;
-        Ok(Some(self.bound.get_or_init(|| session).clone()))
+        let name = session_name(headers, &context.meta.0)?;
+        let session = root.open(&name).map_err(|e| e.to_string())?;
+        let _ = self.held.set(session.clone());
+        Ok(Some(session))
     }
 
     /// Resolves when the session of the request in `context` is closed by
@@ -446,14 +414,43 @@ impl SessionCalls {
     }
 }
 
-/// The session of a request that names none and has no MCP session: keyed
-/// by the credential it authenticated with (`client-` and the first 16 hex
-/// digits of the SHA-256 of its `Authorization` header), so that a client's
-/// files survive between its calls and clients with different credentials
+/// The name of the toolpool session a request runs in: the name the client
+/// gives (the `Toolpool-Session` header, then the `toolpool/session` key of
+/// `_meta`), else the session of its credential ([`credential_session_name`])
+/// — whether or not the request belongs to an MCP session, so that a client
+/// that opens an MCP session per call (langchain-mcp-adapters, Google ADK)
+/// finds its files in the next. An MCP session's id never names one.
+fn session_name(
+    headers: Option<&hyper::HeaderMap>,
+    meta: &serde_json::Map<String, serde_json::Value>,
+) -> Result<String, String> {
+    let header = |name: &str| headers.and_then(|h| h.get(name));
+    if let Some(value) = header(SESSION_NAME_HEADER) {
+        let name = value
+            .to_str()
+            .map_err(|_| "the Toolpool-Session header must be ASCII text".to_string())?;
+        return Ok(name.to_string());
+    }
+    match meta.get(SESSION_NAME_META) {
+        Some(serde_json::Value::String(name)) => Ok(name.clone()),
+        Some(other) => Err(format!(
+            "_meta \"{SESSION_NAME_META}\" must be a string (a session name), got {other}"
+        )),
+        None => {
+            let authorization = header(AUTHORIZATION.as_str()).and_then(|v| v.to_str().ok());
+            Ok(credential_session_name(authorization))
+        }
+    }
+}
+
+/// The session of a request that names none: keyed by the credential it
+/// authenticated with (`client-` and the first 16 hex digits of the SHA-256
+/// of its `Authorization` header), so that a client's files survive between
+/// its calls and its MCP sessions, and clients with different credentials
 /// never share; on a server without tokens (one user), the one session
 /// `anonymous` (not `default`: the pool's own session directory may hold
 /// that name under the sessions root).
-fn stateless_session_name(authorization: Option<&str>) -> String {
+fn credential_session_name(authorization: Option<&str>) -> String {
     use sha2::Digest;
     match authorization {
         Some(credential) => {
@@ -681,23 +678,65 @@ fn refused(refusal: Refusal) -> Response<Body> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
 
-    #[test]
-    fn a_stateless_client_is_kept_in_the_session_of_its_credential() {
-        let alice = super::stateless_session_name(Some("Bearer alice-token-0123456789"));
-        let bob = super::stateless_session_name(Some("Bearer bob-token-0123456789ab"));
-        assert_ne!(alice, bob);
-        assert_eq!(
-            alice,
-            super::stateless_session_name(Some("Bearer alice-token-0123456789"))
-        );
-        assert!(alice.starts_with("client-") && alice.len() == "client-".len() + 16);
-        assert_eq!(crate::context::sessions::check_session_name(&alice), Ok(()));
-        assert_eq!(super::stateless_session_name(None), "anonymous");
+    /// The session a request with `headers` (name, value) and `meta` runs in.
+    fn name_of(headers: &[(&str, &str)], meta: serde_json::Value) -> Result<String, String> {
+        let mut map = hyper::HeaderMap::new();
+        for (name, value) in headers {
+            map.append(
+                hyper::header::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                HeaderValue::from_str(value).unwrap(),
+            );
+        }
+        let serde_json::Value::Object(meta) = meta else {
+            panic!("meta must be an object");
+        };
+        session_name(Some(&map), &meta)
     }
 
     #[test]
-    fn the_stateless_session_is_not_the_pools_own_under_the_default_layout() {
+    fn a_client_is_kept_in_the_session_of_its_credential() {
+        let alice = credential_session_name(Some("Bearer alice-token-0123456789"));
+        let bob = credential_session_name(Some("Bearer bob-token-0123456789ab"));
+        assert_ne!(alice, bob);
+        assert_eq!(
+            alice,
+            credential_session_name(Some("Bearer alice-token-0123456789"))
+        );
+        assert!(alice.starts_with("client-") && alice.len() == "client-".len() + 16);
+        assert_eq!(crate::context::sessions::check_session_name(&alice), Ok(()));
+        assert_eq!(credential_session_name(None), "anonymous");
+    }
+
+    #[test]
+    fn mcp_sessions_of_one_credential_share_its_session_and_names_come_first() {
+        let token = ("authorization", "Bearer alice-token-0123456789");
+        let alice = credential_session_name(Some(token.1));
+        let none = serde_json::json!({});
+        // Two MCP sessions (2025-11-25) and a stateless request (2026-07-28)
+        // of one credential: one session. The MCP session's id names none.
+        for id in [Some("0123abcd"), Some("4567ef01"), None] {
+            let headers: Vec<_> = id.map(|id| (SESSION_HEADER, id)).into_iter().collect();
+            assert_eq!(
+                name_of(&[&headers[..], &[token]].concat(), none.clone()),
+                Ok(alice.clone())
+            );
+            assert_eq!(name_of(&headers, none.clone()), Ok("anonymous".into()));
+        }
+        // A name, from the header before `_meta`, whatever the credential.
+        let meta = serde_json::json!({ SESSION_NAME_META: "from-meta" });
+        assert_eq!(name_of(&[token], meta.clone()), Ok("from-meta".into()));
+        assert_eq!(
+            name_of(&[token, (SESSION_NAME_HEADER, "from-header")], meta),
+            Ok("from-header".into())
+        );
+        let refused = name_of(&[token], serde_json::json!({ SESSION_NAME_META: 7 }));
+        assert!(refused.is_err_and(|e| e.contains("must be a string")));
+    }
+
+    #[test]
+    fn the_credential_session_is_not_the_pools_own_under_the_default_layout() {
         // `serve --http` with no options: the pool's session is
         // `.toolpool/sessions/default` and the sessions root its parent.
         let dir = tempfile::tempdir().unwrap();
@@ -709,14 +748,13 @@ mod tests {
             &[&own],
         )
         .unwrap();
-        let session = root.open(&super::stateless_session_name(None));
+        let session = root.open(&credential_session_name(None));
         assert!(
             session.is_ok(),
             "{:?}",
             session.err().map(|e| e.to_string())
         );
     }
-    use super::*;
 
     #[test]
     fn addresses_default_to_loopback() {

@@ -63,7 +63,7 @@ pub struct HttpArgs {
     /// With --http: connections open at once; one past it is answered 503 and closed
     #[cfg_attr(feature = "cli", arg(long, value_name = "N", default_value = "512", value_parser = clap::value_parser!(u32).range(1..)))]
     pub max_connections: u32,
-    /// With --http: the directory holding each MCP session's own session directory (workspace, attachments, packages) [default: the directory holding --session-dir, .toolpool/sessions]
+    /// With --http: the directory holding the session directories (workspace, attachments, packages), one per credential or session name [default: the directory holding --session-dir, .toolpool/sessions]
     #[cfg_attr(feature = "cli", arg(long, value_name = "DIR", requires = "http"))]
     pub sessions_root: Option<PathBuf>,
     /// With --http: remove a session directory nobody has used for SECS [default: 86400, a day]

@@ -791,7 +791,8 @@ impl ServerHandler for ToolpoolServer {
         }
         // Taken, not copied: a large argument is held once.
         let args = Value::Object(request.arguments.take().unwrap_or_default());
-        // The toolpool session the call runs in (HTTP: the MCP session's own).
+        // The toolpool session the call runs in (HTTP: the one the client
+        // names, else its credential's).
         let session = self
             .session
             .session(&context)

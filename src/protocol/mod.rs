@@ -66,8 +66,8 @@ pub struct CallContext {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub progress: bool,
     /// The call's own session's directories, when it is not the pool's
-    /// (each MCP session over HTTP has its own): the worker runs the call
-    /// there.
+    /// (over HTTP each credential or session name has its own): the worker
+    /// runs the call there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<SessionDirs>,
 }

@@ -15,9 +15,10 @@
 //!   rules and the seccomp program built here ([`seccomp`]); its part of
 //!   the boot config is [`Sandbox::shim_config`].
 //!
-//! A sandboxed worker's view holds one session's directories: a worker
-//! for another session (each MCP session over HTTP has its own) is started
-//! with [`Sandbox::for_session`], the pool's system part planned once.
+//! A sandboxed worker's view holds one session's directories: a worker for
+//! another session (over HTTP each credential or session name has its own)
+//! is started with [`Sandbox::for_session`], the pool's system part planned
+//! once.
 
 mod cgroup;
 mod mounts;

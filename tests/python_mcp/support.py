@@ -378,22 +378,21 @@ async def read_note(test, call, text: str) -> None:
     test.assertEqual(json.loads(result)["content"], f"1: {text}", result)
 
 
-async def runtime_flow(test, names, call, text: str, *, files: bool = True) -> None:
+async def runtime_flow(test, names, call, text: str) -> None:
     """Every runtime test's flow: the tools the runtime listed (`names`) hold
-    RUNTIME_TOOLS; a call; save then read back (unless `files` is false); a
-    raised error; a timeout; the next call. `call(name, arguments)` calls a
-    tool as the runtime's agent would and returns (text, failed): the text the
-    model would be given, and whether the runtime marks the call as failed
-    (None when it has no such mark)."""
+    RUNTIME_TOOLS; a call; save then read back; a raised error; a timeout;
+    the next call. `call(name, arguments)` calls a tool as the runtime's agent
+    would and returns (text, failed): the text the model would be given, and
+    whether the runtime marks the call as failed (None when it has no such
+    mark)."""
     test.assertLessEqual(RUNTIME_TOOLS, set(names))
 
     result, failed = await call("word_count", {"text": "one two three"})
     test.assertIn(failed, (None, False), result)
     test.assertEqual(json.loads(result)["words"], 3, result)
 
-    if files:
-        await save_note(test, call, text)
-        await read_note(test, call, text)
+    await save_note(test, call, text)
+    await read_note(test, call, text)
 
     result, failed = await call("wait", {"seconds": -1})
     test.assertIn(failed, (None, True), result)
@@ -410,5 +409,4 @@ async def runtime_flow(test, names, call, text: str, *, files: bool = True) -> N
     result, failed = await call("word_count", {"text": "after the timeout"})
     test.assertIn(failed, (None, False), result)
     test.assertEqual(json.loads(result)["words"], 3, result)
-    if files:
-        await read_note(test, call, text)
+    await read_note(test, call, text)

@@ -30,6 +30,7 @@ from pathlib import Path
 import anyio
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 
 from support import BIN, REPO
 
@@ -187,10 +188,17 @@ class Session:
         self.attempts: list[dict] = []
 
 
+def connect(url: str, session: Session) -> Client:
+    """A new MCP session of the client `session`, in the toolpool session it
+    names (clients with neither a name nor a token would all share one)."""
+    headers = {"Toolpool-Session": f"s{session.number}"}
+    return Client(streamable_http_client(url, http_client=create_mcp_http_client(headers=headers)), mode="legacy")
+
+
 async def nap_once(url: str, session: Session, seconds: float):
     """One session whose one call is in flight for `seconds` (the test finds
     its replica by the file the nap tool writes)."""
-    async with Client(streamable_http_client(url), mode="legacy") as client:
+    async with connect(url, session) as client:
         tag = f"s{session.number}-nap"
         # The client lists the tools after its first call (for their output
         # schemas); on a replica that finished draining that would fail.
@@ -208,7 +216,7 @@ async def run_session(url: str, session: Session, nap: float = 0.0, failures_all
         attempt = {"replica": None, "session_id": None, "failed": False}
         session.attempts.append(attempt)
         try:
-            async with Client(streamable_http_client(url), mode="legacy") as client:
+            async with connect(url, session) as client:
                 while session.done < CALLS:
                     tag = f"s{session.number}-c{session.done}"
                     if nap and attempt["replica"] is not None and not attempt.get("napped"):

@@ -7,9 +7,9 @@ The tools are the `McpTool`s `McpToolset.get_tools()` gives an agent, run as
 ADK's flow runs them (`run_async` with a `ToolContext`); their result dict is
 the function response the model would get; no model is called. List, call,
 save then read back, a raised error, a timeout (toolpool's TimeoutError text
-in a result with `isError`), the next call. Over HTTP a new toolset with the
-same token does not find the file the last one saved (an expected failure,
-see below) unless ADK speaks 2026-07-28 (ADK_ENABLE_MCP_MODERN_PROTOCOL=1)."""
+in a result with `isError`), the next call. Over HTTP a new toolset (a new
+MCP session) with the same token finds the file the last one saved, in
+2025-11-25 as in 2026-07-28 (ADK_ENABLE_MCP_MODERN_PROTOCOL=1)."""
 
 import os
 
@@ -104,15 +104,9 @@ class GoogleADK(unittest.IsolatedAsyncioTestCase):
                 await toolset.close()
         self.assertEqual(runtime_warnings(log[0]), [])
 
-    # toolpool bug: a 2025-11-25 MCP session that names no session gets a
-    # toolpool session (and session directory) of its own, named by its
-    # Mcp-Session-Id; only stateless 2026-07-28 requests are given the session
-    # of their credential. ADK speaks 2025-11-25 by default, so a new toolset
-    # (a new MCP session) with the same token does not find the file the
-    # last one saved: `Tool read_file_segment error: FileNotFoundError: no
-    # such file in the workspace: 'notes/runtime.txt'`.
-    @unittest.expectedFailure
     async def test_over_http_the_next_client_reads_the_file_back(self):
+        # ADK speaks 2025-11-25 by default: each toolset an MCP session of its
+        # own, both in the session of the token they carry.
         async with runtime_http_server() as url:
             for step in (save_note, read_note):
                 toolset = http_toolset(url)
@@ -123,8 +117,8 @@ class GoogleADK(unittest.IsolatedAsyncioTestCase):
                     await toolset.close()
 
     async def test_over_http_in_2026_07_28_the_next_client_reads_the_file_back(self):
-        # The way round it: ADK's experimental 2026-07-28 probe. Its requests
-        # are stateless, and run in the session of their credential.
+        # ADK's experimental 2026-07-28 probe: stateless requests, in the
+        # session of their credential as well.
         with mock.patch.dict(os.environ, {"ADK_ENABLE_MCP_MODERN_PROTOCOL": "1"}), warnings.catch_warnings():
             warnings.filterwarnings("ignore", r"\[EXPERIMENTAL\] feature MCP_MODERN_PROTOCOL")
             async with runtime_http_server() as url:

@@ -8,8 +8,8 @@ call opens an MCP session of its own (a new server process on stdio).
 
 List, call, save then read back, a raised error, a timeout (toolpool's
 TimeoutError text in a `ToolMessage` with status "error"), the next call.
-Over HTTP with the default settings a file saved in one call is not found by
-the next: see test_over_http_a_file_saved_in_one_call_is_read_in_the_next."""
+Over HTTP every call's MCP session runs in the session of the token it
+carries, so a file saved in one call is read in the next."""
 
 import tempfile
 import unittest
@@ -73,30 +73,22 @@ class LangChain(unittest.IsolatedAsyncioTestCase):
             await runtime_flow(self, names, call, "langchain over stdio")
 
     async def test_over_http(self):
-        # The default settings, without the files: see the next test.
         log = []
         async with runtime_http_server(log=log) as url:
             names, call = await agent_tools(http_connection(url))
-            await runtime_flow(self, names, call, "langchain over HTTP", files=False)
+            await runtime_flow(self, names, call, "langchain over HTTP")
         self.assertEqual(runtime_warnings(log[0]), [])
 
-    # toolpool bug: a 2025-11-25 MCP session that names no session gets a
-    # toolpool session (and session directory) of its own, named by its
-    # Mcp-Session-Id; only stateless 2026-07-28 requests are given the session
-    # of their credential. langchain-mcp-adapters opens an MCP session per
-    # tool call (and `mcp` 1.x speaks 2025-11-25), so the file saved by one
-    # call is not there for the next, though both carry the same token:
-    # `Tool read_file_segment error: FileNotFoundError: no such file in the
-    # workspace: 'notes/runtime.txt'`.
-    @unittest.expectedFailure
     async def test_over_http_a_file_saved_in_one_call_is_read_in_the_next(self):
+        # Each tool call opens an MCP session of its own (2025-11-25, with
+        # `mcp` 1.x): both run in the session of the token they carry.
         async with runtime_http_server() as url:
             _, call = await agent_tools(http_connection(url))
             await save_note(self, call, "kept between calls")
             await read_note(self, call, "kept between calls")
 
     async def test_over_http_naming_a_session(self):
-        # The way round it: name the session (`Toolpool-Session`), and every
+        # A named session (`Toolpool-Session`) in place of the token's: every
         # call's MCP session works in it.
         async with runtime_http_server() as url:
             names, call = await agent_tools(http_connection(url, {"Toolpool-Session": "langchain-agent"}))

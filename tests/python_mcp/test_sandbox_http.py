@@ -1,5 +1,6 @@
-"""`serve --http --sandbox`: each MCP session's sandboxed workers see that
-session's folders and no other's. Run by tests/suite/mcp_python.rs when the kernel
+"""`serve --http --sandbox`: each session's sandboxed workers (a session
+named by its clients, or a credential's) see that session's folders and no
+other's. Run by tests/suite/mcp_python.rs when the kernel
 has every sandbox piece (scripts/test-sandboxed requires it).
 
 The tools are the bundled ones (save_file, read_text_file_snippet,

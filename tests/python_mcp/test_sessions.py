@@ -1,9 +1,10 @@
-"""Sessions of their own over streamable HTTP: each MCP session runs its
-calls in its own workspace, and under `--session-isolation process` (the
-default for HTTP) on workers no other session has used; a client may name
-its session to come back to its files; idle session directories go after
-`--keep-sessions`. And the health endpoints: `/healthz`, `/readyz`, which
-turns 503 at once on SIGTERM while the calls in flight finish."""
+"""Sessions of their own over streamable HTTP: a client's calls run in the
+session of its credential (every MCP session it opens shares it) or in the
+session it names, in that session's workspace, and under
+`--session-isolation process` (the default for HTTP) on workers no other
+session has used; idle session directories go after `--keep-sessions`. And
+the health endpoints: `/healthz`, `/readyz`, which turns 503 at once on
+SIGTERM while the calls in flight finish."""
 
 import http.client
 import re
@@ -42,10 +43,20 @@ def get(url: str, path: str) -> tuple[int, str]:
         connection.close()
 
 
-def client(url: str, name: str | None = None, mode: str = "legacy"):
-    """A client of its own MCP session; `name`: the toolpool session it names."""
-    headers = {"Toolpool-Session": name} if name else None
+def client(url: str, name: str | None = None, mode: str = "legacy", token: str | None = None):
+    """A client of its own MCP session; `name`: the toolpool session it names;
+    `token`: the bearer token it sends."""
+    headers = {"Toolpool-Session": name} if name else {}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
     return Client(streamable_http_client(url, http_client=create_mcp_http_client(headers=headers)), mode=mode)
+
+
+def recycles(metrics: str) -> int:
+    """toolpool_session_recycles_total from the `--metrics` listener."""
+    status, body = get(f"http://{metrics}", "/metrics")
+    assert status == 200, body
+    return int(re.search(r"^toolpool_session_recycles_total (\d+)$", body, re.M).group(1))
 
 
 def whoami(result) -> dict:
@@ -56,13 +67,15 @@ def whoami(result) -> dict:
 
 class OwnSessions(unittest.IsolatedAsyncioTestCase):
     async def test_two_clients_never_see_each_others_files_or_worker_memory(self):
+        # Two clients apart: by session name (a server has one token, so one
+        # credential; those of two clients would keep them apart the same way).
         with tempfile.TemporaryDirectory() as root:
             # One worker: the second client's call must come to the worker
             # the first one used, which is recycled before it serves it.
             metrics = f"127.0.0.1:{free_port()}"
             args = ("--workers", "1", "serve", "--http", "127.0.0.1:0", "--sessions-root", root, "--metrics", metrics)
             async with http_server(*args, functions=SESSION_TOOLS) as (_, url):
-                async with client(url) as alice, client(url) as bob:
+                async with client(url, "alice") as alice, client(url, "bob") as bob:
                     self.assertEqual(ok(await alice.call_tool("remember", {"value": "alice-token-123"})), "alice-token-123")
                     self.assertEqual(ok(await bob.call_tool("recall", {})), "")
                     ok(await alice.call_tool("write_note", {"text": "alice's notes"}))
@@ -78,16 +91,49 @@ class OwnSessions(unittest.IsolatedAsyncioTestCase):
                         self.assertEqual(Path(who["workspace"]), Path(root).resolve() / who["session_id"] / "code_workspace")
                         self.assertEqual(who["cwd"], who["workspace"])
                         self.assertEqual((Path(who["workspace"]) / "notes.txt").read_text(), f"{'alice' if who is a else 'bob'}'s notes")
-                status, body = get(f"http://{metrics}", "/metrics")
-                self.assertEqual(status, 200, body)
-                recycles = int(re.search(r"^toolpool_session_recycles_total (\d+)$", body, re.M).group(1))
-                self.assertGreaterEqual(recycles, 5, body)
+                self.assertGreaterEqual(recycles(metrics), 5)
+
+    async def test_mcp_sessions_of_one_credential_share_its_files(self):
+        with tempfile.TemporaryDirectory() as root, tempfile.TemporaryDirectory() as tmp:
+            token = "one-client-token-0123456789"
+            (Path(tmp) / "token").write_text(token + "\n")
+            metrics = f"127.0.0.1:{free_port()}"
+            args = ("--workers", "1", "serve", "--http", "127.0.0.1:0", "--sessions-root", root,
+                    "--auth-token-file", str(Path(tmp) / "token"), "--keep-sessions", "1", "--metrics", metrics)
+            async with http_server(*args, functions=SESSION_TOOLS) as (_, url):
+                async with client(url, token=token) as staying:
+                    results = {}
+                    async with anyio.create_task_group() as tg:
+                        async with client(url, token=token) as leaving:
+                            ok(await leaving.call_tool("write_note", {"text": "shared"}))
+                            self.assertEqual(ok(await staying.call_tool("read_note", {})), "shared")
+                            here = whoami(await staying.call_tool("whoami", {"tag": "s"}))
+                            there = whoami(await leaving.call_tool("whoami", {"tag": "l"}))
+                            self.assertEqual(here["session_id"], there["session_id"])
+                            self.assertRegex(here["session_id"], r"^client-[0-9a-f]{16}$")
+
+                            async def in_flight():
+                                results["nap"] = await staying.call_tool("nap", {"seconds": 2, "tag": "finished"})
+
+                            tg.start_soon(in_flight)
+                            await anyio.sleep(0.5)
+                        # `leaving` sent DELETE: its calls are cancelled, not
+                        # those of the other MCP session of its credential.
+                    self.assertEqual(ok(results["nap"]), "finished")
+                    # Idle past --keep-sessions (1 s), the session is kept
+                    # while an MCP session of it is open.
+                    await anyio.sleep(3)
+                    self.assertEqual(ok(await staying.call_tool("read_note", {})), "shared")
+                # One directory for the credential, none per MCP session; one
+                # toolpool session, so its worker was never recycled for it.
+                self.assertEqual([p.name for p in Path(root).iterdir()], [here["session_id"]])
+                self.assertEqual(recycles(metrics), 0)
 
     async def test_shared_isolation_shares_worker_memory_but_not_files(self):
         with tempfile.TemporaryDirectory() as root:
             args = ("--workers", "1", "serve", "--http", "127.0.0.1:0", "--sessions-root", root, "--session-isolation", "shared")
             async with http_server(*args, functions=SESSION_TOOLS) as (_, url):
-                async with client(url) as alice, client(url) as bob:
+                async with client(url, "alice") as alice, client(url, "bob") as bob:
                     ok(await alice.call_tool("remember", {"value": "alice-token-123"}))
                     # What `shared` means: the one worker kept its globals.
                     self.assertEqual(ok(await bob.call_tool("recall", {})), "alice-token-123")
@@ -105,13 +151,15 @@ class OwnSessions(unittest.IsolatedAsyncioTestCase):
                     async with client(url, "project-7", mode) as again:
                         self.assertEqual(ok(await again.call_tool("read_note", {})), "kept")
                         self.assertEqual(whoami(await again.call_tool("whoami", {"tag": "x"}))["session_id"], "project-7")
-                # Stateless requests naming no session: on a server without
-                # tokens, the one session `anonymous`, kept across calls and clients.
+                # Requests naming no session, in either protocol version: on
+                # a server without tokens, the one session `anonymous`, kept
+                # across calls and clients.
                 async with client(url, mode="auto") as anonymous:
                     self.assertEqual(ok(await anonymous.call_tool("read_note", {})), "")
                     ok(await anonymous.call_tool("write_note", {"text": "kept by default"}))
-                async with client(url, mode="auto") as later:
-                    self.assertEqual(ok(await later.call_tool("read_note", {})), "kept by default")
+                for mode in ("legacy", "auto"):
+                    async with client(url, mode=mode) as later:
+                        self.assertEqual(ok(await later.call_tool("read_note", {})), "kept by default")
                 self.assertEqual(sorted(p.name for p in Path(root).iterdir()), ["anonymous", "project-7"])
                 self.assertTrue((Path(root) / "project-7" / ".toolpool-session").is_file())
                 for bad, why in (("../etc", "must not start with '.'"), ("a/b", "'/'"), ("x" * 200, "1 to 128")):

@@ -65,7 +65,7 @@ class StreamableHttp(unittest.IsolatedAsyncioTestCase):
                     for i in range(20):
                         tg.start_soon(one, i)
                 self.assertEqual(results, {i: f"v{i}" for i in range(20)})
-            # A second client, its own session, on the same pool.
+            # A second client (a new MCP session) on the same pool.
             async with Client(url) as client:
                 self.assertEqual(ok(await client.call_tool("add", {"a": 1, "b": 1})), "2")
             process.send_signal(signal.SIGTERM)

@@ -382,7 +382,7 @@ fn catalog_table_has_a_row_per_function_and_the_load_errors() {
     );
 }
 
-/// `--sandbox` serves `--http` (each MCP session on workers of its own,
+/// `--sandbox` serves `--http` (each session on workers of its own,
 /// tests/python_mcp/test_sandbox_http.py): it starts, listens and answers
 /// its health check, and stops on SIGTERM sent at once; skipped, naming what is missing, on a kernel without
 /// every sandbox piece.

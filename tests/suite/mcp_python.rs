@@ -190,12 +190,13 @@ fn fastmcp_tasks_client_drives_tasks_over_stdio_and_http() {
     run_python_module("test_fastmcp_tasks");
 }
 
-/// `serve --http --sandbox`: each MCP session's workers see its own folders
+/// `serve --http --sandbox`: each session's workers see its own folders
 /// only, a hostile tool cannot read another session's files nor list the
-/// sessions root, a timeout kill keeps the session's files, stateless
-/// requests share the default session. Needs every sandbox piece: skipped, with what the kernel
-/// lacks, where `toolpool --sandbox doctor` fails, except under
-/// scripts/test-sandboxed (`TOOLPOOL_TEST_SANDBOX`), which requires it.
+/// sessions root, a timeout kill keeps the session's files, requests that
+/// name no session share the credential's (`anonymous`). Needs every sandbox
+/// piece: skipped, with what the kernel lacks, where `toolpool --sandbox
+/// doctor` fails, except under scripts/test-sandboxed
+/// (`TOOLPOOL_TEST_SANDBOX`), which requires it.
 #[test]
 fn python_client_sandboxed_http_sessions() {
     if crate::common::kernel_cannot_sandbox() {

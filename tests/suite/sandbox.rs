@@ -647,7 +647,7 @@ fn sessions_in(dir: &std::path::Path) -> SessionsRoot {
     SessionsRoot::new(&dir.join("sessions"), Duration::from_secs(3600), &[]).unwrap()
 }
 
-/// Sessions of their own (as each MCP session over HTTP has): a sandboxed
+/// Sessions of their own (as each credential over HTTP has): a sandboxed
 /// worker is started for one session and sees its folders only; a call of
 /// another session gets a worker of its own (the one worker of the pool is
 /// retired for it), and the sessions root cannot be listed.
