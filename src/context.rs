@@ -12,6 +12,7 @@
 //! frames, see `docs/protocol.md`) for one call.
 
 pub mod attachments;
+mod logs;
 mod params;
 mod progress;
 pub mod sessions;
@@ -31,6 +32,7 @@ pub use crate::worker::{CallbackError, CallbackService};
 pub use attachments::{
     AttachmentError, AttachmentRecord, AttachmentRef, AttachmentStore, RegisterOptions,
 };
+pub use logs::{LogLevel, LogListener, LogRecord, LogSubscription};
 pub use progress::{progress_fn, Progress, ProgressListener};
 pub use sessions::{Session, SessionsRoot};
 pub use terminal::{PromptInput, TerminalPrompt};
@@ -148,6 +150,20 @@ pub fn state_dir() -> Option<PathBuf> {
             .join("state")
             .join("toolpool"),
     )
+}
+
+/// `message` cut to at most `limit` bytes (at a character boundary), with
+/// `…` after a cut.
+fn cut(mut message: String, limit: usize) -> String {
+    if message.len() > limit {
+        let mut end = limit;
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        message.truncate(end);
+        message.push('…');
+    }
+    message
 }
 
 /// A session id names one directory under `.toolpool/sessions` (and is
@@ -331,6 +347,7 @@ pub struct CallbackHandler {
     services: Arc<SessionServices>,
     prompt: Option<Arc<dyn HumanPrompt>>,
     progress: Option<Arc<progress::ProgressGate>>,
+    logs: Option<LogSubscription>,
 }
 
 /// Callback method names (see `docs/protocol.md`).
@@ -345,6 +362,7 @@ pub mod methods {
     pub const EXPORT_MANIFEST: &str = "attachments.export_manifest";
     pub const HUMAN_PROMPT: &str = "human_prompt.request";
     pub const PROGRESS: &str = "progress.report";
+    pub const LOG: &str = "log.record";
 }
 
 /// The parameters of `human_prompt` (docs/protocol.md, "Callbacks"); null
@@ -378,13 +396,21 @@ impl CallbackHandler {
         services: Arc<SessionServices>,
         prompt: Option<Arc<dyn HumanPrompt>>,
         progress: Option<Arc<dyn ProgressListener>>,
+        logs: Option<LogSubscription>,
     ) -> CallbackHandler {
         let prompt = prompt.or_else(|| services.human_prompt.clone());
         CallbackHandler {
             services,
             prompt,
             progress: progress.map(|listener| Arc::new(progress::ProgressGate::new(listener))),
+            logs,
         }
+    }
+
+    /// The lowest Python `levelno` someone listens to for this call (else
+    /// the worker sends no log records).
+    pub fn log_threshold(&self) -> Option<u32> {
+        self.logs.as_ref().map(|logs| logs.level.python_threshold())
     }
 
     /// Whether someone listens to this call's progress (else the tool's
@@ -418,6 +444,10 @@ impl CallbackHandler {
                 Some(gate) => gate.report(&params).map(|()| Value::Null),
                 // Nobody asked: the shim does not send reports then, and
                 // one sent anyway is dropped.
+                None => Ok(Value::Null),
+            },
+            methods::LOG => match &self.logs {
+                Some(logs) => logs.record(&params).map(|()| Value::Null),
                 None => Ok(Value::Null),
             },
             _ if method.starts_with("attachments.") => {
@@ -497,7 +527,7 @@ mod tests {
             attachments: Arc::new(AttachmentStore::open(dir, dir)),
             human_prompt: Some(prompt),
         };
-        CallbackHandler::new(Arc::new(services), None, None)
+        CallbackHandler::new(Arc::new(services), None, None, None)
     }
 
     async fn ask(params: Value) -> Result<Value, CallbackError> {

@@ -90,8 +90,9 @@ pub use config::{
 pub use content::{result_text, Attachment, BlockKind, ContentBlock};
 pub use context::{
     progress_fn, prompt_fn, AttachmentError, AttachmentRecord, AttachmentRef, AttachmentStore,
-    HumanPrompt, Progress, ProgressListener, PromptAnswer, PromptError, PromptInput, PromptRequest,
-    RegisterOptions, Session, SessionPaths, SessionsRoot, TerminalPrompt,
+    HumanPrompt, LogLevel, LogListener, LogRecord, LogSubscription, Progress, ProgressListener,
+    PromptAnswer, PromptError, PromptInput, PromptRequest, RegisterOptions, Session, SessionPaths,
+    SessionsRoot, TerminalPrompt,
 };
 pub use env::{read_env_file, EnvFileError};
 pub use error::{ErrorKind, ToolError};

@@ -8,7 +8,7 @@ import pathlib
 import sys
 import traceback
 
-from . import content, proxies, results, standins
+from . import call_logs, content, proxies, results, standins
 from .coerce import Mismatch, coerce
 
 
@@ -65,9 +65,10 @@ class Invoker:
         if signature.takes_context:
             keywords["_context"] = self._context(context)
         try:
-            result = tool.func(*positional, **keywords)
-            if type(result) not in _PLAIN and inspect.isawaitable(result):
-                result = self._run_to_completion(result)
+            with call_logs.forwarded(self._transport, context.get("log_level")):
+                result = tool.func(*positional, **keywords)
+                if type(result) not in _PLAIN and inspect.isawaitable(result):
+                    result = self._run_to_completion(result)
             blocks = content.blocks_of(result, self._classes)
             if blocks is not None:
                 return results.encode(content.value_of(result)), blocks

@@ -114,23 +114,10 @@ impl ProgressGate {
         self.listener.report(Progress {
             progress: params.progress,
             total: params.total,
-            message: params.message.map(cut),
+            message: params.message.map(|m| super::cut(m, MAX_PROGRESS_MESSAGE)),
         });
         Ok(())
     }
-}
-
-/// `message` cut to [`MAX_PROGRESS_MESSAGE`] bytes.
-fn cut(mut message: String) -> String {
-    if message.len() > MAX_PROGRESS_MESSAGE {
-        let mut end = MAX_PROGRESS_MESSAGE;
-        while !message.is_char_boundary(end) {
-            end -= 1;
-        }
-        message.truncate(end);
-        message.push('…');
-    }
-    message
 }
 
 #[cfg(test)]

@@ -47,7 +47,10 @@ mod http;
 mod http_access;
 mod listeners;
 mod mrtr;
-mod progress;
+// MCP deprecates logging (SEP-2577, rmcp marks its types so); 2025-11-25
+// clients and the conformance suite still use it.
+#[allow(deprecated)]
+mod call_notices;
 mod resource_functions;
 mod resources;
 mod stdio;
@@ -59,11 +62,13 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+#[allow(deprecated)] // LoggingLevel, SetLevelRequestParams: see `call_notices`
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CustomRequest,
     CustomResult, ErrorCode, Implementation, JsonObject, ListResourceTemplatesResult,
-    ListResourcesResult, ListToolsResult, MetaObject, PaginatedRequestParams, ProtocolVersion,
-    ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig, Tool,
+    ListResourcesResult, ListToolsResult, LoggingLevel, MetaObject, PaginatedRequestParams,
+    ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities,
+    ServerConfig, SetLevelRequestParams, Tool,
 };
 use rmcp::model::{CancelTaskParams, GetTaskParams, GetTaskResult, SubscriptionFilter};
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
@@ -73,7 +78,7 @@ use tokio::sync::Notify;
 
 use crate::catalog::FunctionSpec;
 use crate::config::{NodeTools, Workflow};
-use crate::context::{AttachmentStore, HumanPrompt, ProgressListener, Session};
+use crate::context::{AttachmentStore, HumanPrompt, Session};
 use crate::error::{ErrorKind, ToolError};
 use crate::pool::{CallReport, InvokeOptions, Pool};
 use crate::stop::StopRequests;
@@ -187,6 +192,10 @@ pub struct ToolpoolServer {
     /// The HTTP session this handle serves: when it is closed, its calls
     /// are cancelled (on stdio, never).
     session: http::SessionCalls,
+    /// The log level this MCP session's client set (`logging/setLevel`):
+    /// its calls' log records from there up reach it.
+    #[allow(deprecated)]
+    log_level: Arc<std::sync::Mutex<Option<LoggingLevel>>>,
 }
 
 struct Inner {
@@ -228,6 +237,7 @@ impl ToolpoolServer {
                 stop: StopRequests::never(),
             }),
             session: http::SessionCalls::default(),
+            log_level: Arc::default(),
         }
     }
 
@@ -237,6 +247,7 @@ impl ToolpoolServer {
         ToolpoolServer {
             inner: self.inner.clone(),
             session,
+            log_level: Arc::default(),
         }
     }
 
@@ -339,20 +350,21 @@ impl ToolpoolServer {
     }
 
     /// Calls one tool by the name the client sees, in `session` (`None`:
-    /// the pool's); its human prompts go to `human`, its progress reports to
-    /// `progress`.
+    /// the pool's); its human prompts go to `human`, its progress reports and
+    /// log records to `listeners`.
     async fn invoke(
         &self,
         name: &str,
         args: Value,
         human: Arc<dyn HumanPrompt>,
-        progress: Option<Arc<dyn ProgressListener>>,
+        listeners: call_notices::Listeners,
         session: Option<Arc<Session>>,
     ) -> CallReport {
         let inner = &self.inner;
         let options = InvokeOptions {
             human_prompt: Some(human),
-            progress,
+            progress: listeners.progress,
+            logs: listeners.logs,
             session,
             ..InvokeOptions::default()
         };
@@ -539,17 +551,20 @@ fn seconds(duration: Duration) -> Value {
 }
 
 impl ServerHandler for ToolpoolServer {
+    #[allow(deprecated)] // enable_logging: see `call_notices`
     fn get_info(&self) -> ServerConfig {
         let capabilities = if self.inner.list_changes.load(Ordering::Acquire) {
             ServerCapabilities::builder()
                 .enable_tools()
                 .enable_tool_list_changed()
                 .enable_resources()
+                .enable_logging()
                 .build()
         } else {
             ServerCapabilities::builder()
                 .enable_tools()
                 .enable_resources()
+                .enable_logging()
                 .build()
         };
         let mut capabilities = capabilities;
@@ -667,6 +682,20 @@ impl ServerHandler for ToolpoolServer {
             .await
             .map_err(|e| McpError::internal_error(format!("reading failed: {e}"), None))?
             .map(ReadResourceResponse::Complete)
+    }
+
+    /// The level from which this session's calls' log records reach the
+    /// client (`notifications/message`).
+    #[allow(deprecated)]
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        if let Ok(mut level) = self.log_level.lock() {
+            *level = Some(request.level);
+        }
+        Ok(())
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
@@ -807,10 +836,10 @@ impl ServerHandler for ToolpoolServer {
                 .call_in_round_trips(name, args, session, &request, &context)
                 .await;
         }
-        let progress = progress::for_request(&context);
+        let notices = call_notices::for_request(&context, self.log_level());
         if let Some(after) = self.task_after_for(&context) {
             return Ok(self
-                .call_maybe_as_task(name, args, progress, session, after, &context)
+                .call_maybe_as_task(name, args, notices, session, after, &context)
                 .await);
         }
         // Only 2025-11-25 HTTP sessions can be ended (DELETE) under a call.
@@ -818,14 +847,14 @@ impl ServerHandler for ToolpoolServer {
         let call = self.invoke(
             &name,
             args,
-            progress.prompt(elicit::for_request(&context)),
-            progress.listener.clone(),
+            notices.prompt(elicit::for_request(&context)),
+            notices.listeners.clone(),
             session.clone(),
         );
         tokio::select! {
             report = call => {
-                // Its last reports before its answer.
-                progress.flushed().await;
+                // Its last notices before its answer.
+                notices.flushed().await;
                 if let Err(error) = &report.result {
                     if error.kind == ErrorKind::NotFound {
                         // No such tool (here, or for this workflow node): a
@@ -900,18 +929,18 @@ impl ToolpoolServer {
         &self,
         name: String,
         args: Value,
-        progress: progress::CallProgress,
+        notices: call_notices::CallNotices,
         session: Option<Arc<Session>>,
         after: Duration,
         context: &RequestContext<RoleServer>,
     ) -> CallToolResponse {
         let server = self.clone();
         let tool = name.clone();
-        let human = progress.prompt(elicit::for_request(context));
-        let listener = progress.listener.clone();
+        let human = notices.prompt(elicit::for_request(context));
+        let listeners = notices.listeners.clone();
         let mut call = tokio::spawn(async move {
             let report = server
-                .invoke(&tool, args, human, listener, session.clone())
+                .invoke(&tool, args, human, listeners, session.clone())
                 .await;
             server.result_of(&tool, report, session.as_deref())
         });
@@ -928,7 +957,7 @@ impl ToolpoolServer {
         };
         match finished {
             Some(Ok(result)) => {
-                progress.flushed().await;
+                notices.flushed().await;
                 CallToolResponse::Complete(result)
             }
             Some(Err(e)) => {
@@ -956,7 +985,7 @@ impl ToolpoolServer {
         context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let binding = mrtr::binding(context.client_info().as_ref(), &name, &args);
-        let mut progress = None;
+        let mut notices = None;
         let running = match &request.request_state {
             Some(state) => match self.inner.round_trips.resume(
                 state,
@@ -987,11 +1016,11 @@ impl ToolpoolServer {
                 let session = session.clone();
                 // Its progress goes to the request that started it; the
                 // client's human is asked in round trips, so no heartbeats.
-                let started = progress::for_request(context);
-                let listener = started.listener.clone();
-                progress = Some(started);
+                let started = call_notices::for_request(context, self.log_level());
+                let listeners = started.listeners.clone();
+                notices = Some(started);
                 mrtr::Running::start(move |human| async move {
-                    server.invoke(&tool, args, human, listener, session).await
+                    server.invoke(&tool, args, human, listeners, session).await
                 })
             }
         };
@@ -1002,8 +1031,8 @@ impl ToolpoolServer {
             .await;
         Ok(match step {
             mrtr::Step::Done(report) => {
-                if let Some(progress) = progress {
-                    progress.flushed().await;
+                if let Some(notices) = notices {
+                    notices.flushed().await;
                 }
                 CallToolResponse::Complete(self.result_of(&name, report, session.as_deref()))
             }
@@ -1034,6 +1063,12 @@ impl ToolpoolServer {
 
     /// The MCP result of a finished call: its content, and its value as
     /// `structuredContent` when the function has an output schema.
+    /// The log level this MCP session's client set, if it did.
+    #[allow(deprecated)]
+    fn log_level(&self) -> Option<LoggingLevel> {
+        self.log_level.lock().ok().and_then(|level| *level)
+    }
+
     /// The attachment store of the session the request in `context` runs in.
     fn store_for(
         &self,

@@ -39,8 +39,8 @@ pub use self::stats::{LatencyHistogram, PoolStats, WorkerStats};
 use crate::catalog::Catalog;
 use crate::content::ContentBlock;
 use crate::context::{
-    AttachmentStore, CallbackHandler, CallbackService, HumanPrompt, ProgressListener, Session,
-    SessionPaths, SessionServices,
+    AttachmentStore, CallbackHandler, CallbackService, HumanPrompt, LogSubscription,
+    ProgressListener, Session, SessionPaths, SessionServices,
 };
 use crate::duration_text::format_secs;
 use crate::error::{ErrorKind, ToolError};
@@ -74,6 +74,10 @@ pub struct InvokeOptions {
     /// Who hears the tool's progress reports (`_context["progress"]`); with
     /// none, the tool's reports go nowhere.
     pub progress: Option<Arc<dyn ProgressListener>>,
+    /// Who hears the tool's log records (Python's `logging`), and from
+    /// which level; with none, records go where the tool's logging sends
+    /// them (the worker's stderr, in the supervisor's log).
+    pub logs: Option<LogSubscription>,
     /// The session the call runs in (its workspace, attachments and
     /// packages), instead of the pool's ([`Pool::session`]).
     pub session: Option<Arc<Session>>,
@@ -569,10 +573,15 @@ impl Pool {
             Some(session) => session.services().clone(),
             None => shared.services.clone(),
         };
-        let handler =
-            CallbackHandler::new(services.clone(), options.human_prompt, options.progress);
+        let handler = CallbackHandler::new(
+            services.clone(),
+            options.human_prompt,
+            options.progress,
+            options.logs,
+        );
         let human_prompt = handler.has_human_prompt();
         let progress = handler.has_progress();
+        let log_level = handler.log_threshold();
         let callbacks: Arc<dyn CallbackService> = Arc::new(handler);
         let context = CallContext {
             session_id: services.session_id.clone(),
@@ -580,6 +589,7 @@ impl Pool {
             vars: options.context.vars,
             human_prompt,
             progress,
+            log_level,
             session: options.session.as_ref().map(|session| SessionDirs {
                 dir: session.paths.dir.clone(),
                 workspace: session.paths.workspace.clone(),

@@ -65,6 +65,10 @@ pub struct CallContext {
     /// context text of calls without it stays the same.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub progress: bool,
+    /// The lowest Python `levelno` of the log records the caller hears;
+    /// `None`: the worker sends none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_level: Option<u32>,
     /// The call's own session's directories, when it is not the pool's
     /// (over HTTP each credential or session name has its own): the worker
     /// runs the call there.

@@ -234,21 +234,21 @@ async def http_server(*args: str, functions: Path = FIXTURES, log: list | None =
                     log.append(stderr_path.read_text())
 
 
-async def check_everywhere(test, check, *args: str) -> None:
+async def check_everywhere(test, check, *args: str, **client_options) -> None:
     """`await check(client)` for a client of each protocol version, over stdio
     (`toolpool <args> serve`) and over HTTP (one `toolpool <args> serve --http`),
-    each a subtest of `test`."""
+    each a subtest of `test`; `client_options` go to each `Client`."""
     from mcp import Client
 
     for version, mode in MODES.items():
         with test.subTest(transport="stdio", version=version):
-            async with served(*args, "serve", mode=mode) as client:
+            async with served(*args, "serve", mode=mode, **client_options) as client:
                 test.assertEqual(client.protocol_version, version)
                 await check(client)
     async with http_server(*args, "serve", "--http", "127.0.0.1:0") as (_, url):
         for version, mode in MODES.items():
             with test.subTest(transport="http", version=version):
-                async with Client(url, mode=mode) as client:
+                async with Client(url, mode=mode, **client_options) as client:
                     test.assertEqual(client.protocol_version, version)
                     await check(client)
 

@@ -149,6 +149,11 @@ fn python_client_reads_the_resources_functions_serve() {
 }
 
 #[test]
+fn python_client_hears_a_tools_log_records_from_its_level() {
+    run_python_module("test_logs");
+}
+
+#[test]
 fn python_client_hears_a_tools_progress_in_both_versions() {
     run_python_module("test_progress");
 }

@@ -1,8 +1,12 @@
-//! A tool's progress (`_context["progress"]`) as MCP `notifications/progress`
-//! for a request that sent a `progressToken`.
+//! What a call tells its client while it runs: the tool's progress
+//! (`_context["progress"]`) as `notifications/progress` for a request that
+//! sent a `progressToken`, and its log records (Python's `logging`) as
+//! `notifications/message` for a client that asked for a log level (the
+//! request's `_meta` on 2026-07-28, `logging/setLevel` for its session
+//! before).
 //!
-//! Reports go through a small queue to one task per call that sends them in
-//! order; when the client reads slower than the tool reports, the reports
+//! Both go through a small queue to one task per call that sends them in
+//! order; when the client reads slower than the tool reports, the notices
 //! the queue cannot hold are dropped (a later one says more). While the tool
 //! waits for a human, the task sends a heartbeat every
 //! [`HEARTBEAT_EVERY`] — clients that reset their request timeout on
@@ -14,37 +18,50 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rmcp::model::{ProgressNotificationParam, ProgressToken};
+use rmcp::model::{
+    LoggingLevel, LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken,
+};
 use rmcp::service::RequestContext;
 use rmcp::{Peer, RoleServer};
 use tokio::sync::{mpsc, watch};
 
 use crate::context::{
-    BoxFuture, HumanPrompt, Progress, ProgressListener, PromptAnswer, PromptError, PromptRequest,
+    BoxFuture, HumanPrompt, LogLevel, LogListener, LogRecord, LogSubscription, Progress,
+    ProgressListener, PromptAnswer, PromptError, PromptRequest,
 };
 
 /// How often a call waiting for a human tells its client it is alive.
 pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(5);
-/// Reports queued for the client at most.
-const QUEUED_REPORTS: usize = 64;
+/// Notices queued for the client at most.
+const QUEUED_NOTICES: usize = 64;
 /// The heartbeat's message.
 const WAITING: &str = "waiting for a human's answer";
 
 /// Longest a call's answer waits for its last progress reports to be sent.
 const FLUSH_WAIT: Duration = Duration::from_secs(1);
 
-/// The progress of one call: what the pool is given, and the task that
-/// sends the reports.
-pub struct CallProgress {
+/// The listeners a call's pool is given.
+#[derive(Clone, Default)]
+pub struct Listeners {
     /// For [`crate::InvokeOptions::progress`]; `None` when the request sent
     /// no `progressToken`.
-    pub listener: Option<Arc<dyn ProgressListener>>,
+    pub progress: Option<Arc<dyn ProgressListener>>,
+    /// For [`crate::InvokeOptions::logs`]; `None` when the client asked for
+    /// no log level.
+    pub logs: Option<LogSubscription>,
+}
+
+/// What one call tells its client: the listeners the pool is given, and the
+/// task that sends the notices.
+pub struct CallNotices {
+    /// What the pool is given for the call.
+    pub listeners: Listeners,
     /// How many of the call's questions to a human are open.
     waiting: Option<Arc<watch::Sender<usize>>>,
     sender: Option<tokio::task::JoinHandle<()>>,
 }
 
-impl CallProgress {
+impl CallNotices {
     /// `human`, counting its open questions so that the client hears a
     /// heartbeat while one is.
     pub fn prompt(&self, human: Arc<dyn HumanPrompt>) -> Arc<dyn HumanPrompt> {
@@ -57,8 +74,8 @@ impl CallProgress {
         }
     }
 
-    /// Resolves once every report of the call is sent (the call has ended,
-    /// so its listener and prompt are dropped), so that none arrives after
+    /// Resolves once every notice of the call is sent (the call has ended,
+    /// so its listeners and prompt are dropped), so that none arrives after
     /// the answer; at most [`FLUSH_WAIT`].
     pub async fn flushed(self) {
         if let Some(sender) = self.sender {
@@ -67,35 +84,92 @@ impl CallProgress {
     }
 }
 
-/// The progress of the call that `context` asks for.
-pub fn for_request(context: &RequestContext<RoleServer>) -> CallProgress {
-    let Some(token) = context.meta.get_progress_token() else {
-        return CallProgress {
-            listener: None,
+/// What the call of `context` tells its client: progress when the request
+/// sent a token, log records from the request's log level (2026-07-28's
+/// `_meta`), else from `session_level` (what `logging/setLevel` set).
+pub fn for_request(
+    context: &RequestContext<RoleServer>,
+    session_level: Option<LoggingLevel>,
+) -> CallNotices {
+    let token = context.meta.get_progress_token();
+    let level = context.meta.log_level().or(session_level);
+    if token.is_none() && level.is_none() {
+        return CallNotices {
+            listeners: Listeners::default(),
             waiting: None,
             sender: None,
         };
-    };
-    let (reports, queue) = mpsc::channel(QUEUED_REPORTS);
+    }
+    let (notices, queue) = mpsc::channel(QUEUED_NOTICES);
     let (waiting, waits) = watch::channel(0usize);
+    let progress = token.is_some().then(|| {
+        let reports: Arc<dyn ProgressListener> = Arc::new(Reports(notices.clone()));
+        reports
+    });
+    let logs = level.map(|level| LogSubscription {
+        level: log_level(level),
+        listener: Arc::new(Reports(notices)),
+    });
     let sender = tokio::spawn(forward(context.peer.clone(), token, queue, waits));
-    CallProgress {
-        listener: Some(Arc::new(Reports(reports))),
+    CallNotices {
+        listeners: Listeners { progress, logs },
         waiting: Some(Arc::new(waiting)),
         sender: Some(sender),
     }
 }
 
-/// The pool's side: reports into the queue.
-struct Reports(mpsc::Sender<Progress>);
+/// One thing to tell the client.
+enum Notice {
+    Progress(Progress),
+    Log(LogRecord),
+}
+
+fn log_level(level: LoggingLevel) -> LogLevel {
+    match level {
+        LoggingLevel::Debug => LogLevel::Debug,
+        LoggingLevel::Info => LogLevel::Info,
+        LoggingLevel::Notice => LogLevel::Notice,
+        LoggingLevel::Warning => LogLevel::Warning,
+        LoggingLevel::Error => LogLevel::Error,
+        LoggingLevel::Critical => LogLevel::Critical,
+        LoggingLevel::Alert => LogLevel::Alert,
+        LoggingLevel::Emergency => LogLevel::Emergency,
+    }
+}
+
+fn logging_level(level: LogLevel) -> LoggingLevel {
+    match level {
+        LogLevel::Debug => LoggingLevel::Debug,
+        LogLevel::Info => LoggingLevel::Info,
+        LogLevel::Notice => LoggingLevel::Notice,
+        LogLevel::Warning => LoggingLevel::Warning,
+        LogLevel::Error => LoggingLevel::Error,
+        LogLevel::Critical => LoggingLevel::Critical,
+        LogLevel::Alert => LoggingLevel::Alert,
+        _ => LoggingLevel::Emergency,
+    }
+}
+
+/// The pool's side: notices into the queue.
+struct Reports(mpsc::Sender<Notice>);
+
+impl Reports {
+    fn queue(&self, notice: Notice) {
+        if self.0.try_send(notice).is_err() {
+            tracing::debug!("a notice dropped: the client reads slower than the tool reports");
+        }
+    }
+}
 
 impl ProgressListener for Reports {
     fn report(&self, progress: Progress) {
-        if self.0.try_send(progress).is_err() {
-            tracing::debug!(
-                "a progress report dropped: the client reads slower than the tool reports"
-            );
-        }
+        self.queue(Notice::Progress(progress));
+    }
+}
+
+impl LogListener for Reports {
+    fn record(&self, record: LogRecord) {
+        self.queue(Notice::Log(record));
     }
 }
 
@@ -131,12 +205,12 @@ impl HumanPrompt for Heartbeats {
     }
 }
 
-/// Sends the call's reports, and heartbeats while a question is open, until
-/// the call ends (every sender is gone) or the client is.
+/// Sends the call's notices, and progress heartbeats while a question is
+/// open, until the call ends (every sender is gone) or the client is.
 async fn forward(
     peer: Peer<RoleServer>,
-    token: ProgressToken,
-    mut queue: mpsc::Receiver<Progress>,
+    token: Option<ProgressToken>,
+    mut queue: mpsc::Receiver<Notice>,
     mut waits: watch::Receiver<usize>,
 ) {
     let mut last: Option<Progress> = None;
@@ -144,10 +218,22 @@ async fn forward(
     heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut prompt_alive = true;
     loop {
-        let waiting = prompt_alive && *waits.borrow() > 0;
+        let waiting = token.is_some() && prompt_alive && *waits.borrow() > 0;
         let next = tokio::select! {
-            report = queue.recv() => match report {
-                Some(report) => after(last.as_ref(), report),
+            notice = queue.recv() => match notice {
+                Some(Notice::Progress(report)) => after(last.as_ref(), report),
+                Some(Notice::Log(record)) => {
+                    let notification = LoggingMessageNotificationParam::new(
+                        logging_level(record.level),
+                        serde_json::Value::String(record.message),
+                    )
+                    .with_logger(record.logger);
+                    if let Err(error) = peer.notify_logging_message(notification).await {
+                        tracing::debug!("log message not sent, the client is gone: {error}");
+                        return;
+                    }
+                    continue;
+                }
                 None => return,
             },
             changed = waits.changed(), if prompt_alive => {
@@ -161,6 +247,9 @@ async fn forward(
                 continue;
             }
             _ = heartbeat.tick(), if waiting => beat(last.as_ref()),
+        };
+        let Some(token) = &token else {
+            continue; // no token: no progress is queued, and no heartbeat beats
         };
         let mut notification = ProgressNotificationParam::new(token.clone(), next.progress);
         notification.total = next.total;
