@@ -1,5 +1,6 @@
 """The catalog reply: every tool with its JSON Schema, and every module that could not be used."""
 
+import json
 import sys
 
 from . import discovery, docstrings, schema
@@ -36,6 +37,42 @@ def _presentation(func) -> dict:
     return found
 
 
+def _given_schema(func):
+    """The input schema the author wrote (`func.mcp_input_schema = {...}`), for
+    what type hints cannot say (`$defs`, `allOf`, `if`/`then`/`else`, ...): a
+    JSON object schema, kept as written; None when there is none. Arguments
+    are still converted by the type hints."""
+    given = getattr(func, "mcp_input_schema", None)
+    if given is None:
+        return None
+    if not isinstance(given, dict) or given.get("type") != "object":
+        raise ValueError('mcp_input_schema must be a JSON Schema of "type": "object"')
+    try:
+        return json.loads(json.dumps(given))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"mcp_input_schema is not JSON: {exc}") from None
+
+
+def _mark_header_params(func, parameters: dict) -> None:
+    """`func.mcp_param_headers = {"region": "Region"}`: each named parameter is
+    marked `"x-mcp-header": "Region"` in the schema, so that clients also send
+    its value as the `Mcp-Param-Region` HTTP header (SEP-2243) and the server
+    checks the two agree."""
+    headers = getattr(func, "mcp_param_headers", None)
+    if headers is None:
+        return
+    if not isinstance(headers, dict):
+        raise ValueError("mcp_param_headers must map parameter names to header names")
+    properties = parameters.get("properties") or {}
+    for param, header in headers.items():
+        prop = properties.get(param)
+        if not isinstance(prop, dict):
+            raise ValueError(f"mcp_param_headers names '{param}', which is not a parameter")
+        if not isinstance(header, str) or not header or not all(c.isascii() and (c.isalnum() or c == "-") for c in header):
+            raise ValueError(f"mcp_param_headers: the header of '{param}' must be letters, digits and '-', got {header!r}")
+        prop["x-mcp-header"] = header
+
+
 def build_catalog(toolset, warnings=(), content_classes: tuple = ()) -> dict:
     """The catalog reply; `warnings`: what the worker could not do as the project expects (standins.py);
     `content_classes`: the attachment result classes (their tools get no output schema)."""
@@ -44,7 +81,10 @@ def build_catalog(toolset, warnings=(), content_classes: tuple = ()) -> dict:
     for tool in toolset.tools.values():
         doc = tool.func.__doc__
         try:
-            parameters = schema.parameters_schema(tool.signature, docstrings.param_docs(doc))
+            parameters = _given_schema(tool.func)
+            if parameters is None:
+                parameters = schema.parameters_schema(tool.signature, docstrings.param_docs(doc))
+            _mark_header_params(tool.func, parameters)
             output, wrapped = schema.output_schema(tool.signature.returns, content_classes)
         except Exception as exc:
             # A schema this code cannot build must cost one function, not the catalog.

@@ -62,6 +62,9 @@ pub fn is_modern(context: &RequestContext<RoleServer>) -> bool {
         .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28)
 }
 
+/// The key of a prompt's metadata that holds the form the tool wants.
+pub(super) const REQUESTED_SCHEMA: &str = "requested_schema";
+
 /// For clients that cannot be asked; carries the reason the tool is told.
 pub struct NoHuman(pub &'static str);
 
@@ -86,7 +89,20 @@ pub(super) fn message(request: &PromptRequest) -> String {
     text
 }
 
+/// The form the user fills in: the one the tool gave as
+/// `metadata["requested_schema"]` when it is one MCP can send (a flat object
+/// of strings, numbers, booleans and enums), else one required string,
+/// `response`, described by the task.
 pub(super) fn schema(request: &PromptRequest) -> ElicitationSchema {
+    if let Some(given) = request.metadata.get(REQUESTED_SCHEMA) {
+        match serde_json::from_value::<ElicitationSchema>(given.clone()) {
+            Ok(schema) => return schema,
+            Err(e) => tracing::warn!(
+                tool = %request.tool,
+                "the tool's requested_schema is not an elicitation form ({e}); asking for one text answer"
+            ),
+        }
+    }
     let mut description = request.task_description.trim().to_string();
     if description.chars().count() > 200 {
         description = description.chars().take(199).collect::<String>() + "…";
@@ -217,6 +233,35 @@ mod tests {
         assert_eq!(schema["type"], "object");
         assert_eq!(schema["required"], json!(["response"]));
         assert_eq!(schema["properties"]["response"]["type"], "string");
+    }
+
+    #[test]
+    fn the_tools_own_form_is_sent_when_mcp_can_carry_it() {
+        let mut asked = request();
+        let form = json!({
+            "type": "object",
+            "properties": {
+                "age": {"type": "integer", "default": 30},
+                "status": {"type": "string", "enum": ["active", "inactive"], "default": "active"},
+                "verified": {"type": "boolean", "default": true},
+            },
+            "required": [],
+        });
+        asked.metadata.insert(REQUESTED_SCHEMA.into(), form);
+        let sent = serde_json::to_value(schema(&asked)).unwrap();
+        assert_eq!(sent["properties"]["age"]["default"], json!(30));
+        assert_eq!(
+            sent["properties"]["status"]["enum"],
+            json!(["active", "inactive"])
+        );
+        assert_eq!(sent["properties"]["verified"]["type"], "boolean");
+        // Not a form (a nested object): the one-answer form instead.
+        asked.metadata.insert(
+            REQUESTED_SCHEMA.into(),
+            json!({"type": "object", "properties": {"a": {"type": "object"}}}),
+        );
+        let sent = serde_json::to_value(schema(&asked)).unwrap();
+        assert_eq!(sent["required"], json!(["response"]));
     }
 
     #[test]

@@ -53,8 +53,27 @@ pub const HUMAN_WAIT: Duration = Duration::from_secs(600);
 pub const EXPIRED_KEPT: Duration = Duration::from_secs(600);
 const MAX_EXPIRED: usize = 4096;
 
-/// The key of the one input request in an `InputRequiredResult`.
+/// The key of the one input request in an `InputRequiredResult`, unless the
+/// tool names one (`metadata["input_key"]`).
 const INPUT_KEY: &str = "human";
+
+/// The key of the input request for `request`: the tool's
+/// `metadata["input_key"]` when it is 1 to 64 letters, digits, `_`, `-` or
+/// `.`, else [`INPUT_KEY`].
+fn input_key(request: &PromptRequest) -> String {
+    request
+        .metadata
+        .get("input_key")
+        .and_then(Value::as_str)
+        .filter(|key| {
+            (1..=64).contains(&key.len())
+                && key
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+        })
+        .unwrap_or(INPUT_KEY)
+        .to_string()
+}
 
 type Answer = Result<PromptAnswer, PromptError>;
 
@@ -137,6 +156,8 @@ pub enum StateError {
 
 struct Suspended {
     binding: [u8; 32],
+    /// The key of its input request, where its answer is looked for.
+    key: String,
     answer: oneshot::Sender<Answer>,
     call: Running,
 }
@@ -195,9 +216,10 @@ impl RoundTrips {
             message: elicit::message(&asked.request),
             requested_schema: elicit::schema(&asked.request),
         };
+        let key = input_key(&asked.request);
         let mut requests = InputRequests::new();
         requests.insert(
-            INPUT_KEY.into(),
+            key.clone(),
             InputRequest::Elicitation(ElicitRequest::new(params)),
         );
         let state = self.seal(&id, &binding);
@@ -205,6 +227,7 @@ impl RoundTrips {
             id,
             Suspended {
                 binding,
+                key,
                 answer: asked.answer,
                 call,
             },
@@ -266,7 +289,10 @@ impl RoundTrips {
         if &suspended.binding != binding {
             return Err(StateError::Forged);
         }
-        let answer = answer_of(responses.and_then(|r| r.get(INPUT_KEY)));
+        let answer = answer_of(
+            &suspended.key,
+            responses.and_then(|r| r.get(suspended.key.as_str())),
+        );
         // The tool may have ended meanwhile (its worker died): then the
         // answer has nowhere to go, and driving the call reports how it ended.
         let _ = suspended.answer.send(answer);
@@ -330,10 +356,10 @@ pub fn binding(client: Option<&rmcp::model::Implementation>, tool: &str, args: &
 }
 
 /// The tool's answer from the client's `ElicitResult`.
-fn answer_of(response: Option<&Value>) -> Answer {
+fn answer_of(key: &str, response: Option<&Value>) -> Answer {
     let Some(response) = response else {
         return Err(PromptError::Failed(format!(
-            "the MCP client's retry carried no answer to the '{INPUT_KEY}' request"
+            "the MCP client's retry carried no answer to the '{key}' request"
         )));
     };
     let result: ElicitResult = serde_json::from_value(response.clone()).map_err(|e| {
@@ -389,6 +415,30 @@ fn random<const N: usize>() -> [u8; N] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_input_key_is_the_tools_when_it_is_a_plain_name() {
+        let asking = |key: serde_json::Value| PromptRequest {
+            session_id: "s".into(),
+            node_id: String::new(),
+            task_description: "What is your name?".into(),
+            inputs: None,
+            metadata: [("input_key".to_string(), key)].into_iter().collect(),
+            tool: "t".into(),
+        };
+        assert_eq!(
+            input_key(&asking(serde_json::json!("user_name"))),
+            "user_name"
+        );
+        for refused in [
+            serde_json::json!(""),
+            serde_json::json!("a b"),
+            serde_json::json!(7),
+            serde_json::json!("x".repeat(65)),
+        ] {
+            assert_eq!(input_key(&asking(refused.clone())), INPUT_KEY, "{refused}");
+        }
+    }
 
     #[test]
     fn hmac_is_python_s_hmac_sha256() {

@@ -528,6 +528,53 @@ class Discovery(unittest.TestCase):
         self.assertTrue(found["errors"][0]["error"].startswith("cannot describe function 'odd': "))
         self.assertIn("cannot describe function 'odd'", log.getvalue())
 
+    def test_a_hand_written_schema_is_served_as_written_and_a_bad_one_costs_its_function(self):
+        self.write("tools/hand.py", """
+            def contact(phone: str | None = None, email: str | None = None) -> str:
+                return phone or email
+
+            contact.mcp_input_schema = {
+                "$schema": "https://json-schema.org/draft/2020-12/schema",
+                "type": "object",
+                "properties": {"phone": {"type": "string"}, "email": {"type": "string"}},
+                "anyOf": [{"required": ["phone"]}, {"required": ["email"]}],
+            }
+
+            def not_an_object(x: int) -> int:
+                return x
+
+            not_an_object.mcp_input_schema = {"type": "string"}
+
+            def listed(x: int) -> int:
+                return x
+
+            listed.mcp_resource = "notes://{x}"
+            listed.mcp_mime_type = "text/plain"
+
+            def routed(region: str, query: str = "") -> str:
+                return region
+
+            routed.mcp_param_headers = {"region": "Region"}
+
+            def misrouted(region: str) -> str:
+                return region
+
+            misrouted.mcp_param_headers = {"zone": "Zone"}
+        """)
+        with contextlib.redirect_stderr(io.StringIO()):
+            found = self.load("tools")
+        by_name = {entry["name"]: entry for entry in found["functions"]}
+        self.assertEqual(sorted(by_name), ["contact", "listed", "routed"])
+        self.assertEqual(by_name["routed"]["parameters"]["properties"]["region"]["x-mcp-header"], "Region")
+        self.assertNotIn("x-mcp-header", by_name["routed"]["parameters"]["properties"]["query"])
+        self.assertEqual(by_name["contact"]["parameters"]["anyOf"], [{"required": ["phone"]}, {"required": ["email"]}])
+        self.assertEqual(by_name["contact"]["parameters"]["$schema"], "https://json-schema.org/draft/2020-12/schema")
+        self.assertEqual(by_name["listed"]["resource"], {"uri": "notes://{x}", "mime_type": "text/plain"})
+        errors = sorted(error["error"] for error in found["errors"])
+        self.assertEqual(len(errors), 2, errors)
+        self.assertIn("mcp_param_headers names 'zone', which is not a parameter", errors[0])
+        self.assertIn('mcp_input_schema must be a JSON Schema of "type": "object"', errors[1])
+
 
 class Annotations(unittest.TestCase):
     def test_an_unresolvable_annotation_is_logged_and_treated_as_none(self):

@@ -203,6 +203,7 @@ class EndToEnd(unittest.TestCase):
             "vars": ["dict", "{'k': 'v'}"],
             "attachment_store": ["AttachmentStore", f"<toolpool AttachmentStore proxy for {self.guardian.workspace}/attachments>"],
             "human_prompt": ["NoneType", "None"],
+            "progress": ["ProgressReporter", "<toolpool progress reporter (nobody listening)>"],
         })
 
     def test_unknown_functions_and_bad_arguments_are_error_replies(self):

@@ -347,6 +347,7 @@ class Context(InvokeCase):
             "vars": ["dict", {"k": 1}],
             "attachment_store": ["AttachmentStore", "<toolpool AttachmentStore proxy for /sessions/s1/code_workspace/attachments>"],
             "human_prompt": ["NoneType", None],
+            "progress": ["ProgressReporter", "<toolpool progress reporter (nobody listening)>"],
         })
 
     def test_human_prompt_is_a_proxy_only_when_the_call_has_one(self):

@@ -55,9 +55,15 @@ async fn tools_list_is_the_whole_catalog() {
     let served = serve(&["--workers", "1", "--timeout", "7", "serve"]).await;
     let tools = served.client.list_all_tools().await.expect("tools/list");
     let catalog = cli_json(&["catalog", "--format", "json"]);
-    let functions = catalog["functions"].as_array().expect("functions");
+    // Functions that serve a resource are read, not called.
+    let functions: Vec<&serde_json::Value> = catalog["functions"]
+        .as_array()
+        .expect("functions")
+        .iter()
+        .filter(|f| f.get("resource").is_none())
+        .collect();
     assert_eq!(tools.len(), functions.len());
-    for (tool, function) in tools.iter().zip(functions) {
+    for (tool, function) in tools.iter().zip(&functions) {
         assert_eq!(tool.name, function["name"].as_str().unwrap());
         assert_eq!(
             tool.description.as_deref(),
@@ -277,31 +283,31 @@ async fn parallel_calls_run_on_all_workers_at_once() {
         .collect();
     futures_join(warm).await;
 
-    let started = Instant::now();
+    // Each call waits until all four have arrived: they all return only
+    // if the four run at once (no wall clock to misread on a busy machine).
+    let meeting = tempfile::tempdir().unwrap();
+    let directory = meeting.path().to_string_lossy().to_string();
     let calls: Vec<_> = (0..4)
-        .map(|i| {
+        .map(|_| {
             let peer = served.client.peer().clone();
+            let directory = directory.clone();
             tokio::spawn(async move {
                 call(
                     &peer,
-                    "slow_then_answer",
-                    json!({"seconds": 1, "token": format!("t{i}")}),
+                    "rendezvous",
+                    json!({"directory": directory, "parties": 4}),
                 )
                 .await
             })
         })
         .collect();
-    let results = futures_join(calls).await;
-    let elapsed = started.elapsed();
-    for (i, result) in results.iter().enumerate() {
-        assert_eq!(ok_text(result), format!("t{i}"));
+    for result in futures_join(calls).await {
+        assert_eq!(ok_text(&result), "4");
     }
-    assert!(
-        elapsed < Duration::from_millis(1800),
-        "4 one-second calls on 4 workers took {elapsed:?}"
-    );
 
-    // Twice as many calls as workers: the rest wait in the queue.
+    // Twice as many calls as workers: the rest wait in the queue, so the
+    // eight take two rounds at least (a lower bound holds however busy the
+    // machine is).
     let started = Instant::now();
     let calls: Vec<_> = (0..8)
         .map(|_| {
@@ -314,7 +320,7 @@ async fn parallel_calls_run_on_all_workers_at_once() {
     }
     let elapsed = started.elapsed();
     assert!(
-        elapsed >= Duration::from_millis(1000) && elapsed < Duration::from_millis(1900),
+        elapsed >= Duration::from_millis(1000),
         "8 half-second calls on 4 workers took {elapsed:?}"
     );
     served.close().await;
