@@ -60,7 +60,13 @@ def output_schema(returns, content_classes: tuple = ()) -> tuple:
         return None, False
     if schema.get("type") == "object":
         return schema, False
-    return {"type": "object", "properties": {"result": schema}, "required": ["result"]}, True
+    result = {**schema, "description": schema.get("description") or WRAPPED_RESULT}
+    return {"type": "object", "properties": {"result": result}, "required": ["result"]}, True
+
+
+# How a wrapped result's one property is described (clients and linters want
+# every property described).
+WRAPPED_RESULT = "What the function returns"
 
 
 def _mentions(tp, classes: tuple) -> bool:

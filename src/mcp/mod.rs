@@ -580,6 +580,7 @@ impl ServerHandler for ToolpoolServer {
         implementation.website_url = option_env!("CARGO_PKG_REPOSITORY")
             .filter(|url| !url.is_empty())
             .map(str::to_string);
+        implementation.icons = Some(vec![server_icon()]);
         implementation.description = Some(
             "Python function tools run in a pool of isolated workers, with enforced timeouts"
                 .into(),
@@ -634,14 +635,17 @@ impl ServerHandler for ToolpoolServer {
 
     async fn list_resource_templates(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, McpError> {
         let attachments = resources::templates();
         let mut all = resource_functions::templates(&self.inner.pool.catalog());
         all.extend(attachments.resource_templates);
+        let cursor = request.and_then(|r| r.cursor);
+        let (items, next) = page(all, cursor.as_deref())?;
         Ok(ListResourceTemplatesResult {
-            resource_templates: all,
+            resource_templates: items,
+            next_cursor: next,
             ..attachments
         })
     }
@@ -877,6 +881,20 @@ impl ServerHandler for ToolpoolServer {
             }
         }
     }
+}
+
+/// The server's icon (`serverInfo.icons`): four workers in a pool, as an SVG
+/// data URI, so a client shows it without fetching anything.
+fn server_icon() -> rmcp::model::Icon {
+    use base64::Engine as _;
+    const SVG: &str = include_str!("../../assets/icon.svg");
+    let mut icon = rmcp::model::Icon::new(format!(
+        "data:image/svg+xml;base64,{}",
+        base64::engine::general_purpose::STANDARD.encode(SVG.trim_end())
+    ));
+    icon.mime_type = Some("image/svg+xml".into());
+    icon.sizes = Some(vec!["any".into()]);
+    icon
 }
 
 /// Tools (or other items) a list page holds. Large enough that a catalog

@@ -89,7 +89,7 @@ async function main() {
   assert.equal(text(added), "5");
   console.log("ok call");
 
-  assert.deepEqual(byName.add.outputSchema, { type: "object", properties: { result: { type: "integer" } }, required: ["result"], "x-fastmcp-wrap-result": true });
+  assert.deepEqual(byName.add.outputSchema, { type: "object", properties: { result: { type: "integer", description: "What the function returns" } }, required: ["result"], "x-fastmcp-wrap-result": true });
   assert.deepEqual(added.structuredContent, { result: 5 });
   const point = await client.callTool({ name: "return_dataclass", arguments: {} });
   assert.deepEqual(point.structuredContent, JSON.parse(text(point)));

@@ -739,7 +739,8 @@ class OutputSchemas(unittest.TestCase):
     def test_other_results_are_wrapped(self):
         self.assertEqual(
             self.output(list[int]),
-            ({"type": "object", "properties": {"result": {"type": "array", "items": {"type": "integer"}}},
+            ({"type": "object", "properties": {"result": {"type": "array", "items": {"type": "integer"},
+                                                          "description": "What the function returns"}},
               "required": ["result"]}, True),
         )
         schema, wrapped = self.output(int | None)

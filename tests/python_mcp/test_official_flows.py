@@ -46,7 +46,8 @@ class OfficialClient(unittest.IsolatedAsyncioTestCase):
         self.assertEqual(client.protocol_version, version)
         tools = {t.name: t for t in (await client.list_tools()).tools}
         self.assertIn("add", tools)
-        self.assertEqual(tools["add"].output_schema["properties"], {"result": {"type": "integer"}})
+        self.assertEqual(tools["add"].output_schema["properties"],
+                         {"result": {"type": "integer", "description": "What the function returns"}})
 
         added = await client.call_tool("add", {"a": 2, "b": 3})
         self.assertEqual(ok(added), "5")

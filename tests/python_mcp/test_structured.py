@@ -9,7 +9,8 @@ import anyio
 
 from support import check_everywhere, cli_json, ok
 
-INT_RESULT = {"type": "object", "properties": {"result": {"type": "integer"}}, "required": ["result"]}
+INT_RESULT = {"type": "object", "properties": {"result": {"type": "integer", "description": "What the function returns"}},
+              "required": ["result"]}
 
 
 class Structured(unittest.IsolatedAsyncioTestCase):

@@ -12,7 +12,7 @@ use std::process::Command;
 
 /// The python of the venv `variable` names (else `default`, under the
 /// crate), if it can import `package`.
-fn venv_python(variable: &str, default: &str, package: &str) -> Option<PathBuf> {
+pub(crate) fn venv_python(variable: &str, default: &str, package: &str) -> Option<PathBuf> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let chosen = std::env::var_os(variable);
     let required = chosen.is_some() || std::env::var_os("CI").is_some();
