@@ -46,6 +46,29 @@ pub struct FunctionSpec {
     /// (`mcp_resource`); `None` for a tool.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource: Option<ResourceSpec>,
+    /// Whether a call may run as an MCP task (`mcp_execution`'s
+    /// `taskSupport`); `None` when the author said nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_support: Option<TaskSupport>,
+    /// Seconds a call of a task-supporting tool runs before it becomes a
+    /// task (`mcp_task_after`); a question it asks before is a round trip
+    /// of its request. `None`: a task from the start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_after: Option<f64>,
+}
+
+/// Whether a tool's calls run as MCP tasks (the tasks extension), as its
+/// author declares it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum TaskSupport {
+    /// Never a task: the call answers when it ends.
+    Forbidden,
+    /// A task from the start for a client that declares the extension.
+    Optional,
+    /// Always a task; a client without the extension is refused (-32021).
+    Required,
 }
 
 /// The resource a function serves: read by `resources/read`, not listed as
@@ -449,6 +472,8 @@ mod tests {
             title: None,
             annotations: None,
             resource: None,
+            task_support: None,
+            task_after: None,
         }
     }
 

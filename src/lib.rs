@@ -81,7 +81,9 @@ pub mod stop;
 pub mod watch;
 mod worker;
 
-pub use catalog::{Catalog, FunctionSpec, ListOption, LoadError, LoadWarning, ToolHints};
+pub use catalog::{
+    Catalog, FunctionSpec, ListOption, LoadError, LoadWarning, ResourceSpec, TaskSupport, ToolHints,
+};
 pub use config::{
     nodes_json, validate, ConfigError, FunctionToolConfig, FunctionToolEntryConfig,
     FunctionTooling, Located, NodeConfig, NodeTools, OtherNode, ResolvedWorkflow, ToolFormat,

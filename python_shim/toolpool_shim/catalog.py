@@ -8,6 +8,8 @@ from . import discovery, docstrings, schema
 
 # MCP's behaviour hints, as a tool author sets them on the function.
 HINTS = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
+# Whether a call of the tool may (or must) run as a task (MCP's tasks extension).
+TASK_SUPPORT = ("forbidden", "optional", "required")
 
 
 def _presentation(func) -> dict:
@@ -15,7 +17,9 @@ def _presentation(func) -> dict:
     function serves instead of being a tool, from plain attributes of the
     function (`func.mcp_title = "..."`, `func.mcp_annotations = {...}` with
     any of the four MCP hints as booleans, `func.mcp_resource = "uri"` and
-    `func.mcp_mime_type = "..."`): a folder sets them without depending on
+    `func.mcp_mime_type = "..."`, `func.mcp_execution = {"taskSupport":
+    "optional"}`, toolpool's own `func.mcp_task_after = 1.5`): a folder sets
+    them without depending on
     toolpool, and other runtimes ignore them. Anything else in them is left
     out."""
     found = {}
@@ -27,6 +31,12 @@ def _presentation(func) -> dict:
         kept = {name: value for name, value in hints.items() if name in HINTS and isinstance(value, bool)}
         if kept:
             found["annotations"] = kept
+    execution = getattr(func, "mcp_execution", None)
+    if isinstance(execution, dict) and execution.get("taskSupport") in TASK_SUPPORT:
+        found["task_support"] = execution["taskSupport"]
+    task_after = getattr(func, "mcp_task_after", None)
+    if isinstance(task_after, (int, float)) and not isinstance(task_after, bool) and 0 <= task_after <= 3600:
+        found["task_after"] = float(task_after)
     uri = getattr(func, "mcp_resource", None)
     if isinstance(uri, str) and uri.strip():
         resource = {"uri": uri.strip()}

@@ -55,6 +55,7 @@ mod resource_functions;
 mod resources;
 mod stdio;
 mod stdio_gate;
+mod task_input;
 mod tasks;
 
 use std::borrow::Cow;
@@ -70,19 +71,22 @@ use rmcp::model::{
     ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities,
     ServerConfig, SetLevelRequestParams, Tool,
 };
-use rmcp::model::{CancelTaskParams, GetTaskParams, GetTaskResult, SubscriptionFilter};
+use rmcp::model::{
+    CancelTaskParams, GetTaskParams, GetTaskResult, SubscriptionFilter, UpdateTaskParams,
+};
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{json, Value};
 use tokio::sync::Notify;
 
-use crate::catalog::FunctionSpec;
+use crate::catalog::{FunctionSpec, TaskSupport};
 use crate::config::{NodeTools, Workflow};
 use crate::context::{AttachmentStore, HumanPrompt, Session};
 use crate::error::{ErrorKind, ToolError};
 use crate::pool::{CallReport, InvokeOptions, Pool};
 use crate::stop::StopRequests;
 use content::call_result;
+use tasks::TaskEnd;
 
 #[cfg(feature = "http")]
 pub use http::parse_http_addr;
@@ -748,6 +752,23 @@ impl ServerHandler for ToolpoolServer {
         }
     }
 
+    /// The client's answers to a task's questions.
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        if self
+            .inner
+            .tasks
+            .update(&request.task_id, &request.input_responses)
+        {
+            Ok(())
+        } else {
+            Err(self.no_task(&request.task_id))
+        }
+    }
+
     async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
         let id = self.inner.listeners.add_stream(context.sink().clone());
         context.cancelled().await;
@@ -830,18 +851,39 @@ impl ServerHandler for ToolpoolServer {
             .session
             .session(&context)
             .map_err(|e| McpError::invalid_params(e, None))?;
+        // The tasks extension (with --task-after): what the tool's author
+        // declared, and whether this client takes tasks.
+        let (task_support, tool_task_after) = self.task_support_of(&name);
+        let takes_tasks = self.task_after_for(&context);
+        if task_support == Some(TaskSupport::Required) && takes_tasks.is_none() {
+            return Err(tasks_required(&name));
+        }
+        // A task-supporting tool is a task from the start (the server
+        // decides, SEP-2663), even for a client that could also be asked in
+        // round trips.
+        let directed = takes_tasks.is_some()
+            && matches!(
+                task_support,
+                Some(TaskSupport::Optional | TaskSupport::Required)
+            );
         let asks_by_round_trips = elicit::is_modern(&context)
             && (request.request_state.is_some()
                 || context
                     .client_capabilities()
                     .is_some_and(|c| c.elicitation.is_some()));
         if asks_by_round_trips {
+            let as_task = directed.then_some(tool_task_after);
             return self
-                .call_in_round_trips(name, args, session, &request, &context)
+                .call_in_round_trips(name, args, session, &request, &context, as_task)
                 .await;
         }
         let notices = call_notices::for_request(&context, self.log_level());
-        if let Some(after) = self.task_after_for(&context) {
+        let task_after = match task_support {
+            _ if directed => Some(tool_task_after),
+            Some(TaskSupport::Forbidden) => None,
+            _ => takes_tasks,
+        };
+        if let Some(after) = task_after {
             return Ok(self
                 .call_maybe_as_task(name, args, notices, session, after, &context)
                 .await);
@@ -930,6 +972,20 @@ fn page<T>(items: Vec<T>, cursor: Option<&str>) -> Result<(Vec<T>, Option<String
 }
 
 impl ToolpoolServer {
+    /// Whether the tool `name` may run as a task, as its author declared
+    /// it (`None` when tasks are not served — no `--task-after` — or the
+    /// author said nothing), and how long a call of it runs before it
+    /// becomes one (its `mcp_task_after`, else at once).
+    fn task_support_of(&self, name: &str) -> (Option<TaskSupport>, Duration) {
+        let function = self.inner.task_after.and_then(|_| self.function_of(name));
+        let after = function
+            .as_ref()
+            .and_then(|f| f.task_after)
+            .and_then(|secs| Duration::try_from_secs_f64(secs).ok())
+            .unwrap_or(Duration::ZERO);
+        (function.and_then(|f| f.task_support), after)
+    }
+
     /// `--task-after`, when this request may be answered with a task: on
     /// 2026-07-28, from a client that declares the tasks extension.
     fn task_after_for(&self, context: &RequestContext<RoleServer>) -> Option<Duration> {
@@ -960,7 +1016,7 @@ impl ToolpoolServer {
             let report = server
                 .invoke(&tool, args, human, listeners, session.clone())
                 .await;
-            server.result_of(&tool, report, session.as_deref())
+            server.task_end(&tool, report, session.as_deref())
         });
         let abort = call.abort_handle();
         let finished = tokio::select! {
@@ -974,9 +1030,14 @@ impl ToolpoolServer {
             }
         };
         match finished {
-            Some(Ok(result)) => {
+            Some(Ok(TaskEnd::Answered(result))) => {
                 notices.flushed().await;
                 CallToolResponse::Complete(result)
+            }
+            // Not a task yet: the death is the call's tool error, as for
+            // any call.
+            Some(Ok(TaskEnd::Failed { message, .. })) => {
+                CallToolResponse::Complete(CallToolResult::error(vec![ContentBlock::text(message)]))
             }
             Some(Err(e)) => {
                 CallToolResponse::Complete(CallToolResult::error(vec![ContentBlock::text(
@@ -984,16 +1045,66 @@ impl ToolpoolServer {
                 )]))
             }
             None => {
-                let task = self.inner.tasks.adopt(call);
+                let task = self.inner.tasks.adopt(call, None);
                 tracing::info!(tool = %name, task = %task.task.task_id, "the call runs on as a task");
                 CallToolResponse::Task(task)
             }
         }
     }
 
+    /// How a call that ended becomes a task's end: its result, or — when it
+    /// could not answer (its worker died) — a failed task.
+    fn task_end(&self, tool: &str, report: CallReport, session: Option<&Session>) -> TaskEnd {
+        match &report.result {
+            Err(error) if error.kind == ErrorKind::WorkerDied => TaskEnd::Failed {
+                code: ErrorCode::INTERNAL_ERROR.0,
+                message: error.to_string(),
+            },
+            _ => TaskEnd::Answered(self.result_of(tool, report, session)),
+        }
+    }
+
+    /// `running` goes on as a task: its later questions wait in the task
+    /// (`input_required`) for `tasks/update`.
+    fn as_task(
+        &self,
+        name: &str,
+        running: mrtr::Running,
+        session: Option<Arc<Session>>,
+    ) -> CallToolResponse {
+        let questions = Arc::new(task_input::Questions::default());
+        let (report, mut asked) = running.into_parts();
+        let (server, tool, open) = (self.clone(), name.to_string(), questions.clone());
+        let call = tokio::spawn(async move {
+            let forward = async move {
+                while let Some(question) = asked.recv().await {
+                    open.open(&question.request, question.answer);
+                }
+                std::future::pending::<()>().await
+            };
+            tokio::select! {
+                report = report => match report {
+                    Ok(report) => server.task_end(&tool, report, session.as_deref()),
+                    Err(e) => TaskEnd::Failed {
+                        code: ErrorCode::INTERNAL_ERROR.0,
+                        message: format!("the call's task failed: {e}"),
+                    },
+                },
+                _ = forward => unreachable!("the forwarding loop never ends"),
+            }
+        });
+        let task = self.inner.tasks.adopt(call, Some(questions));
+        tracing::info!(tool = %name, task = %task.task.task_id, "the call runs on as a task");
+        CallToolResponse::Task(task)
+    }
+
     /// A call on 2026-07-28 whose tool may ask a human: the first request
     /// starts it, each retry (with `requestState`) resumes it; either way it
-    /// runs until it finishes or asks (see [`mrtr`]).
+    /// runs until it finishes or asks (see [`mrtr`]). With `as_task` (a
+    /// task-supporting tool, a client that takes tasks: the tool's
+    /// `mcp_task_after`) a call that has not asked within that time, and one
+    /// resumed with its answer, goes on as a task (SEP-2663: round trips
+    /// first, then the task).
     async fn call_in_round_trips(
         &self,
         name: String,
@@ -1001,6 +1112,7 @@ impl ToolpoolServer {
         session: Option<Arc<Session>>,
         request: &CallToolRequestParams,
         context: &RequestContext<RoleServer>,
+        as_task: Option<Duration>,
     ) -> Result<CallToolResponse, McpError> {
         let binding = mrtr::binding(context.client_info().as_ref(), &name, &args);
         let mut notices = None;
@@ -1042,10 +1154,14 @@ impl ToolpoolServer {
                 })
             }
         };
+        let until = as_task.map(|after| match request.request_state {
+            Some(_) => Duration::ZERO,
+            None => after,
+        });
         let step = self
             .inner
             .round_trips
-            .drive(running, binding, &context.ct)
+            .drive(running, binding, &context.ct, until)
             .await;
         Ok(match step {
             mrtr::Step::Done(report) => {
@@ -1064,6 +1180,7 @@ impl ToolpoolServer {
                 tracing::info!(tool = %name, id = %context.id, "call cancelled by the client");
                 CallToolResponse::Complete(cancelled())
             }
+            mrtr::Step::Working(running) => self.as_task(&name, running, session),
         })
     }
 
@@ -1122,6 +1239,24 @@ impl ToolpoolServer {
         result.structured_content = structured;
         result
     }
+}
+
+/// The refusal of a call of a tool that runs only as a task, from a client
+/// that does not take tasks: -32021 (Missing Required Client Capability)
+/// naming the extension, as SEP-2575 and SEP-2663 have it.
+fn tasks_required(name: &str) -> McpError {
+    McpError::new(
+        ErrorCode(-32021),
+        format!(
+            "the tool '{name}' runs only as a task: the client must declare the {} extension",
+            rmcp::model::TASKS_EXTENSION_ID
+        ),
+        Some(json!({
+            "requiredCapabilities": {
+                "extensions": {rmcp::model::TASKS_EXTENSION_ID: {}}
+            }
+        })),
+    )
 }
 
 /// The answer to a cancelled call. rmcp drops it (the client gave up on the

@@ -57,10 +57,20 @@ const MAX_EXPIRED: usize = 4096;
 /// tool names one (`metadata["input_key"]`).
 const INPUT_KEY: &str = "human";
 
+/// The elicitation request that asks `request`'s question.
+pub(super) fn input_request(request: &PromptRequest) -> InputRequest {
+    let params = ElicitRequestParams::FormElicitationParams {
+        meta: None,
+        message: elicit::message(request),
+        requested_schema: elicit::schema(request),
+    };
+    InputRequest::Elicitation(ElicitRequest::new(params))
+}
+
 /// The key of the input request for `request`: the tool's
 /// `metadata["input_key"]` when it is 1 to 64 letters, digits, `_`, `-` or
 /// `.`, else [`INPUT_KEY`].
-fn input_key(request: &PromptRequest) -> String {
+pub(super) fn input_key(request: &PromptRequest) -> String {
     request
         .metadata
         .get("input_key")
@@ -75,12 +85,12 @@ fn input_key(request: &PromptRequest) -> String {
         .to_string()
 }
 
-type Answer = Result<PromptAnswer, PromptError>;
+pub(super) type Answer = Result<PromptAnswer, PromptError>;
 
 /// A tool's question, and where its answer goes.
-struct Asked {
-    request: PromptRequest,
-    answer: oneshot::Sender<Answer>,
+pub(super) struct Asked {
+    pub(super) request: PromptRequest,
+    pub(super) answer: oneshot::Sender<Answer>,
 }
 
 /// The prompt service of a call made on 2026-07-28: hands each question to
@@ -114,6 +124,11 @@ pub struct Running {
 }
 
 impl Running {
+    /// The call's report, and the questions it asks.
+    pub(super) fn into_parts(self) -> (AbortOnDropHandle<CallReport>, mpsc::Receiver<Asked>) {
+        (self.report, self.asked)
+    }
+
     /// Starts `call`, made with the prompt service from `prompt`.
     pub fn start<F, Fut>(call: F) -> Running
     where
@@ -138,6 +153,9 @@ pub enum Step {
     Failed(String),
     /// The client cancelled the request; the call was dropped.
     Cancelled,
+    /// Still running after the time [`RoundTrips::drive`] was given, without
+    /// a question: the caller decides what becomes of it (a task).
+    Working(Running),
 }
 
 /// Why a retry's `requestState` is refused.
@@ -187,14 +205,23 @@ impl RoundTrips {
         })
     }
 
-    /// Runs `call` until it finishes, asks a human, or `ct` is cancelled.
+    /// Runs `call` until it finishes, asks a human, or `ct` is cancelled;
+    /// or, with `until`, until that long has passed.
     pub async fn drive(
         self: &Arc<Self>,
         mut call: Running,
         binding: [u8; 32],
         ct: &CancellationToken,
+        until: Option<Duration>,
     ) -> Step {
+        let waited = async {
+            match until {
+                Some(limit) => tokio::time::sleep(limit).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
+            _ = waited => Step::Working(call),
             report = &mut call.report => match report {
                 Ok(report) => Step::Done(report),
                 Err(e) => Step::Failed(format!("the call's task failed: {e}")),
@@ -211,17 +238,9 @@ impl RoundTrips {
         binding: [u8; 32],
     ) -> InputRequiredResult {
         let id: [u8; 16] = random();
-        let params = ElicitRequestParams::FormElicitationParams {
-            meta: None,
-            message: elicit::message(&asked.request),
-            requested_schema: elicit::schema(&asked.request),
-        };
         let key = input_key(&asked.request);
         let mut requests = InputRequests::new();
-        requests.insert(
-            key.clone(),
-            InputRequest::Elicitation(ElicitRequest::new(params)),
-        );
+        requests.insert(key.clone(), input_request(&asked.request));
         let state = self.seal(&id, &binding);
         self.lock().insert(
             id,
@@ -356,7 +375,7 @@ pub fn binding(client: Option<&rmcp::model::Implementation>, tool: &str, args: &
 }
 
 /// The tool's answer from the client's `ElicitResult`.
-fn answer_of(key: &str, response: Option<&Value>) -> Answer {
+pub(super) fn answer_of(key: &str, response: Option<&Value>) -> Answer {
     let Some(response) = response else {
         return Err(PromptError::Failed(format!(
             "the MCP client's retry carried no answer to the '{key}' request"
@@ -507,7 +526,7 @@ mod tests {
         });
         let binding = [3u8; 32];
         let Step::Asks(input) = trips
-            .drive(running, binding, &CancellationToken::new())
+            .drive(running, binding, &CancellationToken::new(), None)
             .await
         else {
             panic!("the call did not ask");

@@ -13,8 +13,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use rmcp::model::{
-    CallToolResult, CreateTaskResult, DetailedTask, JsonObject, Task, TaskPayload, TaskStatus,
+    CallToolResult, CreateTaskResult, DetailedTask, InputRequests, InputResponses, JsonObject,
+    Task, TaskPayload, TaskStatus,
 };
+
+use super::task_input::Questions;
 use tokio::task::AbortHandle;
 
 /// How long a finished (or cancelled) task is kept for `tasks/get` without
@@ -27,13 +30,26 @@ const POLL_INTERVAL_MS: u64 = 500;
 enum State {
     Working(AbortHandle),
     Completed(CallToolResult),
+    Failed(JsonObject),
     Cancelled,
+}
+
+/// How a task's call ended.
+pub enum TaskEnd {
+    /// It answered: its result, also when the tool failed (`isError`), as
+    /// MCP has it for a tool that ran.
+    Answered(CallToolResult),
+    /// It could not answer (its worker died under it): the task fails, with
+    /// this JSON-RPC error.
+    Failed { code: i32, message: String },
 }
 
 struct Entry {
     created_at: String,
     updated_at: String,
     state: State,
+    /// The questions its tool asks a human, when its client can answer.
+    questions: Option<Arc<Questions>>,
 }
 
 pub struct Tasks {
@@ -58,7 +74,8 @@ impl Tasks {
     /// kept when it ends. Returns the answer to the `tools/call`.
     pub fn adopt(
         self: &Arc<Self>,
-        call: tokio::task::JoinHandle<CallToolResult>,
+        call: tokio::task::JoinHandle<TaskEnd>,
+        questions: Option<Arc<Questions>>,
     ) -> CreateTaskResult {
         let id = task_id();
         let now = timestamp(SystemTime::now());
@@ -66,6 +83,7 @@ impl Tasks {
             created_at: now.clone(),
             updated_at: now,
             state: State::Working(call.abort_handle()),
+            questions,
         };
         self.lock().insert(id.clone(), entry);
         let tasks = Arc::downgrade(self);
@@ -76,8 +94,17 @@ impl Tasks {
                 return;
             };
             if let Some(entry) = tasks.lock().get_mut(&task) {
-                if let (State::Working(_), Ok(result)) = (&entry.state, outcome) {
-                    entry.state = State::Completed(result);
+                if let State::Working(_) = &entry.state {
+                    entry.state = match outcome {
+                        Ok(TaskEnd::Answered(result)) => State::Completed(result),
+                        Ok(TaskEnd::Failed { code, message }) => {
+                            State::Failed(error_object(code, message))
+                        }
+                        Err(panicked) => State::Failed(error_object(
+                            -32603,
+                            format!("the call's task failed: {panicked}"),
+                        )),
+                    };
                     entry.updated_at = timestamp(SystemTime::now());
                 }
             }
@@ -96,8 +123,14 @@ impl Tasks {
         let tasks = self.lock();
         let entry = tasks.get(id)?;
         let payload = match &entry.state {
-            State::Working(_) => TaskPayload::Working,
+            State::Working(_) => match pending(entry) {
+                Some(input_requests) => TaskPayload::InputRequired { input_requests },
+                None => TaskPayload::Working,
+            },
             State::Cancelled => TaskPayload::Cancelled,
+            State::Failed(error) => TaskPayload::Failed {
+                error: error.clone(),
+            },
             State::Completed(result) => TaskPayload::Completed {
                 result: match serde_json::to_value(result) {
                     Ok(serde_json::Value::Object(result)) => result,
@@ -106,6 +139,20 @@ impl Tasks {
             },
         };
         Some(DetailedTask::new(self.wire_task(id, entry), payload))
+    }
+
+    /// `tasks/update`: hands the client's answers to the task's open
+    /// questions (answered keys are done; the rest stay open). False for an
+    /// unknown id.
+    pub fn update(&self, id: &str, responses: &InputResponses) -> bool {
+        let tasks = self.lock();
+        let Some(entry) = tasks.get(id) else {
+            return false;
+        };
+        if let Some(questions) = &entry.questions {
+            questions.answer(responses);
+        }
+        true
     }
 
     /// `tasks/cancel`: kills a working task's call. False for an unknown id.
@@ -135,8 +182,10 @@ impl Tasks {
 
     fn wire_task(&self, id: &str, entry: &Entry) -> Task {
         let status = match entry.state {
+            State::Working(_) if pending(entry).is_some() => TaskStatus::InputRequired,
             State::Working(_) => TaskStatus::Working,
             State::Completed(_) => TaskStatus::Completed,
+            State::Failed(_) => TaskStatus::Failed,
             State::Cancelled => TaskStatus::Cancelled,
         };
         Task::new(
@@ -155,6 +204,20 @@ impl Tasks {
             Err(poisoned) => poisoned.into_inner(),
         }
     }
+}
+
+/// The input requests a working task waits for, if any.
+fn pending(entry: &Entry) -> Option<InputRequests> {
+    let pending = entry.questions.as_ref()?.pending();
+    (!pending.is_empty()).then_some(pending)
+}
+
+/// A JSON-RPC error object.
+fn error_object(code: i32, message: String) -> JsonObject {
+    let mut error = JsonObject::new();
+    error.insert("code".into(), code.into());
+    error.insert("message".into(), message.into());
+    error
 }
 
 /// A random task id (hex).
