@@ -9,15 +9,36 @@ use super::workflow::{
     ToolingConfig, ToolingKind,
 };
 use super::yaml::{child, Yaml, YamlValue};
+use crate::catalog::ToolHints;
 
 /// The tooling types an agent runtime knows. Only `function` is toolpool's;
 /// the others are accepted and left to the runtime.
 const TOOLING_TYPES: &[&str] = &["function", "mcp_remote", "mcp_local"];
 const TOOLING_KEYS: &[&str] = &["type", "config", "prefix"];
 const FUNCTION_CONFIG_KEYS: &[&str] = &["tools", "timeout", "auto_load"];
-const ENTRY_KEYS: &[&str] = &["name", "description", "parameters", "auto_fill"];
+const ENTRY_KEYS: &[&str] = &[
+    "name",
+    "description",
+    "parameters",
+    "auto_fill",
+    "title",
+    "annotations",
+];
 /// The keys a `module:All` entry may not carry, in the order they are named.
-const OVERRIDE_KEYS: &[&str] = &["description", "parameters", "auto_fill"];
+const OVERRIDE_KEYS: &[&str] = &[
+    "description",
+    "parameters",
+    "auto_fill",
+    "title",
+    "annotations",
+];
+/// MCP's behaviour hints, as an entry's `annotations` may set them.
+const HINT_KEYS: &[&str] = &[
+    "readOnlyHint",
+    "destructiveHint",
+    "idempotentHint",
+    "openWorldHint",
+];
 /// Longest timeout accepted, as for `--timeout`.
 const MAX_TIMEOUT_SECS: f64 = 1e9;
 
@@ -436,6 +457,21 @@ impl Reader {
         let auto_fill = raw
             .get("auto_fill")
             .and_then(|a| self.read_bool(a, &child(path, "auto_fill")));
+        let title = raw.get("title").and_then(|t| match &t.value {
+            YamlValue::Null => None,
+            YamlValue::Str(s) if !s.trim().is_empty() => Some(s.trim().to_string()),
+            _ => {
+                self.problem(
+                    child(path, "title"),
+                    t.line,
+                    format!("must be a non-empty string, got {}", t.describe()),
+                );
+                None
+            }
+        });
+        let annotations = raw
+            .get("annotations")
+            .and_then(|a| self.read_hints(a, &child(path, "annotations")));
         let overrides_present = OVERRIDE_KEYS
             .iter()
             .copied()
@@ -448,7 +484,40 @@ impl Reader {
             description,
             parameters,
             auto_fill,
+            title,
+            annotations,
             overrides_present,
+        })
+    }
+
+    /// An entry's `annotations`: a mapping of MCP's four behaviour hints to
+    /// booleans.
+    fn read_hints(&mut self, raw: &Yaml, path: &str) -> Option<ToolHints> {
+        if raw.is_null() {
+            return None;
+        }
+        let Some(entries) = raw.as_map() else {
+            self.problem(
+                path,
+                raw.line,
+                format!(
+                    "must be a mapping of behaviour hints ({}), got {}",
+                    HINT_KEYS.join(", "),
+                    raw.describe()
+                ),
+            );
+            return None;
+        };
+        self.check_keys(entries, path, HINT_KEYS);
+        let mut hint = |key: &str| {
+            raw.get(key)
+                .and_then(|value| self.read_bool(value, &child(path, key)))
+        };
+        Some(ToolHints {
+            read_only_hint: hint("readOnlyHint"),
+            destructive_hint: hint("destructiveHint"),
+            idempotent_hint: hint("idempotentHint"),
+            open_world_hint: hint("openWorldHint"),
         })
     }
 

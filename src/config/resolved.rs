@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use super::error::{push_did_you_mean, WorkflowError};
 use super::workflow::Workflow;
-use crate::catalog::Catalog;
+use crate::catalog::{Catalog, ToolHints};
 use crate::error::{ErrorKind, ToolError};
 
 /// One tool as a node exposes it.
@@ -27,6 +27,12 @@ pub struct ToolSpec {
     /// From the tooling's `timeout`; `None` → the pool's default.
     #[serde(skip)]
     pub timeout: Option<Duration>,
+    /// The entry's MCP `title`; `None`: the function's own.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// The entry's MCP behaviour hints; `None`: the function's own.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<ToolHints>,
 }
 
 /// An agent node with function tooling, resolved: its tools in order.
@@ -162,9 +168,17 @@ impl NodeTools {
                 self.tools
                     .iter()
                     .map(|t| {
-                        json!({"name": t.name, "description": t.description,
+                        let mut tool = json!({"name": t.name, "description": t.description,
                                "parameters": t.parameters, "function": t.function,
-                               "timeout": effective(t.timeout)})
+                               "timeout": effective(t.timeout)});
+                        // The entry's own MCP title and hints, when it sets them.
+                        if let Some(title) = &t.title {
+                            tool["title"] = json!(title);
+                        }
+                        if let Some(hints) = &t.annotations {
+                            tool["annotations"] = json!(hints);
+                        }
+                        tool
                     })
                     .collect(),
             ),
@@ -201,6 +215,8 @@ mod tests {
             description: String::new(),
             parameters: json!({"type": "object"}),
             timeout: Some(Duration::from_secs(5)),
+            title: None,
+            annotations: None,
         };
         NodeTools {
             id: "planner".to_string(),

@@ -103,3 +103,47 @@ fn duplicate_keys_are_yaml_errors_with_a_line() {
             ["test.yaml: not valid YAML at line 2, column 1: duplicate mapping key `nodes` is not allowed here"]
         );
 }
+
+#[test]
+fn an_entry_gives_its_tool_a_title_and_behaviour_hints() {
+    let resolved = check(
+            "nodes:\n- id: a\n  type: agent\n  config:\n    tooling:\n      type: function\n      config:\n        tools:\n        - name: save_file\n          title: Save a draft\n          annotations: {destructiveHint: true, openWorldHint: false}\n        - name: add\n",
+        )
+        .expect("valid");
+    let tools = &resolved.nodes[0].tools;
+    assert_eq!(tools[0].title.as_deref(), Some("Save a draft"));
+    let hints = tools[0].annotations.clone().expect("hints");
+    assert_eq!(hints.destructive_hint, Some(true));
+    assert_eq!(hints.open_world_hint, Some(false));
+    assert_eq!(hints.read_only_hint, None);
+    assert_eq!(
+        (tools[1].title.as_ref(), tools[1].annotations.as_ref()),
+        (None, None)
+    );
+}
+
+#[test]
+fn bad_titles_and_hints_are_named_with_their_path() {
+    let errors = check(
+            "nodes:\n- id: a\n  type: agent\n  config:\n    tooling:\n      type: function\n      config:\n        tools:\n        - name: add\n          title: 7\n          annotations: {readOnly: true, idempotentHint: maybe}\n        - {name: 'file:All', title: Files}\n",
+        )
+        .unwrap_err();
+    let all = errors.join("\n");
+    for expected in [
+        "tools[0].title",
+        "must be a non-empty string",
+        "tools[0].annotations",
+        "readOnly",
+        "tools[0].annotations.idempotentHint",
+        "must be true or false",
+        "title",
+    ] {
+        assert!(all.contains(expected), "{expected} not in:\n{all}");
+    }
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("tools[1]") && e.contains("title")),
+        "{all}"
+    );
+}

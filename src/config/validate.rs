@@ -230,6 +230,8 @@ fn resolve_node(
                     description,
                     parameters,
                     timeout,
+                    title: entry.title.clone(),
+                    annotations: entry.annotations.clone(),
                 });
             }
             let message = match duplicates.as_slice() {

@@ -12,6 +12,7 @@ use super::validate::validate;
 use super::yaml::parse_yaml;
 use super::ConfigError;
 use crate::catalog::Catalog;
+use crate::catalog::ToolHints;
 
 /// A value with the line it came from.
 #[derive(Debug, Clone, PartialEq)]
@@ -116,7 +117,8 @@ pub struct FunctionToolConfig {
     pub auto_load: Option<bool>,
 }
 
-/// One entry of `tools`: `{name, description?, parameters?, auto_fill?}`.
+/// One entry of `tools`: `{name, description?, parameters?, auto_fill?,
+/// title?, annotations?}`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FunctionToolEntryConfig {
     /// e.g. `nodes[0].config.tooling[0].config.tools[3]`.
@@ -131,8 +133,13 @@ pub struct FunctionToolEntryConfig {
     pub parameters: Option<Value>,
     /// `None` when absent or null (→ true).
     pub auto_fill: Option<bool>,
-    /// Which of `description`, `parameters`, `auto_fill` are written in the
-    /// entry at all (even as null): a `module:All` entry may carry none.
+    /// The MCP `title` clients show for the tool; `None`: the function's.
+    pub title: Option<String>,
+    /// MCP's behaviour hints for the tool; `None`: the function's.
+    pub annotations: Option<ToolHints>,
+    /// Which of `description`, `parameters`, `auto_fill`, `title`,
+    /// `annotations` are written in the entry at all (even as null): a
+    /// `module:All` entry may carry none.
     pub overrides_present: Vec<&'static str>,
 }
 

@@ -139,10 +139,11 @@ impl Drop for WithdrawOnDrop {
 impl HumanPrompt for Elicitation {
     fn request(&self, request: PromptRequest) -> BoxFuture<'_, Result<PromptAnswer, PromptError>> {
         Box::pin(async move {
+            let form = schema(&request);
             let params = ElicitRequestParams::FormElicitationParams {
                 meta: None,
                 message: message(&request),
-                requested_schema: schema(&request),
+                requested_schema: form.clone(),
             };
             let sent = self
                 .peer
@@ -172,7 +173,7 @@ impl HumanPrompt for Elicitation {
                 }
             };
             match result.action {
-                ElicitationAction::Accept => Ok(answer(result.content)),
+                ElicitationAction::Accept => answer(result.content, &form),
                 ElicitationAction::Decline => Err(PromptError::Declined(None)),
                 ElicitationAction::Cancel => Err(PromptError::Cancelled(None)),
                 other => Err(PromptError::Failed(format!(
@@ -183,23 +184,105 @@ impl HumanPrompt for Elicitation {
     }
 }
 
-/// The tool's answer from the accepted form: the `response` text; any other
-/// fields go into the answer's metadata.
-pub(super) fn answer(content: Option<Value>) -> PromptAnswer {
+/// The tool's answer from the accepted `form`: the `response` text; any
+/// other fields go into the answer's metadata. Content that does not fit
+/// the form (a required field missing, a field of the wrong type or not one
+/// of its choices) is a declined prompt saying why, never an empty answer.
+pub(super) fn answer(
+    content: Option<Value>,
+    form: &ElicitationSchema,
+) -> Result<PromptAnswer, PromptError> {
     let mut fields = match content {
         Some(Value::Object(fields)) => fields,
-        Some(Value::String(text)) => return PromptAnswer::text(text),
-        Some(other) => return PromptAnswer::text(other.to_string()),
         None => Map::new(),
+        Some(other) => {
+            return Err(PromptError::Declined(Some(format!(
+                "the answer does not fit the form: the content is {other}, not an object of fields"
+            ))))
+        }
     };
+    let form = serde_json::to_value(form).unwrap_or(Value::Null);
+    if let Some(misfit) = misfit(&form, &fields) {
+        return Err(PromptError::Declined(Some(format!(
+            "the answer does not fit the form: {misfit}"
+        ))));
+    }
     let text = match fields.remove("response") {
         Some(Value::String(text)) => text,
         Some(Value::Null) | None => String::new(),
         Some(other) => other.to_string(),
     };
-    PromptAnswer {
+    Ok(PromptAnswer {
         text,
         metadata: fields,
+    })
+}
+
+/// Why `fields` do not fit `form` (an elicitation schema as JSON), if they
+/// do not: the first required field missing, or field of the wrong type or
+/// not among its choices. Fields the form does not name are let through.
+fn misfit(form: &Value, fields: &Map<String, Value>) -> Option<String> {
+    let required = form["required"].as_array().into_iter().flatten();
+    for name in required.filter_map(Value::as_str) {
+        if fields.get(name).is_none_or(Value::is_null) {
+            return Some(format!("the required field '{name}' is missing"));
+        }
+    }
+    let properties = form["properties"].as_object()?;
+    for (name, value) in fields {
+        let Some(property) = properties.get(name) else {
+            continue;
+        };
+        if value.is_null() {
+            continue;
+        }
+        let fits = match property["type"].as_str() {
+            Some("string") => value.is_string(),
+            Some("integer") => value.is_i64() || value.is_u64(),
+            Some("number") => value.is_number(),
+            Some("boolean") => value.is_boolean(),
+            Some("array") => value.is_array(),
+            _ => true,
+        };
+        if !fits {
+            return Some(format!(
+                "the field '{name}' must be of type {}, got {value}",
+                property["type"]
+            ));
+        }
+        let choices = choices(property);
+        let chosen = match value {
+            Value::Array(items) => items
+                .iter()
+                .all(|item| choices.is_empty() || choices.contains(item)),
+            single => choices.is_empty() || choices.contains(single),
+        };
+        if !chosen {
+            return Some(format!(
+                "the field '{name}' got {value}, which is not one of its choices"
+            ));
+        }
+    }
+    None
+}
+
+/// The values a form field offers (`enum`, `oneOf`/`anyOf` consts, or an
+/// array's items'); empty when it offers any value.
+fn choices(property: &Value) -> Vec<Value> {
+    let of = |schema: &Value| -> Vec<Value> {
+        if let Some(values) = schema["enum"].as_array() {
+            return values.clone();
+        }
+        ["oneOf", "anyOf"]
+            .iter()
+            .filter_map(|key| schema[*key].as_array())
+            .flatten()
+            .filter_map(|option| option.get("const").cloned())
+            .collect()
+    };
+    match of(property).as_slice() {
+        [] => of(&property["items"]),
+        found => found.to_vec(),
     }
 }
 
@@ -266,8 +349,42 @@ mod tests {
 
     #[test]
     fn the_answer_is_the_response_text() {
-        let answer = answer(Some(json!({"response": "yes", "extra": 1})));
+        let answer = answer(
+            Some(json!({"response": "yes", "extra": 1})),
+            &schema(&request()),
+        )
+        .unwrap();
         assert_eq!(answer.text, "yes");
         assert_eq!(answer.metadata["extra"], json!(1));
+    }
+
+    #[test]
+    fn an_answer_that_does_not_fit_the_form_is_declined_saying_why() {
+        let declined = |content: serde_json::Value, form: &ElicitationSchema| match answer(
+            Some(content),
+            form,
+        ) {
+            Err(PromptError::Declined(Some(why))) => why,
+            other => panic!("{other:?}"),
+        };
+        let one_text = schema(&request());
+        assert_eq!(
+            declined(json!({}), &one_text),
+            "the answer does not fit the form: the required field 'response' is missing"
+        );
+        assert!(declined(json!({"response": 5}), &one_text)
+            .contains("'response' must be of type \"string\""));
+        let mut asked = request();
+        asked.metadata.insert(
+            REQUESTED_SCHEMA.into(),
+            json!({"type": "object", "properties": {
+                "status": {"type": "string", "enum": ["active", "inactive"]},
+                "age": {"type": "integer"}}, "required": []}),
+        );
+        let form = schema(&asked);
+        assert!(declined(json!({"status": "gone"}), &form).contains("not one of its choices"));
+        assert!(declined(json!({"age": 1.5}), &form).contains("'age' must be of type"));
+        let fits = answer(Some(json!({"status": "active", "age": 30})), &form).unwrap();
+        assert_eq!(fits.metadata["age"], json!(30));
     }
 }

@@ -79,7 +79,7 @@ use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{json, Value};
 use tokio::sync::Notify;
 
-use crate::catalog::{FunctionSpec, TaskSupport};
+use crate::catalog::{FunctionSpec, TaskSupport, ToolHints};
 use crate::config::{NodeTools, Workflow};
 use crate::context::{AttachmentStore, HumanPrompt, Session};
 use crate::error::{ErrorKind, ToolError};
@@ -460,7 +460,7 @@ fn list_tools(pool: &Pool, tools: &ToolSet) -> Vec<Tool> {
                     "toolpool/module": f.module,
                     "toolpool/timeout": seconds(default_timeout),
                 });
-                tool(&f.name, &f.description, &f.parameters, meta, Some(f))
+                tool(&f.name, &f.description, &f.parameters, meta, Some(f), None)
             })
             .collect(),
         ToolSet::Node(node) => node
@@ -478,6 +478,7 @@ fn list_tools(pool: &Pool, tools: &ToolSet) -> Vec<Tool> {
                     &t.parameters,
                     meta,
                     function_of(&t.function),
+                    Some((t.title.as_deref(), t.annotations.as_ref())),
                 )
             })
             .collect(),
@@ -503,6 +504,8 @@ fn tool(
     parameters: &Value,
     meta: Value,
     function: Option<&FunctionSpec>,
+    // A workflow entry's own title and hints, in place of the function's.
+    entry: Option<(Option<&str>, Option<&ToolHints>)>,
 ) -> Tool {
     let output = function.and_then(output_schema);
     // The catalog and `resolve` only produce object schemas; anything else
@@ -529,19 +532,22 @@ fn tool(
         Some(Value::Object(output)) => tool.with_raw_output_schema(Arc::new(output)),
         _ => tool,
     };
-    if let Some(function) = function {
-        tool.title = function.title.clone();
-        tool.annotations = function.annotations.as_ref().map(|hints| {
-            let mut annotations = rmcp::model::ToolAnnotations::default();
-            // The title here too: clients of versions before `Tool.title` read it here.
-            annotations.title = function.title.clone();
-            annotations.read_only_hint = hints.read_only_hint;
-            annotations.destructive_hint = hints.destructive_hint;
-            annotations.idempotent_hint = hints.idempotent_hint;
-            annotations.open_world_hint = hints.open_world_hint;
-            annotations
-        });
-    }
+    let (entry_title, entry_hints) = entry.unwrap_or_default();
+    let title = entry_title
+        .map(str::to_string)
+        .or_else(|| function.and_then(|f| f.title.clone()));
+    let hints = entry_hints.or_else(|| function.and_then(|f| f.annotations.as_ref()));
+    tool.title = title.clone();
+    tool.annotations = hints.map(|hints| {
+        let mut annotations = rmcp::model::ToolAnnotations::default();
+        // The title here too: clients of versions before `Tool.title` read it here.
+        annotations.title = title.clone();
+        annotations.read_only_hint = hints.read_only_hint;
+        annotations.destructive_hint = hints.destructive_hint;
+        annotations.idempotent_hint = hints.idempotent_hint;
+        annotations.open_world_hint = hints.open_world_hint;
+        annotations
+    });
     tool
 }
 

@@ -57,14 +57,18 @@ const MAX_EXPIRED: usize = 4096;
 /// tool names one (`metadata["input_key"]`).
 const INPUT_KEY: &str = "human";
 
-/// The elicitation request that asks `request`'s question.
-pub(super) fn input_request(request: &PromptRequest) -> InputRequest {
+/// The elicitation request that asks `request`'s question, and its form
+/// (which the answer must fit).
+pub(super) fn input_request(
+    request: &PromptRequest,
+) -> (InputRequest, rmcp::model::ElicitationSchema) {
+    let form = elicit::schema(request);
     let params = ElicitRequestParams::FormElicitationParams {
         meta: None,
         message: elicit::message(request),
-        requested_schema: elicit::schema(request),
+        requested_schema: form.clone(),
     };
-    InputRequest::Elicitation(ElicitRequest::new(params))
+    (InputRequest::Elicitation(ElicitRequest::new(params)), form)
 }
 
 /// The key of the input request for `request`: the tool's
@@ -176,6 +180,8 @@ struct Suspended {
     binding: [u8; 32],
     /// The key of its input request, where its answer is looked for.
     key: String,
+    /// The form its answer must fit.
+    form: rmcp::model::ElicitationSchema,
     answer: oneshot::Sender<Answer>,
     call: Running,
 }
@@ -239,14 +245,16 @@ impl RoundTrips {
     ) -> InputRequiredResult {
         let id: [u8; 16] = random();
         let key = input_key(&asked.request);
+        let (input, form) = input_request(&asked.request);
         let mut requests = InputRequests::new();
-        requests.insert(key.clone(), input_request(&asked.request));
+        requests.insert(key.clone(), input);
         let state = self.seal(&id, &binding);
         self.lock().insert(
             id,
             Suspended {
                 binding,
                 key,
+                form,
                 answer: asked.answer,
                 call,
             },
@@ -311,6 +319,7 @@ impl RoundTrips {
         let answer = answer_of(
             &suspended.key,
             responses.and_then(|r| r.get(suspended.key.as_str())),
+            &suspended.form,
         );
         // The tool may have ended meanwhile (its worker died): then the
         // answer has nowhere to go, and driving the call reports how it ended.
@@ -375,7 +384,11 @@ pub fn binding(client: Option<&rmcp::model::Implementation>, tool: &str, args: &
 }
 
 /// The tool's answer from the client's `ElicitResult`.
-pub(super) fn answer_of(key: &str, response: Option<&Value>) -> Answer {
+pub(super) fn answer_of(
+    key: &str,
+    response: Option<&Value>,
+    form: &rmcp::model::ElicitationSchema,
+) -> Answer {
     let Some(response) = response else {
         return Err(PromptError::Failed(format!(
             "the MCP client's retry carried no answer to the '{key}' request"
@@ -387,7 +400,7 @@ pub(super) fn answer_of(key: &str, response: Option<&Value>) -> Answer {
         ))
     })?;
     match result.action {
-        ElicitationAction::Accept => Ok(elicit::answer(result.content)),
+        ElicitationAction::Accept => elicit::answer(result.content, form),
         ElicitationAction::Decline => Err(PromptError::Declined(None)),
         ElicitationAction::Cancel => Err(PromptError::Cancelled(None)),
         other => Err(PromptError::Failed(format!(

@@ -16,6 +16,8 @@ use crate::context::PromptRequest;
 /// One open question: what the client is shown, and where the answer goes.
 struct Open {
     request: rmcp::model::InputRequest,
+    /// The form its answer must fit.
+    form: rmcp::model::ElicitationSchema,
     answer: oneshot::Sender<Answer>,
 }
 
@@ -37,8 +39,10 @@ impl Questions {
             n += 1;
             key = format!("{base}-{n}");
         }
+        let (input, form) = mrtr::input_request(request);
         let question = Open {
-            request: mrtr::input_request(request),
+            request: input,
+            form,
             answer,
         };
         open.insert(key.clone(), question);
@@ -61,7 +65,8 @@ impl Questions {
         let mut open = self.lock();
         for (key, response) in responses {
             if let Some(question) = open.remove(key) {
-                let _ = question.answer.send(mrtr::answer_of(key, Some(response)));
+                let answer = mrtr::answer_of(key, Some(response), &question.form);
+                let _ = question.answer.send(answer);
             }
         }
     }

@@ -398,7 +398,7 @@ async fn a_workflow_node_offers_exactly_its_tools() {
     let dir = tempfile::tempdir().expect("temp dir");
     let workflow = workflow_file(
         dir.path(),
-        "        - type: function\n          prefix: fx\n          config:\n            timeout: 0.5\n            tools:\n              - name: add\n              - name: sleep_forever\n                description: Never returns.\n        - type: function\n          config:\n            timeout: null\n            tools:\n              - name: show_context\n",
+        "        - type: function\n          prefix: fx\n          config:\n            timeout: 0.5\n            tools:\n              - name: add\n              - name: sleep_forever\n                description: Never returns.\n                title: Wait forever\n                annotations: {readOnlyHint: true}\n        - type: function\n          config:\n            timeout: null\n            tools:\n              - name: show_context\n",
     );
     let workflow = workflow.display().to_string();
     let served = serve(&[
@@ -431,6 +431,12 @@ async fn a_workflow_node_offers_exactly_its_tools() {
         assert_eq!(meta["toolpool/node"], json!("Agent"));
     }
     assert_eq!(tools[1].description.as_deref(), Some("Never returns."));
+    // The entry's title and hints, in place of the function's.
+    assert_eq!(tools[1].title.as_deref(), Some("Wait forever"));
+    let hints = tools[1].annotations.as_ref().expect("annotations");
+    assert_eq!(hints.read_only_hint, Some(true));
+    assert_eq!(hints.title.as_deref(), Some("Wait forever"));
+    assert_eq!(expected[1]["title"], json!("Wait forever"));
 
     assert_eq!(
         ok_text(&served.call("fx_add", json!({"a": 2, "b": 3})).await),

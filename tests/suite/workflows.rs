@@ -282,7 +282,7 @@ fn unknown_keys_in_function_tooling_are_errors_and_the_rest_is_left_alone() {
     assert_eq!(out.lines().count(), 5, "{out}");
     assert!(out.contains(
         "nodes[0].config.tooling[0].config.tools[0].descripton: unknown key 'descripton' (did you mean 'description'?); \
-         expected one of: name, description, parameters, auto_fill (line 16)"
+         expected one of: name, description, parameters, auto_fill, title, annotations (line 16)"
     ), "{out}");
     assert!(
         !out.contains("some_runtime_option")
