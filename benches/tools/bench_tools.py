@@ -32,3 +32,18 @@ def take_text(text: str) -> int:
 def zeros(count: int) -> list:
     """A list of `count` zeros (a large result: ~2 bytes each as JSON)."""
     return [0] * count
+
+
+def spin(seconds: float, beat_file: str) -> str:
+    """Burn CPU in Python for `seconds`, writing a heartbeat count to
+    `beat_file` every 50 ms (M5: whether the tool still runs after its
+    timeout was reported)."""
+    deadline = time.monotonic() + seconds
+    beat, next_beat = 0, 0.0
+    while time.monotonic() < deadline:
+        if time.monotonic() >= next_beat:
+            beat += 1
+            with open(beat_file, "w") as f:
+                f.write(str(beat))
+            next_beat = time.monotonic() + 0.05
+    return "spun"
