@@ -445,7 +445,9 @@ fn session_name(
 
 /// The session of a request that names none: keyed by the credential it
 /// authenticated with (`client-` and the first 16 hex digits of the SHA-256
-/// of its `Authorization` header), so that a client's files survive between
+/// of its `Authorization` header's credential — the scheme's spelling and
+/// surrounding spaces aside, so `Bearer x` and `bearer x` are one client),
+/// so that a client's files survive between
 /// its calls and its MCP sessions, and clients with different credentials
 /// never share; on a server without tokens (one user), the one session
 /// `anonymous` (not `default`: the pool's own session directory may hold
@@ -453,7 +455,12 @@ fn session_name(
 fn credential_session_name(authorization: Option<&str>) -> String {
     use sha2::Digest;
     match authorization {
-        Some(credential) => {
+        Some(header) => {
+            let header = header.trim();
+            let credential = match header.split_once(' ') {
+                Some((scheme, token)) if scheme.eq_ignore_ascii_case("bearer") => token.trim(),
+                _ => header,
+            };
             let digest = sha2::Sha256::digest(credential.as_bytes());
             let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
             format!("client-{hex}")
@@ -703,6 +710,11 @@ mod tests {
         assert_eq!(
             alice,
             credential_session_name(Some("Bearer alice-token-0123456789"))
+        );
+        // The scheme's spelling does not make another client.
+        assert_eq!(
+            alice,
+            credential_session_name(Some(" bearer  alice-token-0123456789 "))
         );
         assert!(alice.starts_with("client-") && alice.len() == "client-".len() + 16);
         assert_eq!(crate::context::sessions::check_session_name(&alice), Ok(()));
