@@ -1244,16 +1244,13 @@ impl ToolpoolServer {
         // With structuredContent the text block is the result's serialized
         // JSON (as MCP suggests), compact: a large table is not sent a
         // second time at its indented size.
-        let compact = match (&structured, &report.result) {
-            (Some(_), Ok(value)) if !value.is_string() => Some(value.to_string()),
-            _ => None,
-        };
-        let mut result = call_result(report.result, report.content.as_deref(), Some(store));
-        if let (Some(compact), [block]) = (compact, result.content.as_mut_slice()) {
-            if block.as_text().is_some() {
-                *block = ContentBlock::text(compact);
+        // (Built here rather than indented by `call_result` and replaced.)
+        let mut result = match (&structured, &report.result) {
+            (Some(_), Ok(value)) if !value.is_string() => {
+                CallToolResult::success(vec![ContentBlock::text(value.to_string())])
             }
-        }
+            _ => call_result(report.result, report.content.as_deref(), Some(store)),
+        };
         result.structured_content = structured;
         result
     }
