@@ -49,19 +49,28 @@ def output_schema(returns, content_classes: tuple = ()) -> tuple:
     MCP wants an object schema: a result whose annotation is not an object
     (a list, a number, a union) is described as `{"result": <schema>}` and sent
     that way (`wrapped`). No schema for an unannotated, `Any`, `None` or
-    unknown return, nor for attachment results (they are sent as content).
+    unknown return, nor for attachment results (they are sent as content),
+    nor for a sequence that says nothing of its items (bare `list`, `tuple`,
+    `list[Any]`): such a schema lets a client check nothing, and it would
+    make every result travel twice (`structuredContent` beside its text), a
+    table's megabytes included — fastmcp draws the same line.
     Unknown keys are allowed at every level: a result with more fields than
     declared is still a result.
     """
     if returns is EMPTY or _mentions(returns, content_classes):
         return None, False
     schema = _open(type_schema(returns))
-    if not schema or schema == {"type": "null"}:
+    if not schema or schema == {"type": "null"} or _any_items(schema):
         return None, False
     if schema.get("type") == "object":
         return schema, False
     result = {**schema, "description": schema.get("description") or WRAPPED_RESULT}
     return {"type": "object", "properties": {"result": result}, "required": ["result"]}, True
+
+
+def _any_items(schema: dict) -> bool:
+    """True for an array schema with nothing said of its items or length."""
+    return schema.get("type") == "array" and not schema.get("items") and set(schema) <= {"type", "items", "description"}
 
 
 # How a wrapped result's one property is described (clients and linters want

@@ -758,3 +758,13 @@ class OutputSchemas(unittest.TestCase):
             self.assertEqual(self.output(returns), (None, False), returns)
         self.assertEqual(self.output(Block, (Block,)), (None, False))
         self.assertEqual(self.output(list[Block], (Block,)), (None, False))
+
+    def test_no_schema_for_a_sequence_that_says_nothing_of_its_items(self):
+        import typing
+
+        # A table-shaped `-> list` result would otherwise travel twice.
+        for returns in (list, tuple, typing.List, list[typing.Any], tuple[typing.Any, ...]):
+            self.assertEqual(self.output(returns), (None, False), returns)
+        schema, wrapped = self.output(list[dict])
+        self.assertTrue(wrapped, "items described: a schema a client can check")
+        self.assertEqual(schema["properties"]["result"]["items"], {"type": "object"})

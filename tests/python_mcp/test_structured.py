@@ -30,6 +30,15 @@ class Structured(unittest.IsolatedAsyncioTestCase):
         self.assertEqual(set(result.structured_content), {"x", "y", "label"})
         # `list[...]` is wrapped too.
         self.assertEqual(tools["kwargs_tool"].output_schema["properties"]["result"]["type"], "array")
+        result = await client.call_tool("kwargs_tool", {"a": 1, "b": 2})
+        self.assertEqual(result.structured_content, {"result": json.loads(ok(result))})
+        self.assertIn("b", result.structured_content["result"])
+        # A bare `tuple` (or `list`) says nothing a client could check: no
+        # schema, and the result travels once, as text.
+        self.assertIsNone(tools["return_tuple"].output_schema)
+        result = await client.call_tool("return_tuple", {})
+        self.assertIsNone(result.structured_content)
+        self.assertIsInstance(json.loads(ok(result)), list)
         # No annotation worth a schema (`Any`): text only.
         self.assertIsNone(tools["echo"].output_schema)
         result = await client.call_tool("echo", {"value": {"k": 1}})
