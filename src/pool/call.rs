@@ -178,11 +178,40 @@ impl Placement {
             }
         }
     }
+
+    /// Which idle worker a call of `session` takes, given the session each
+    /// has served, longest idle first: under per-session placement one of
+    /// its own session's, else a fresh one, else the longest idle (which
+    /// is then recycled); otherwise simply the longest idle. A session so
+    /// keeps its worker between its calls while one of its own is idle.
+    pub(crate) fn choose<'a>(
+        self,
+        served: impl IntoIterator<Item = Option<&'a str>> + Clone,
+        session: &str,
+    ) -> usize {
+        if self != Placement::PerSession {
+            return 0;
+        }
+        let position = |wanted: Option<&str>| served.clone().into_iter().position(|s| s == wanted);
+        position(Some(session))
+            .or_else(|| position(None))
+            .unwrap_or(0)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_call_takes_its_own_sessions_idle_worker_then_a_fresh_one_then_the_oldest() {
+        let idle = [Some("b"), None, Some("a"), Some("a")];
+        assert_eq!(Placement::PerSession.choose(idle, "a"), 2);
+        assert_eq!(Placement::PerSession.choose(idle, "c"), 1);
+        assert_eq!(Placement::PerSession.choose([Some("b"), Some("c")], "a"), 0);
+        assert_eq!(Placement::Shared.choose(idle, "a"), 0);
+        assert_eq!(Placement::Sandboxed.choose(idle, "a"), 0);
+    }
 
     #[test]
     fn a_call_that_ran_is_answered_whatever_happened_to_its_worker() {

@@ -93,9 +93,9 @@ impl Model {
         self.calls[call].answers += 1;
     }
 
-    /// The pool's dispatch: the first call in line that some idle worker
-    /// admits takes the first such worker (a worker of another session is
-    /// recycled instead, under per-session placement).
+    /// The pool's dispatch: the first call in line takes the idle worker
+    /// [`Placement::choose`] picks (one of its session's, else a fresh one,
+    /// else the first, which is recycled under per-session placement).
     fn dispatch(&mut self) {
         if self.closed {
             return;
@@ -104,14 +104,31 @@ impl Model {
         while index < self.line.len() {
             let call = self.line[index];
             let session = self.calls[call].session.clone();
-            let idle = (0..self.workers.len()).find(|&w| {
-                self.workers[w]
-                    .as_ref()
-                    .is_some_and(|w| w.running.is_none())
-            });
-            let Some(w) = idle else { return };
+            let idle: Vec<usize> = (0..self.workers.len())
+                .filter(|&w| {
+                    self.workers[w]
+                        .as_ref()
+                        .is_some_and(|w| w.running.is_none())
+                })
+                .collect();
+            if idle.is_empty() {
+                return;
+            }
+            let served = idle
+                .iter()
+                .map(|&w| self.workers[w].as_ref().and_then(|w| w.served.as_deref()));
+            let w = idle[self.placement.choose(served.clone(), &session)];
             let worker = self.workers[w].as_mut().expect("idle");
             if !self.placement.admits(worker.served.as_deref(), &session) {
+                // Recycled only when no idle worker could have run it.
+                assert!(
+                    self.placement == Placement::Sandboxed
+                        || !idle.iter().any(|&i| {
+                            let served = self.workers[i].as_ref().and_then(|w| w.served.as_deref());
+                            self.placement.admits(served, &session)
+                        }),
+                    "a worker of another session was recycled while one that could run {session} was idle"
+                );
                 // Recycled: a fresh worker takes its place; the call stays first.
                 self.calls[call].state.got_worker().unwrap();
                 self.calls[call].state.refused_by_worker().unwrap();

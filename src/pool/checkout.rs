@@ -12,11 +12,16 @@ use crate::error::{ErrorKind, ToolError};
 use crate::worker::Worker;
 
 impl Shared {
-    /// Waits for a worker for a call of `tool`, within the queue-wait limit.
-    pub(super) async fn checkout(self: &Arc<Self>, tool: &str) -> Result<Lease, ToolError> {
+    /// Waits for a worker for a call of `tool` in `session`, within the
+    /// queue-wait limit.
+    pub(super) async fn checkout(
+        self: &Arc<Self>,
+        tool: &str,
+        session: &str,
+    ) -> Result<Lease, ToolError> {
         let started = Instant::now();
         let limit = self.queue_wait.map(|limit| started + limit);
-        match self.wait_for_worker(tool, limit).await? {
+        match self.wait_for_worker(tool, session, limit).await? {
             Some(worker) => Ok(Lease::new(worker, self)),
             None => Err(ToolError::new(
                 tool,
@@ -34,8 +39,10 @@ impl Shared {
     async fn wait_for_worker(
         self: &Arc<Self>,
         tool: &str,
+        session: &str,
         limit: Option<Instant>,
     ) -> Result<Option<Worker>, ToolError> {
+        let placement = self.placement();
         let closed_error =
             || ToolError::new(tool, ErrorKind::PoolClosed, "the pool is shutting down");
         if self.workers.is_closed() {
@@ -55,12 +62,12 @@ impl Shared {
             return Err(error);
         }
         // Nobody waiting and a worker idle: take it at once.
-        if let Some(worker) = self.workers.try_take_idle() {
+        if let Some(worker) = self.workers.try_take_idle(placement, session) {
             return Ok(Some(worker));
         }
         let queued = Gauge::up(&self.counters.queued);
         // In line for the next idle worker (the place is kept while this waits).
-        let take = self.workers.take_idle();
+        let take = self.workers.take_idle(placement, session);
         let waited = async {
             match limit {
                 Some(limit) => tokio::time::timeout_at(limit, take).await.ok(),

@@ -15,6 +15,7 @@ use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
+use super::call::Placement;
 use crate::process::WorkerProcesses;
 use crate::worker::{Worker, WorkerId};
 
@@ -101,26 +102,46 @@ impl Dispatcher {
         None
     }
 
-    /// An idle worker now, if one is idle and nobody is waiting for it.
-    pub(super) fn try_take_idle(&self) -> Option<Worker> {
+    /// An idle worker now, if one is idle and nobody is waiting for it;
+    /// which one: [`Placement::choose`] for a call of `session`.
+    pub(super) fn try_take_idle(&self, placement: Placement, session: &str) -> Option<Worker> {
         let permit = self.idle_permits.try_acquire().ok()?;
         permit.forget();
-        locked(&self.idle).pop_front()
+        self.pop_idle(placement, session)
     }
 
-    /// The next idle worker, in the order callers asked; `None` once the
-    /// pool has closed. Cancel-safe: dropped, it gives its place up, and a
-    /// worker already assigned to it goes to the next in line.
-    pub(super) async fn take_idle(&self) -> Option<Worker> {
+    /// The next idle worker, in the order callers asked (which one:
+    /// [`Placement::choose`]); `None` once the pool has closed.
+    /// Cancel-safe: dropped, it gives its place up, and a worker already
+    /// assigned to it goes to the next in line.
+    pub(super) async fn take_idle(&self, placement: Placement, session: &str) -> Option<Worker> {
         let permit = self.idle_permits.acquire().await.ok()?;
         permit.forget();
-        // Every permit was added after its worker was queued.
-        locked(&self.idle).pop_front()
+        self.pop_idle(placement, session)
+    }
+
+    /// Takes the idle worker a call of `session` prefers; the caller holds
+    /// (and has forgotten) a permit, and every permit was added after its
+    /// worker was queued, so one is there. Locks the queue, then the live
+    /// records (nothing locks them the other way round).
+    fn pop_idle(&self, placement: Placement, session: &str) -> Option<Worker> {
+        let mut idle = locked(&self.idle);
+        let index = if placement == Placement::PerSession {
+            let live = locked(&self.live);
+            let served = idle.iter().map(|worker| {
+                live.get(&worker.id())
+                    .and_then(|entry| entry.session.as_deref())
+            });
+            placement.choose(served, session)
+        } else {
+            0
+        };
+        idle.remove(index)
     }
 
     /// Every idle worker, taken out of the pool's queue.
     pub(super) fn take_all_idle(&self) -> Vec<Worker> {
-        std::iter::from_fn(|| self.try_take_idle()).collect()
+        std::iter::from_fn(|| self.try_take_idle(Placement::Shared, "")).collect()
     }
 
     /// Worker `id`, if it is waiting (a spare: `true`) and no caller has

@@ -175,8 +175,9 @@ struct Shared {
 impl Shared {
     /// Under [`SessionIsolation::Process`]: whether the worker of `lease`
     /// may serve a call of `session`. One that served another session is
-    /// recycled instead (a warm spare takes its place) and the call checks
-    /// out again; a fresh one is tagged with the session.
+    /// recycled instead: a warm spare takes its place in the lease (then
+    /// `true`), or, with none waiting, a new worker is started and the call
+    /// checks out again (`false`). A fresh one is tagged with the session.
     fn admits(self: &Arc<Self>, lease: &mut Lease, session: &str) -> bool {
         let placement = self.placement();
         if placement == Placement::Shared {
@@ -193,21 +194,41 @@ impl Shared {
                 admitted
             })
             .unwrap_or(true);
-        if !admitted {
-            if let Some(worker) = lease.worker.take() {
-                tracing::debug!(
-                    worker = pid,
-                    session,
-                    "recycling a worker of another session"
-                );
-                self.counters
-                    .session_recycles
-                    .fetch_add(1, Ordering::Relaxed);
-                self.retire(worker, Termination::Retired);
+        if admitted {
+            return true;
+        }
+        let Some(worker) = lease.worker.take() else {
+            return false;
+        };
+        tracing::debug!(
+            worker = pid,
+            session,
+            "recycling a worker of another session"
+        );
+        self.counters
+            .session_recycles
+            .fetch_add(1, Ordering::Relaxed);
+        self.retire(worker, Termination::Retired);
+        // A warm spare takes its place for this very call, rather than
+        // joining the queue where another call might take it first.
+        match self.workers.pop_spare() {
+            Some(spare) if !self.workers.is_stale(spare.id()) => {
+                self.counters.respawns.fetch_add(1, Ordering::Relaxed);
+                self.workers.with_live(spare.id(), |entry| {
+                    entry.session = Some(session.to_string());
+                });
+                lease.worker = Some(spare);
+                self.start_worker(Destination::Spare, SPARE_REFILL_DELAY);
+                true
+            }
+            stale => {
+                if let Some(stale) = stale {
+                    self.retire(stale, Termination::Retired);
+                }
                 self.replace();
+                false
             }
         }
-        admitted
     }
 
     /// Where a call's workers come from.
@@ -599,7 +620,7 @@ impl Pool {
         let queued = Instant::now();
         let mut state = CallState::new();
         loop {
-            let checkout = shared.checkout(name).await;
+            let checkout = shared.checkout(name, &services.session_id).await;
             let queue_wait = queued.elapsed();
             let mut lease = match checkout {
                 Ok(lease) => lease,

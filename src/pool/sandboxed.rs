@@ -44,7 +44,7 @@ impl Shared {
             if let Some(worker) = lease.worker.take() {
                 self.make_idle(worker);
             }
-            lease = self.checkout(tool).await?;
+            lease = self.checkout(tool, &paths.id).await?;
         }
     }
 
