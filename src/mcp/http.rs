@@ -159,11 +159,18 @@ pub(super) async fn serve(
         calls: Arc::default(),
     });
     let registry = sessions.calls.clone();
+    let by_credential = options.access.requires_token();
     let handler = server.clone();
     let handler_root = root.clone();
     // rmcp makes one handler for each new session.
     let service = StreamableHttpService::new(
-        move || Ok(handler.for_session(SessionCalls::new(registry.clone(), handler_root.clone()))),
+        move || {
+            Ok(handler.for_session(SessionCalls::new(
+                registry.clone(),
+                handler_root.clone(),
+                by_credential,
+            )))
+        },
         manager,
         config,
     );
@@ -360,15 +367,19 @@ pub(super) struct SessionCalls {
     /// so ending one MCP session (DELETE, idle) never sweeps the session
     /// another one (of the same credential, say) still works in.
     held: Arc<OnceLock<Arc<Session>>>,
+    /// Whether the server checks tokens, so that a request's credential
+    /// names its session (else every such request is `anonymous`).
+    by_credential: bool,
 }
 
 impl SessionCalls {
-    fn new(registry: Arc<Registry>, root: Arc<SessionsRoot>) -> SessionCalls {
+    fn new(registry: Arc<Registry>, root: Arc<SessionsRoot>, by_credential: bool) -> SessionCalls {
         SessionCalls {
             token: CancellationToken::new(),
             registry: Some(registry),
             root: Some(root),
             held: Arc::default(),
+            by_credential,
         }
     }
 
@@ -386,7 +397,7 @@ impl SessionCalls {
             .extensions
             .get::<hyper::http::request::Parts>()
             .map(|parts| &parts.headers);
-        let name = session_name(headers, &context.meta.0)?;
+        let name = session_name(headers, &context.meta.0, self.by_credential)?;
         let session = root.open(&name).map_err(|e| e.to_string())?;
         let _ = self.held.set(session.clone());
         Ok(Some(session))
@@ -423,6 +434,7 @@ impl SessionCalls {
 fn session_name(
     headers: Option<&hyper::HeaderMap>,
     meta: &serde_json::Map<String, serde_json::Value>,
+    by_credential: bool,
 ) -> Result<String, String> {
     let header = |name: &str| headers.and_then(|h| h.get(name));
     if let Some(value) = header(SESSION_NAME_HEADER) {
@@ -437,7 +449,11 @@ fn session_name(
             "_meta \"{SESSION_NAME_META}\" must be a string (a session name), got {other}"
         )),
         None => {
-            let authorization = header(AUTHORIZATION.as_str()).and_then(|v| v.to_str().ok());
+            // Without tokens a credential is not checked: whatever a
+            // client sends there names nothing.
+            let authorization = header(AUTHORIZATION.as_str())
+                .filter(|_| by_credential)
+                .and_then(|v| v.to_str().ok());
             Ok(credential_session_name(authorization))
         }
     }
@@ -699,7 +715,7 @@ mod tests {
         let serde_json::Value::Object(meta) = meta else {
             panic!("meta must be an object");
         };
-        session_name(Some(&map), &meta)
+        session_name(Some(&map), &meta, true)
     }
 
     #[test]
@@ -745,6 +761,21 @@ mod tests {
         );
         let refused = name_of(&[token], serde_json::json!({ SESSION_NAME_META: 7 }));
         assert!(refused.is_err_and(|e| e.contains("must be a string")));
+    }
+
+    #[test]
+    fn on_a_server_without_tokens_a_credential_names_no_session() {
+        let mut headers = hyper::HeaderMap::new();
+        headers.insert(
+            AUTHORIZATION,
+            HeaderValue::from_static("Bearer for-a-proxy-0123456789"),
+        );
+        let meta = serde_json::Map::new();
+        assert_eq!(
+            session_name(Some(&headers), &meta, false),
+            Ok("anonymous".into())
+        );
+        assert!(session_name(Some(&headers), &meta, true).is_ok_and(|n| n.starts_with("client-")));
     }
 
     #[test]
