@@ -288,6 +288,24 @@ impl PromptError {
 pub trait HumanPrompt: Send + Sync {
     /// Asks the human; resolves to the answer, or to why there is none.
     fn request(&self, request: PromptRequest) -> BoxFuture<'_, Result<PromptAnswer, PromptError>>;
+
+    /// Asks several questions together (a tool's
+    /// `_context["human_prompt"].request_many(...)`); resolves to each
+    /// one's answer, in order. By default one after the other, stopping
+    /// at the first that fails; a front end that can show them at once (an
+    /// MCP task's `inputRequests`) overrides it.
+    fn request_many(
+        &self,
+        requests: Vec<PromptRequest>,
+    ) -> BoxFuture<'_, Result<Vec<PromptAnswer>, PromptError>> {
+        Box::pin(async move {
+            let mut answers = Vec::with_capacity(requests.len());
+            for request in requests {
+                answers.push(self.request(request).await?);
+            }
+            Ok(answers)
+        })
+    }
 }
 
 impl std::fmt::Debug for dyn HumanPrompt {
@@ -361,6 +379,7 @@ pub mod methods {
     pub const LIST: &str = "attachments.list";
     pub const EXPORT_MANIFEST: &str = "attachments.export_manifest";
     pub const HUMAN_PROMPT: &str = "human_prompt.request";
+    pub const HUMAN_PROMPT_MANY: &str = "human_prompt.request_many";
     pub const PROGRESS: &str = "progress.report";
     pub const LOG: &str = "log.record";
 }
@@ -375,10 +394,20 @@ struct HumanPromptParams {
     metadata: Option<Map<String, Value>>,
 }
 
+/// The parameters of `human_prompt.request_many`: the questions, each as
+/// `human_prompt.request` takes one.
+#[derive(Deserialize)]
+struct HumanPromptManyParams {
+    prompts: Vec<HumanPromptParams>,
+}
+
+/// Most questions one `request_many` may ask.
+const MAX_QUESTIONS: usize = 64;
+
 impl CallbackService for CallbackHandler {
     /// The human prompt waits for a human: the call's timer is paused while it runs.
     fn waits_for_human(&self, method: &str) -> bool {
-        method == methods::HUMAN_PROMPT
+        method == methods::HUMAN_PROMPT || method == methods::HUMAN_PROMPT_MANY
     }
 
     fn handle<'a>(
@@ -440,6 +469,7 @@ impl CallbackHandler {
         };
         match method {
             methods::HUMAN_PROMPT => self.human_prompt(tool, params).await,
+            methods::HUMAN_PROMPT_MANY => self.human_prompt_many(tool, params).await,
             methods::PROGRESS => match &self.progress {
                 Some(gate) => gate.report(&params).map(|()| Value::Null),
                 // Nobody asked: the shim does not send reports then, and
@@ -470,37 +500,78 @@ impl CallbackHandler {
         }
     }
 
+    fn prompt(&self) -> Result<&Arc<dyn HumanPrompt>, CallbackError> {
+        self.prompt.as_ref().ok_or_else(|| {
+            PromptError::Unavailable(
+                "this pool has no human prompt service (the library needs PoolBuilder::human_prompt)".into(),
+            )
+            .into()
+        })
+    }
+
     async fn human_prompt(
         &self,
         tool: &str,
         params: Map<String, Value>,
     ) -> Result<Value, CallbackError> {
-        let Some(prompt) = &self.prompt else {
-            return Err(PromptError::Unavailable(
-                "this pool has no human prompt service (the library needs PoolBuilder::human_prompt)".into(),
-            )
-            .into());
-        };
+        let prompt = self.prompt()?;
         let params: HumanPromptParams = params::from_params(&params).map_err(|e| {
             CallbackError::new("TypeError", format!("{}: {e}", methods::HUMAN_PROMPT))
         })?;
+        let answer = prompt.request(self.prompt_request(tool, params)?).await?;
+        Ok(answer_json(answer))
+    }
+
+    async fn human_prompt_many(
+        &self,
+        tool: &str,
+        params: Map<String, Value>,
+    ) -> Result<Value, CallbackError> {
+        let prompt = self.prompt()?;
+        let params: HumanPromptManyParams = params::from_params(&params).map_err(|e| {
+            CallbackError::new("TypeError", format!("{}: {e}", methods::HUMAN_PROMPT_MANY))
+        })?;
+        if params.prompts.is_empty() || params.prompts.len() > MAX_QUESTIONS {
+            return Err(CallbackError::new(
+                "ValueError",
+                format!(
+                    "{}: between 1 and {MAX_QUESTIONS} questions, got {}",
+                    methods::HUMAN_PROMPT_MANY,
+                    params.prompts.len()
+                ),
+            ));
+        }
+        let requests = params
+            .prompts
+            .into_iter()
+            .map(|one| self.prompt_request(tool, one))
+            .collect::<Result<Vec<_>, _>>()?;
+        let answers = prompt.request_many(requests).await?;
+        Ok(Value::Array(answers.into_iter().map(answer_json).collect()))
+    }
+
+    fn prompt_request(
+        &self,
+        tool: &str,
+        params: HumanPromptParams,
+    ) -> Result<PromptRequest, CallbackError> {
         let task_description = params
             .task_description
             .ok_or_else(|| CallbackError::new("TypeError", "task_description is required"))?;
-        let node_id = params.node_id.unwrap_or_default();
-        let inputs = params.inputs;
-        let metadata = params.metadata.unwrap_or_default();
-        let request = PromptRequest {
+        Ok(PromptRequest {
             session_id: self.services.session_id.clone(),
-            node_id,
+            node_id: params.node_id.unwrap_or_default(),
             task_description,
-            inputs,
-            metadata,
+            inputs: params.inputs,
+            metadata: params.metadata.unwrap_or_default(),
             tool: tool.to_string(),
-        };
-        let answer = prompt.request(request).await?;
-        Ok(json!({"text": answer.text, "metadata": answer.metadata}))
+        })
     }
+}
+
+/// A human's answer as the shim reads it.
+fn answer_json(answer: PromptAnswer) -> Value {
+    json!({"text": answer.text, "metadata": answer.metadata})
 }
 
 #[cfg(test)]

@@ -40,6 +40,7 @@ GET = "attachments.get"
 LIST = "attachments.list"
 EXPORT_MANIFEST = "attachments.export_manifest"
 HUMAN_PROMPT = "human_prompt.request"
+HUMAN_PROMPT_MANY = "human_prompt.request_many"
 PROGRESS = "progress.report"
 
 # The store's layout, as the original keeps it: files and manifest under one root.
@@ -320,17 +321,48 @@ class PromptProxy:
         metadata: Optional[Dict[str, Any]] = None,
     ):
         """Ask the human to do `task_description` (showing `inputs`); returns their answer as `.text`."""
+        question, meta = self._question(node_id, task_description, inputs, metadata)
+        return self._answer(call(self._transport, HUMAN_PROMPT, question) or {}, meta)
+
+    def request_many(self, questions) -> list:
+        """Ask several questions together; returns their answers in order.
+
+        Each question is a dict of `request`'s arguments (`task_description`,
+        and optionally `node_id`, `inputs`, `metadata`). A front end that can
+        show them at once does (an MCP task lists them all, and its client
+        may answer them in any order); others ask them one after another.
+        The first question that fails raises, as `request` would.
+        """
+        if not isinstance(questions, (list, tuple)) or not questions:
+            raise TypeError("request_many takes a non-empty list of questions")
+        asked = []
+        for number, one in enumerate(questions):
+            if not isinstance(one, dict) or "task_description" not in one:
+                raise TypeError(f"question {number} must be a dict with a task_description")
+            unknown = set(one) - {"node_id", "task_description", "inputs", "metadata"}
+            if unknown:
+                raise TypeError(f"question {number} has unknown keys: {', '.join(sorted(unknown))}")
+            asked.append(self._question(one.get("node_id"), one["task_description"], one.get("inputs"), one.get("metadata")))
+        answers = call(self._transport, HUMAN_PROMPT_MANY, {"prompts": [question for question, _ in asked]}) or []
+        if not isinstance(answers, list) or len(answers) != len(asked):
+            raise HumanPromptError("the front end did not answer every question")
+        return [self._answer(answer or {}, meta) for answer, (_, meta) in zip(answers, asked)]
+
+    def _question(self, node_id, task_description, inputs, metadata) -> tuple:
+        """The callback's parameters for one question, and its metadata."""
         meta = dict(metadata or {})
         if self._session_id and "session_id" not in meta:
             meta["session_id"] = self._session_id
         if inputs is not None and not isinstance(inputs, str):
             inputs = json.dumps(results.to_jsonable(inputs), ensure_ascii=False, indent=2)
-        answer = call(self._transport, HUMAN_PROMPT, {
+        return {
             "node_id": str(node_id or self._node_id or DEFAULT_NODE_ID),
             "task_description": str(task_description),
             "inputs": inputs,
             "metadata": results.to_jsonable(meta),
-        }) or {}
+        }, meta
+
+    def _answer(self, answer: dict, meta: dict):
         raw = answer.get("text")
         text = raw if isinstance(raw, str) else ("" if raw is None else str(raw))
         # As the original's service sanitises it: no lone surrogates.

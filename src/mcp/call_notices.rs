@@ -203,6 +203,16 @@ impl HumanPrompt for Heartbeats {
             self.human.request(request).await
         })
     }
+
+    fn request_many(
+        &self,
+        requests: Vec<PromptRequest>,
+    ) -> BoxFuture<'_, Result<Vec<PromptAnswer>, PromptError>> {
+        Box::pin(async move {
+            let _asking = Asking::new(self.waiting.clone());
+            self.human.request_many(requests).await
+        })
+    }
 }
 
 /// Sends the call's notices, and progress heartbeats while a question is

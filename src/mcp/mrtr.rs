@@ -106,18 +106,50 @@ pub struct RoundTripPrompt {
 impl HumanPrompt for RoundTripPrompt {
     fn request(&self, request: PromptRequest) -> BoxFuture<'_, Answer> {
         Box::pin(async move {
-            let (answer, answered) = oneshot::channel();
-            self.asked
-                .send(Asked { request, answer })
-                .await
-                .map_err(|_| PromptError::Failed("the MCP request ended".into()))?;
-            answered.await.unwrap_or_else(|_| {
-                Err(PromptError::Failed(
-                    "the MCP client did not come back with the human's answer".into(),
-                ))
-            })
+            let answered = self.ask(request).await?;
+            wait_for(answered).await
         })
     }
+
+    /// Every question handed over before any answer is awaited: a task
+    /// shows them together (`inputRequests`) and takes their answers in
+    /// any order; a round trip asks them one after another.
+    fn request_many(
+        &self,
+        requests: Vec<PromptRequest>,
+    ) -> BoxFuture<'_, Result<Vec<PromptAnswer>, PromptError>> {
+        Box::pin(async move {
+            let mut answers = Vec::with_capacity(requests.len());
+            for request in requests {
+                answers.push(self.ask(request).await?);
+            }
+            let mut answered = Vec::with_capacity(answers.len());
+            for answer in answers {
+                answered.push(wait_for(answer).await?);
+            }
+            Ok(answered)
+        })
+    }
+}
+
+impl RoundTripPrompt {
+    /// Hands `request` to the handler driving the call.
+    async fn ask(&self, request: PromptRequest) -> Result<oneshot::Receiver<Answer>, PromptError> {
+        let (answer, answered) = oneshot::channel();
+        self.asked
+            .send(Asked { request, answer })
+            .await
+            .map_err(|_| PromptError::Failed("the MCP request ended".into()))?;
+        Ok(answered)
+    }
+}
+
+async fn wait_for(answered: oneshot::Receiver<Answer>) -> Answer {
+    answered.await.unwrap_or_else(|_| {
+        Err(PromptError::Failed(
+            "the MCP client did not come back with the human's answer".into(),
+        ))
+    })
 }
 
 /// A call running in its own task (dropping this aborts it, which kills its

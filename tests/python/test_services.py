@@ -122,6 +122,33 @@ class HumanPromptProxy(unittest.TestCase):
         standins.HumanPromptService(None, None, supervisor).request(None, "x")
         self.assertEqual(supervisor.calls[-1][1]["node_id"], "model_function_calling")
 
+    def test_request_many_sends_every_question_and_answers_in_order(self):
+        supervisor = FakeSupervisor({proxies.HUMAN_PROMPT_MANY: [{"text": "one"}, {"text": "two", "metadata": {"k": 1}}]})
+        prompt = standins.HumanPromptService("s1", "node-a", supervisor)
+        first, second = prompt.request_many([
+            {"task_description": "First?"},
+            {"task_description": "Second?", "node_id": "node-b", "inputs": {"x": 1}, "metadata": {"m": True}},
+        ])
+        method, params = supervisor.calls[-1]
+        self.assertEqual(method, "human_prompt.request_many")
+        self.assertEqual([q["task_description"] for q in params["prompts"]], ["First?", "Second?"])
+        self.assertEqual([q["node_id"] for q in params["prompts"]], ["node-a", "node-b"])
+        self.assertEqual(params["prompts"][1]["metadata"], {"m": True, "session_id": "s1"})
+        self.assertEqual((first.text, second.text), ("one", "two"))
+        self.assertEqual(second.metadata, {"k": 1, "m": True, "session_id": "s1"})
+
+    def test_request_many_refuses_what_is_not_a_list_of_questions(self):
+        prompt = standins.HumanPromptService("s", None, FakeSupervisor())
+        for bad in ([], "First?", [{"inputs": "no task"}], [{"task_description": "x", "colour": "red"}], ["x"]):
+            with self.assertRaises(TypeError):
+                prompt.request_many(bad)
+
+    def test_request_many_with_a_missing_answer_raises(self):
+        supervisor = FakeSupervisor({proxies.HUMAN_PROMPT_MANY: [{"text": "one"}]})
+        with self.assertRaises(proxies.HumanPromptError):
+            standins.HumanPromptService("s", None, supervisor).request_many(
+                [{"task_description": "a"}, {"task_description": "b"}])
+
     def test_a_declined_prompt_raises(self):
         supervisor = FakeSupervisor({proxies.HUMAN_PROMPT: {"error": {"type": "HumanPromptDeclined", "message": "no"}}})
         with self.assertRaises(proxies.HumanPromptDeclined):

@@ -95,6 +95,61 @@ async fn the_pools_human_prompt_answers_with_the_request_details() {
 }
 
 #[tokio::test]
+async fn questions_asked_together_are_answered_in_order_and_the_first_failure_raises() {
+    let session = tempfile::tempdir().unwrap();
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let prompt = {
+        let seen = seen.clone();
+        prompt_fn(move |request: PromptRequest| {
+            let question = request.inputs.unwrap_or_default();
+            seen.lock().unwrap().push(question.clone());
+            async move {
+                if question == "refuse" {
+                    return Err(PromptError::Declined(Some("not that one".into())));
+                }
+                Ok(PromptAnswer::text(format!("answer to {question}")))
+            }
+        })
+    };
+    let pool = builder(&session, 1)
+        .human_prompt(prompt)
+        .timeout(Duration::from_secs(30))
+        .build()
+        .await
+        .unwrap();
+    let answers = call(
+        &pool,
+        "ask_many",
+        json!({"questions": ["colour?", "size?"]}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(answers, json!(["answer to colour?", "answer to size?"]));
+    assert_eq!(*seen.lock().unwrap(), ["colour?", "size?"]);
+    // A library front end asks them one after another: the one after a
+    // refusal is never asked.
+    let error = call(
+        &pool,
+        "ask_many",
+        json!({"questions": ["refuse", "never asked"]}),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(
+        error.contains("HumanPromptDeclined") && error.contains("not that one"),
+        "{error}"
+    );
+    assert!(!seen.lock().unwrap().contains(&"never asked".to_string()));
+    // The pool still answers.
+    let answers = call(&pool, "ask_many", json!({"questions": ["again?"]}))
+        .await
+        .unwrap();
+    assert_eq!(answers, json!(["answer to again?"]));
+    pool.shutdown().await;
+}
+
+#[tokio::test]
 async fn without_a_prompt_service_the_tool_finds_none() {
     let session = tempfile::tempdir().unwrap();
     let pool = builder(&session, 1).build().await.unwrap();
