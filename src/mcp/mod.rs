@@ -69,7 +69,7 @@ use rmcp::model::{
     CustomResult, ErrorCode, Implementation, JsonObject, ListResourceTemplatesResult,
     ListResourcesResult, ListToolsResult, LoggingLevel, MetaObject, PaginatedRequestParams,
     ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities,
-    ServerConfig, SetLevelRequestParams, Tool,
+    ServerConfig, SetLevelRequestParams, SubscribeRequestParams, Tool, UnsubscribeRequestParams,
 };
 use rmcp::model::{
     CancelTaskParams, GetTaskParams, GetTaskResult, SubscriptionFilter, UpdateTaskParams,
@@ -200,6 +200,9 @@ pub struct ToolpoolServer {
     /// its calls' log records from there up reach it.
     #[allow(deprecated)]
     log_level: Arc<std::sync::Mutex<Option<LoggingLevel>>>,
+    /// This MCP session's entry among the listeners, once it has one
+    /// (initialized under `--watch`, or its first `resources/subscribe`).
+    listener: Arc<std::sync::OnceLock<u64>>,
 }
 
 struct Inner {
@@ -242,6 +245,7 @@ impl ToolpoolServer {
             }),
             session: http::SessionCalls::default(),
             log_level: Arc::default(),
+            listener: Arc::default(),
         }
     }
 
@@ -252,6 +256,7 @@ impl ToolpoolServer {
             inner: self.inner.clone(),
             session,
             log_level: Arc::default(),
+            listener: Arc::default(),
         }
     }
 
@@ -320,10 +325,53 @@ impl ToolpoolServer {
         let server = self.clone();
         tokio::spawn(async move {
             let mut listed = server.tools();
+            let mut resources = server.resource_uris();
             while reloads.changed().await.is_ok() {
                 listed = server.reloaded(workflow.as_ref(), listed).await;
+                resources = server.resources_reloaded(resources).await;
             }
         });
+    }
+
+    /// The URIs and URI templates the functions serve.
+    fn resource_uris(&self) -> Vec<String> {
+        let catalog = self.inner.pool.catalog();
+        let listed = resource_functions::listed(&catalog)
+            .into_iter()
+            .map(|r| r.uri);
+        let templates = resource_functions::templates(&catalog)
+            .into_iter()
+            .map(|t| t.uri_template);
+        listed.chain(templates).collect()
+    }
+
+    /// After a reload: each subscription to a resource a function serves is
+    /// told that it may have changed (its code was reloaded), then a changed
+    /// resource list (`before`: its URIs before it) is told to every
+    /// listener of lists. Returns the URIs after it.
+    async fn resources_reloaded(&self, before: Vec<String>) -> Vec<String> {
+        let catalog = self.inner.pool.catalog();
+        let told = self
+            .inner
+            .listeners
+            .notify_updated(|uri| resource_functions::find(&catalog, uri).is_some())
+            .await;
+        if told > 0 {
+            tracing::info!(
+                notices = told,
+                "subscribed resources reloaded; clients told"
+            );
+        }
+        let after = self.resource_uris();
+        if after != before {
+            let told = self
+                .inner
+                .listeners
+                .notify_list_changed(listeners::Change::Resources)
+                .await;
+            tracing::info!(clients = told, "the resource list changed; clients told");
+        }
+        after
     }
 
     /// `before`: the list before the reload; returns the list after it.
@@ -347,7 +395,11 @@ impl ToolpoolServer {
         if after == before {
             tracing::debug!("reloaded; the tool list is unchanged");
         } else {
-            let told = self.inner.listeners.notify_tool_list_changed().await;
+            let told = self
+                .inner
+                .listeners
+                .notify_list_changed(listeners::Change::Tools)
+                .await;
             tracing::info!(clients = told, "the tool list changed; clients told");
         }
         after
@@ -568,12 +620,15 @@ impl ServerHandler for ToolpoolServer {
                 .enable_tools()
                 .enable_tool_list_changed()
                 .enable_resources()
+                .enable_resources_list_changed()
+                .enable_resources_subscribe()
                 .enable_logging()
                 .build()
         } else {
             ServerCapabilities::builder()
                 .enable_tools()
                 .enable_resources()
+                .enable_resources_subscribe()
                 .enable_logging()
                 .build()
         };
@@ -698,6 +753,42 @@ impl ServerHandler for ToolpoolServer {
             .map(ReadResourceResponse::Complete)
     }
 
+    /// `resources/subscribe` (2025-11-25 sessions): the URI must name a
+    /// resource this session can read; its client is then told
+    /// (`notifications/resources/updated`) when a reload changes the code
+    /// that serves it. An attachment's file is not watched.
+    #[allow(deprecated)]
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.check_resource(&request.uri, &context).await?;
+        let listeners = &self.inner.listeners;
+        let id = *self
+            .listener
+            .get_or_init(|| listeners.add_session(context.peer.clone(), false));
+        if !listeners.subscription(id, &request.uri, true) {
+            // Its connection was found closed and dropped: a new entry.
+            let id = listeners.add_session(context.peer.clone(), false);
+            listeners.subscription(id, &request.uri, true);
+        }
+        Ok(())
+    }
+
+    /// `resources/unsubscribe`: the URI is no longer watched for this session.
+    #[allow(deprecated)]
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        if let Some(id) = self.listener.get() {
+            self.inner.listeners.subscription(*id, &request.uri, false);
+        }
+        Ok(())
+    }
+
     /// The level from which this session's calls' log records reach the
     /// client (`notifications/message`).
     #[allow(deprecated)]
@@ -719,20 +810,34 @@ impl ServerHandler for ToolpoolServer {
     /// A session from `initialize` is told of list changes on its connection.
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
         if self.inner.list_changes.load(Ordering::Acquire) {
-            self.inner.listeners.add_session(context.peer);
+            let id = self.inner.listeners.add_session(context.peer, true);
+            let _ = self.listener.set(id);
         }
     }
 
     /// 2026-07-28 `subscriptions/listen`: tool list changes, with `--watch`.
     fn accepted_subscription_filter(
         &self,
-        _requested: &SubscriptionFilter,
+        requested: &SubscriptionFilter,
     ) -> Option<SubscriptionFilter> {
-        self.inner.list_changes.load(Ordering::Acquire).then(|| {
-            let mut filter = SubscriptionFilter::new();
+        let mut filter = SubscriptionFilter::new();
+        if self.inner.list_changes.load(Ordering::Acquire) {
             filter.tools_list_changed = Some(true);
-            filter
-        })
+            filter.resources_list_changed = Some(true);
+        }
+        // Resources a function serves: the ones a reload can change.
+        let catalog = self.inner.pool.catalog();
+        let served: Vec<String> = requested
+            .resource_subscriptions
+            .iter()
+            .flatten()
+            .filter(|uri| resource_functions::find(&catalog, uri).is_some())
+            .cloned()
+            .collect();
+        if !served.is_empty() {
+            filter.resource_subscriptions = Some(served);
+        }
+        (filter != SubscriptionFilter::new()).then_some(filter)
     }
 
     async fn get_task(
@@ -776,7 +881,17 @@ impl ServerHandler for ToolpoolServer {
     }
 
     async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
-        let id = self.inner.listeners.add_stream(context.sink().clone());
+        let uris = context
+            .accepted()
+            .resource_subscriptions
+            .iter()
+            .flatten()
+            .cloned()
+            .collect();
+        let id = self
+            .inner
+            .listeners
+            .add_stream(context.sink().clone(), uris);
         context.cancelled().await;
         self.inner.listeners.remove(id);
         Ok(())
@@ -1208,6 +1323,23 @@ impl ToolpoolServer {
     #[allow(deprecated)]
     fn log_level(&self) -> Option<LoggingLevel> {
         self.log_level.lock().ok().and_then(|level| *level)
+    }
+
+    /// Whether `uri` names a resource the session of `context` can read: one
+    /// a function serves, or one of its attachments.
+    async fn check_resource(
+        &self,
+        uri: &str,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        if resource_functions::find(&self.inner.pool.catalog(), uri).is_some() {
+            return Ok(());
+        }
+        let store = self.store_for(context)?;
+        let uri_owned = uri.to_string();
+        tokio::task::spawn_blocking(move || resources::attachment(&store, &uri_owned).map(drop))
+            .await
+            .map_err(|e| McpError::internal_error(format!("looking it up failed: {e}"), None))?
     }
 
     /// The attachment store of the session the request in `context` runs in.

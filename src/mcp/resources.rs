@@ -19,6 +19,7 @@ use rmcp::model::{
 use rmcp::ErrorData as McpError;
 use serde_json::json;
 
+use crate::context::attachments::AttachmentRecord;
 use crate::context::AttachmentStore;
 
 /// The URI scheme and path of an attachment: `toolpool://attachments/<id>`.
@@ -99,17 +100,17 @@ pub fn templates() -> ListResourceTemplatesResult {
     result
 }
 
-/// The attachment `uri` names, read from `store`: text for a textual MIME
-/// type that holds UTF-8, else base64. An unknown URI, or one whose file is
-/// gone or too large, is an invalid-params error with the URI in its data.
-pub fn read(store: &AttachmentStore, uri: &str) -> Result<ReadResourceResult, McpError> {
-    let not_found = |why: &str| {
-        McpError::new(
-            ErrorCode::INVALID_PARAMS,
-            format!("resource not found: {uri} ({why})"),
-            Some(json!({"uri": uri})),
-        )
-    };
+/// The "resource not found" error of `uri` (-32602 with the URI in its data).
+pub fn not_found(uri: &str, why: &str) -> McpError {
+    McpError::new(
+        ErrorCode::INVALID_PARAMS,
+        format!("resource not found: {uri} ({why})"),
+        Some(json!({"uri": uri})),
+    )
+}
+
+/// The record of the attachment `uri` names in `store`.
+pub fn attachment(store: &AttachmentStore, uri: &str) -> Result<AttachmentRecord, McpError> {
     let id = uri
         .strip_prefix(ATTACHMENT_URI_PREFIX)
         .filter(|id| {
@@ -118,10 +119,18 @@ pub fn read(store: &AttachmentStore, uri: &str) -> Result<ReadResourceResult, Mc
                     .bytes()
                     .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
         })
-        .ok_or_else(|| not_found("not a toolpool://attachments/<id> URI"))?;
-    let record = store
+        .ok_or_else(|| not_found(uri, "not a toolpool://attachments/<id> URI"))?;
+    store
         .get(id)
-        .ok_or_else(|| not_found("no attachment of that id in this session"))?;
+        .ok_or_else(|| not_found(uri, "no attachment of that id in this session"))
+}
+
+/// The attachment `uri` names, read from `store`: text for a textual MIME
+/// type that holds UTF-8, else base64. An unknown URI, or one whose file is
+/// gone or too large, is an invalid-params error with the URI in its data.
+pub fn read(store: &AttachmentStore, uri: &str) -> Result<ReadResourceResult, McpError> {
+    let not_found = |why: &str| not_found(uri, why);
+    let record = attachment(store, uri)?;
     let reference = record.reference;
     let path = reference
         .local_path

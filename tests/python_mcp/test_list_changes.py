@@ -37,6 +37,23 @@ class LegacyListener:
             self.changed.set()
 
 
+class ResourceListener:
+    """A message handler that records `notifications/resources/updated` (their URIs) and `.../list_changed`."""
+
+    def __init__(self):
+        self.updated = anyio.Event()
+        self.list_changed = anyio.Event()
+        self.uris = []
+
+    async def __call__(self, message):
+        root = getattr(message, "root", message)
+        if isinstance(root, types.ResourceUpdatedNotification):
+            self.uris.append(str(root.params.uri))
+            self.updated.set()
+        elif isinstance(root, types.ResourceListChangedNotification):
+            self.list_changed.set()
+
+
 async def names(client) -> list[str]:
     return [t.name for t in (await client.list_tools()).tools]
 
@@ -84,6 +101,53 @@ class ListChanges(unittest.IsolatedAsyncioTestCase):
                         self.assertEqual(client.protocol_version, version)
                         await self.see_a_new_module(client, functions, mode, listener)
                 self.assertEqual(warnings_in(log[0]), [])
+
+    async def test_subscribed_resources_and_the_resource_list_are_told_in_both_versions(self):
+        weather = 'def weather() -> str:\n    """Today."""\n    return "{}"\n\n\nweather.mcp_resource = "demo://weather"\n'
+        tides = 'def tides() -> str:\n    """Tides."""\n    return "low"\n\n\ntides.mcp_resource = "demo://tides"\n'
+        for version, mode in MODES.items():
+            with self.subTest(version=version), tempfile.TemporaryDirectory() as tmp:
+                functions = tools_dir(tmp)
+                (functions / "weather.py").write_text(weather.format("sunny"))
+                listener = ResourceListener()
+                async with served(
+                    "--workers", "1", "serve", "--watch",
+                    functions=functions, mode=mode, message_handler=listener,
+                ) as client:
+                    resources = client.server_capabilities.resources
+                    self.assertTrue(resources.subscribe and resources.list_changed)
+                    read = lambda: client.read_resource("demo://weather")  # noqa: E731
+                    self.assertEqual((await read()).contents[0].text, "sunny")
+                    if mode == "legacy":
+                        # Only what the session can read may be watched.
+                        with self.assertRaises(Exception) as refused:
+                            await client.subscribe_resource("demo://nope")
+                        self.assertEqual(getattr(refused.exception, "code", None) or refused.exception.error.code, -32602)
+                        await client.subscribe_resource("demo://weather")
+                        (functions / "weather.py").write_text(weather.format("rain"))
+                        with anyio.fail_after(WAIT):
+                            await listener.updated.wait()
+                        self.assertEqual(listener.uris, ["demo://weather"])
+                        self.assertEqual((await read()).contents[0].text, "rain")
+                        # Unsubscribed: the next reload tells of the new list
+                        # (after any update, which would come first) and
+                        # not of the weather.
+                        await client.unsubscribe_resource("demo://weather")
+                        (functions / "weather.py").write_text(weather.format("snow"))
+                        (functions / "tides.py").write_text(tides)
+                        with anyio.fail_after(WAIT):
+                            while "demo://tides" not in [r.uri for r in (await client.list_resources()).resources]:
+                                await anyio.sleep(0.2)
+                            await listener.list_changed.wait()
+                        self.assertEqual(listener.uris, ["demo://weather"])
+                    else:
+                        async with client.listen(resources_list_changed=True,
+                                                 resource_subscriptions=["demo://weather"]) as subscription:
+                            (functions / "weather.py").write_text(weather.format("rain"))
+                            with anyio.fail_after(WAIT):
+                                event = await subscription.__anext__()
+                            self.assertIn("demo://weather", repr(event))
+                        self.assertEqual((await read()).contents[0].text, "rain")
 
     async def test_without_watch_the_list_is_fixed(self):
         with tempfile.TemporaryDirectory() as tmp:

@@ -20,7 +20,7 @@ const DELIBERATE: &[(&str, &str)] = &[
     ),
     (
         "capability_resources_list_changed",
-        "no notification is sent when a tool registers a file, so it is not declared",
+        "declared with --watch only: a reload is the change toolpool tells of (a tool registering a file is not announced)",
     ),
     (
         "readiness_2026_deprecated_features",
