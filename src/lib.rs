@@ -77,6 +77,9 @@ mod protocol;
 mod reaper;
 mod sandbox;
 pub mod stop;
+#[cfg(feature = "otel")]
+pub mod telemetry;
+mod trace_context;
 #[cfg(feature = "watch")]
 pub mod watch;
 mod worker;
@@ -105,6 +108,7 @@ pub use pool::{
 pub use pool_error::PoolError;
 pub use process::KillMechanism;
 pub use sandbox::SandboxMode;
+pub use trace_context::{TraceContext, TraceParent};
 pub use worker::{StartMethod, WorkerInfo};
 
 /// What the crate's own benchmarks and tests drive below the pool: the

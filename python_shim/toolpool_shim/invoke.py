@@ -8,7 +8,7 @@ import pathlib
 import sys
 import traceback
 
-from . import call_logs, content, proxies, results, standins
+from . import call_logs, content, proxies, results, standins, trace_env
 from .coerce import Mismatch, coerce
 
 
@@ -49,11 +49,12 @@ class Invoker:
         # The session packages directory this worker's sys.path holds now.
         self._packages_on_path = config.get("packages_dir")
 
-    def invoke(self, name: str, args, context: dict) -> tuple:
+    def invoke(self, name: str, args, context: dict, trace=None) -> tuple:
         """(the tool's result encoded for the reply (results.Encoded), its content blocks or None); raises ToolFailure.
 
         Content blocks are there when the tool returned an attachment result
-        (a MessageBlock, a list of them, an AttachmentRecord).
+        (a MessageBlock, a list of them, an AttachmentRecord). `trace`: the
+        call's (traceparent, tracestate or None), or None (trace_env.py).
         """
         tool = self._find(name)
         self._enter_session(context)
@@ -63,9 +64,9 @@ class Invoker:
             raise ToolFailure.from_exception(exc) from None
         positional, keywords = _bind(signature, args)
         if signature.takes_context:
-            keywords["_context"] = self._context(context)
+            keywords["_context"] = self._context(context, trace)
         try:
-            with call_logs.forwarded(self._transport, context.get("log_level")):
+            with trace_env.exported(trace), call_logs.forwarded(self._transport, context.get("log_level")):
                 result = tool.func(*positional, **keywords)
                 if type(result) not in _PLAIN and inspect.isawaitable(result):
                     result = self._run_to_completion(result)
@@ -134,7 +135,7 @@ class Invoker:
                 sys.path.append(packages)
             self._packages_on_path = packages
 
-    def _context(self, context: dict) -> dict:
+    def _context(self, context: dict, trace=None) -> dict:
         """The `_context` a tool receives. Paths are pathlib.Path, as in the original convention.
 
         `attachment_store` and `human_prompt` are proxies that call back to the
@@ -142,6 +143,8 @@ class Invoker:
         it has them (standins.py); `human_prompt` is None when the call has no
         one to ask, as in the original convention. `progress` reports how far
         the call has come (a check and nothing more when nobody listens).
+        `traceparent` and `tracestate` are the W3C trace context the call
+        continues (None when it continues none, or has no tracestate).
         """
         session_id = context.get("session_id") or self._config.get("session_id")
         session_dir, workspace, packages = self._session_paths(context)
@@ -161,6 +164,8 @@ class Invoker:
             "attachment_store": store,
             "human_prompt": prompt,
             "progress": proxies.ProgressReporter(self._transport, bool(context.get("progress"))),
+            "traceparent": trace[0] if trace else None,
+            "tracestate": trace[1] if trace else None,
         }
         if packages:
             built["python_packages_dir"] = pathlib.Path(packages)

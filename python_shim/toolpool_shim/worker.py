@@ -10,14 +10,14 @@ import os
 import signal
 import sys
 
-from . import codec, discovery, minipack, standins
+from . import codec, discovery, minipack, standins, trace_env
 from .catalog import build_catalog
 from .channel import Channel
 from .frames import FrameTooLarge
 from .invoke import Invoker, ToolFailure
 from .results import Encoded
 
-PROTOCOL_VERSION = 6
+PROTOCOL_VERSION = 7
 SHIM_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -115,7 +115,9 @@ def _serve(channel: Channel, toolset, classes, invoker: Invoker) -> None:
         error = None
         try:
             if kind == "invoke" and isinstance(request.get("name"), str):
-                value, blocks = invoker.invoke(request["name"], _arguments(request), _context(request))
+                value, blocks = invoker.invoke(
+                    request["name"], _arguments(request), _context(request), trace_env.of(request)
+                )
             elif kind == "ping":
                 value = Encoded()  # null; exercises the whole request path: warms a spare
             elif kind == "catalog":

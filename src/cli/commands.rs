@@ -364,6 +364,8 @@ async fn serve(run: &mut Invocation<'_>, args: &ServeArgs) -> Result<ExitCode, C
         workflow,
         task_after: args.task_after,
         task_keep: args.task_keep,
+        #[cfg(feature = "otel")]
+        telemetry: telemetry(),
     };
     let (stop, requests) = crate::stop::stop_channel();
     // The one signal listener: each SIGTERM or SIGINT is a stop request
@@ -381,4 +383,15 @@ async fn serve(run: &mut Invocation<'_>, args: &ServeArgs) -> Result<ExitCode, C
         .await
         .map_err(|e| CliError::Usage(e.to_string()))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The exporter of the MCP requests' spans the `OTEL_*` variables ask for;
+/// one that cannot be built is told and left out (the tools are served all
+/// the same).
+#[cfg(feature = "otel")]
+fn telemetry() -> Option<crate::telemetry::Telemetry> {
+    crate::telemetry::Telemetry::from_env().unwrap_or_else(|error| {
+        tracing::warn!("{error}; no traces are exported");
+        None
+    })
 }

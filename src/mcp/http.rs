@@ -403,6 +403,26 @@ impl SessionCalls {
         Ok(Some(session))
     }
 
+    /// How the requests this handle serves arrive (a span's
+    /// `network.transport`): HTTP, unless it is stdio's handle.
+    pub(super) fn transport(&self) -> super::tracing_spans::Transport {
+        match self.root {
+            Some(_) => super::tracing_spans::Transport::Tcp,
+            None => super::tracing_spans::Transport::Pipe,
+        }
+    }
+
+    /// The MCP session (`Mcp-Session-Id`) the request in `context` belongs
+    /// to, if any.
+    pub(super) fn mcp_session_id(
+        &self,
+        context: &rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Option<String> {
+        let parts = context.extensions.get::<hyper::http::request::Parts>()?;
+        let id = parts.headers.get(SESSION_HEADER)?.to_str().ok()?;
+        Some(id.to_string())
+    }
+
     /// Resolves when the session of the request in `context` is closed by
     /// its client (HTTP DELETE).
     pub(super) fn closed(

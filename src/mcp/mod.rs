@@ -57,6 +57,7 @@ mod stdio;
 mod stdio_gate;
 mod task_input;
 mod tasks;
+mod tracing_spans;
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -72,7 +73,8 @@ use rmcp::model::{
     ServerConfig, SetLevelRequestParams, SubscribeRequestParams, Tool, UnsubscribeRequestParams,
 };
 use rmcp::model::{
-    CancelTaskParams, GetTaskParams, GetTaskResult, SubscriptionFilter, UpdateTaskParams,
+    CancelTaskParams, DiscoverResult, GetTaskParams, GetTaskResult, InitializeRequestParams,
+    InitializeResult, SubscriptionFilter, UpdateTaskParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
@@ -87,6 +89,7 @@ use crate::pool::{CallReport, InvokeOptions, Pool};
 use crate::stop::StopRequests;
 use content::call_result;
 use tasks::TaskEnd;
+use tracing_spans::{CallTrace, Outcome, RequestSpan};
 
 #[cfg(feature = "http")]
 pub use http::parse_http_addr;
@@ -146,6 +149,12 @@ pub struct ServeOptions {
     pub task_after: Option<Duration>,
     /// `--task-keep`: how long a finished task is kept for `tasks/get`.
     pub task_keep: Duration,
+    /// Where each request's span goes (`OTEL_EXPORTER_OTLP_*`:
+    /// [`crate::telemetry::Telemetry::from_env`]); flushed and shut down
+    /// when the server stops. `None`: no spans (the tools still get the
+    /// client's `traceparent`).
+    #[cfg(feature = "otel")]
+    pub telemetry: Option<crate::telemetry::Telemetry>,
 }
 
 /// What stops the server from starting; after it started, `serve` always
@@ -178,14 +187,27 @@ pub async fn serve(
     if let Some(after) = options.task_after {
         server = server.with_tasks(after, options.task_keep);
     }
+    #[cfg(feature = "otel")]
+    if let Some(telemetry) = &options.telemetry {
+        server = server.with_telemetry(telemetry);
+    }
     if let Some(reloads) = options.reloads {
         server.follow_reloads(reloads, options.workflow);
     }
-    #[cfg(feature = "http")]
-    if let Some(http) = options.http {
-        return http::serve(server, http, options.grace).await;
+    let served = async {
+        #[cfg(feature = "http")]
+        if let Some(http) = options.http {
+            return http::serve(server, http, options.grace).await;
+        }
+        stdio::serve(server, options.grace).await
     }
-    stdio::serve(server, options.grace).await
+    .await;
+    // Every call has been answered: the last spans go out.
+    #[cfg(feature = "otel")]
+    if let Some(telemetry) = options.telemetry {
+        telemetry.shutdown().await;
+    }
+    served
 }
 
 /// The MCP server handler: one per stdio connection; shared by every HTTP
@@ -223,6 +245,8 @@ struct Inner {
     /// The embedding program's stop requests: the first drains, the second
     /// ends the grace period.
     stop: StopRequests,
+    /// Where each request's span goes, if anywhere.
+    spans: tracing_spans::Tracing,
 }
 
 impl ToolpoolServer {
@@ -242,6 +266,7 @@ impl ToolpoolServer {
                 calls: CallCounter::default(),
                 closing: AtomicBool::new(false),
                 stop: StopRequests::never(),
+                spans: tracing_spans::Tracing::default(),
             }),
             session: http::SessionCalls::default(),
             log_level: Arc::default(),
@@ -280,6 +305,40 @@ impl ToolpoolServer {
             inner.stop = stop;
         }
         self
+    }
+
+    /// Makes a SERVER span of each request, with `telemetry`'s tracer (see
+    /// `src/mcp/tracing_spans.rs`). Before the server is shared.
+    #[cfg(feature = "otel")]
+    pub fn with_telemetry(mut self, telemetry: &crate::telemetry::Telemetry) -> ToolpoolServer {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.spans = tracing_spans::Tracing::exporting(telemetry.tracer().clone());
+        }
+        self
+    }
+
+    /// The span of the request in `context` (without an exporter, nothing
+    /// but the client's trace context for its tool).
+    fn span(
+        &self,
+        context: &RequestContext<RoleServer>,
+        method: &'static str,
+        tool: Option<&str>,
+        resource: Option<&str>,
+    ) -> RequestSpan {
+        let spans = &self.inner.spans;
+        let session_id = spans
+            .is_exporting()
+            .then(|| self.session.mcp_session_id(context))
+            .flatten();
+        let request = tracing_spans::Request {
+            method,
+            tool,
+            resource,
+            session_id: session_id.as_deref(),
+            transport: self.session.transport(),
+        };
+        RequestSpan::start(spans, context, request)
     }
 
     /// The pool the calls run on.
@@ -407,7 +466,8 @@ impl ToolpoolServer {
 
     /// Calls one tool by the name the client sees, in `session` (`None`:
     /// the pool's); its human prompts go to `human`, its progress reports and
-    /// log records to `listeners`.
+    /// log records to `listeners`; it continues `trace`, on whose span its
+    /// end is recorded.
     async fn invoke(
         &self,
         name: &str,
@@ -415,6 +475,7 @@ impl ToolpoolServer {
         human: Arc<dyn HumanPrompt>,
         listeners: call_notices::Listeners,
         session: Option<Arc<Session>>,
+        trace: CallTrace,
     ) -> CallReport {
         let inner = &self.inner;
         let options = InvokeOptions {
@@ -422,12 +483,15 @@ impl ToolpoolServer {
             progress: listeners.progress,
             logs: listeners.logs,
             session,
+            trace: trace.for_tool(),
             ..InvokeOptions::default()
         };
-        match self.tool_set() {
+        let report = match self.tool_set() {
             ToolSet::Catalog => inner.pool.invoke_report(name, args, options).await,
             ToolSet::Node(node) => node.invoke_report(&inner.pool, name, args, options).await,
-        }
+        };
+        trace.call_ended(&report);
+        report
     }
 
     /// [`Self::shut_down`] once stdin has ended. Nothing new can arrive then,
@@ -668,13 +732,16 @@ impl ServerHandler for ToolpoolServer {
     async fn list_tools(
         &self,
         request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        let cursor = request.and_then(|r| r.cursor);
-        let (tools, next) = page(self.tools(), cursor.as_deref())?;
-        let mut result = ListToolsResult::with_all_items(tools);
-        result.next_cursor = next;
-        Ok(result)
+        traced(self.span(&context, "tools/list", None, None), async {
+            let cursor = request.and_then(|r| r.cursor);
+            let (tools, next) = page(self.tools(), cursor.as_deref())?;
+            let mut result = ListToolsResult::with_all_items(tools);
+            result.next_cursor = next;
+            Ok(result)
+        })
+        .await
     }
 
     /// The files of the request's session (its attachments).
@@ -683,36 +750,45 @@ impl ServerHandler for ToolpoolServer {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
-        let store = self.store_for(&context)?;
-        let listed = tokio::task::spawn_blocking(move || resources::list(&store))
-            .await
-            .map_err(|e| McpError::internal_error(format!("listing failed: {e}"), None))?;
-        let mut all = resource_functions::listed(&self.inner.pool.catalog());
-        all.extend(listed.resources);
-        let cursor = request.and_then(|r| r.cursor);
-        let (items, next) = page(all, cursor.as_deref())?;
-        Ok(ListResourcesResult {
-            resources: items,
-            next_cursor: next,
-            ..listed
+        traced(self.span(&context, "resources/list", None, None), async {
+            let store = self.store_for(&context)?;
+            let listed = tokio::task::spawn_blocking(move || resources::list(&store))
+                .await
+                .map_err(|e| McpError::internal_error(format!("listing failed: {e}"), None))?;
+            let mut all = resource_functions::listed(&self.inner.pool.catalog());
+            all.extend(listed.resources);
+            let cursor = request.and_then(|r| r.cursor);
+            let (items, next) = page(all, cursor.as_deref())?;
+            Ok(ListResourcesResult {
+                resources: items,
+                next_cursor: next,
+                ..listed
+            })
         })
+        .await
     }
 
     async fn list_resource_templates(
         &self,
         request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, McpError> {
-        let attachments = resources::templates();
-        let mut all = resource_functions::templates(&self.inner.pool.catalog());
-        all.extend(attachments.resource_templates);
-        let cursor = request.and_then(|r| r.cursor);
-        let (items, next) = page(all, cursor.as_deref())?;
-        Ok(ListResourceTemplatesResult {
-            resource_templates: items,
-            next_cursor: next,
-            ..attachments
-        })
+        traced(
+            self.span(&context, "resources/templates/list", None, None),
+            async {
+                let attachments = resources::templates();
+                let mut all = resource_functions::templates(&self.inner.pool.catalog());
+                all.extend(attachments.resource_templates);
+                let cursor = request.and_then(|r| r.cursor);
+                let (items, next) = page(all, cursor.as_deref())?;
+                Ok(ListResourceTemplatesResult {
+                    resource_templates: items,
+                    next_cursor: next,
+                    ..attachments
+                })
+            },
+        )
+        .await
     }
 
     /// A resource a function serves (run in the request's session), or one
@@ -723,34 +799,43 @@ impl ServerHandler for ToolpoolServer {
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
         let uri = request.uri;
-        let catalog = self.inner.pool.catalog();
-        if let Some((function, args)) = resource_functions::find(&catalog, &uri) {
-            let session = self
-                .session
-                .session(&context)
-                .map_err(|e| McpError::invalid_params(e, None))?;
-            let options = InvokeOptions {
-                human_prompt: Some(Arc::new(elicit::NoHuman(
-                    "a resource is read without a human to ask",
-                ))),
-                session,
-                ..InvokeOptions::default()
-            };
-            let name = function.name.clone();
-            let report = tokio::select! {
-                report = self.inner.pool.invoke_report(&name, Value::Object(args), options) => report,
-                _ = context.ct.cancelled() => {
-                    return Err(McpError::internal_error("the read was cancelled", None));
-                }
-            };
-            return resource_functions::contents(function, &uri, report.result)
-                .map(ReadResourceResponse::Complete);
-        }
-        let store = self.store_for(&context)?;
-        tokio::task::spawn_blocking(move || resources::read(&store, &uri))
-            .await
-            .map_err(|e| McpError::internal_error(format!("reading failed: {e}"), None))?
-            .map(ReadResourceResponse::Complete)
+        let span = self.span(&context, "resources/read", None, Some(&uri));
+        let trace = span.call();
+        traced(span, async {
+            let catalog = self.inner.pool.catalog();
+            if let Some((function, args)) = resource_functions::find(&catalog, &uri) {
+                let session = self
+                    .session
+                    .session(&context)
+                    .map_err(|e| McpError::invalid_params(e, None))?;
+                let options = InvokeOptions {
+                    human_prompt: Some(Arc::new(elicit::NoHuman(
+                        "a resource is read without a human to ask",
+                    ))),
+                    session,
+                    trace: trace.for_tool(),
+                    ..InvokeOptions::default()
+                };
+                let name = function.name.clone();
+                let report = tokio::select! {
+                    report = self.inner.pool.invoke_report(&name, Value::Object(args), options) => report,
+                    _ = context.ct.cancelled() => {
+                        trace.cancelled();
+                        return Err(McpError::internal_error("the read was cancelled", None));
+                    }
+                };
+                trace.call_ended(&report);
+                return resource_functions::contents(function, &uri, report.result)
+                    .map(ReadResourceResponse::Complete);
+            }
+            let store = self.store_for(&context)?;
+            let uri = uri.clone();
+            tokio::task::spawn_blocking(move || resources::read(&store, &uri))
+                .await
+                .map_err(|e| McpError::internal_error(format!("reading failed: {e}"), None))?
+                .map(ReadResourceResponse::Complete)
+        })
+        .await
     }
 
     /// `resources/subscribe` (2025-11-25 sessions): the URI must name a
@@ -795,12 +880,45 @@ impl ServerHandler for ToolpoolServer {
     async fn set_level(
         &self,
         request: SetLevelRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
+        let span = self.span(&context, "logging/setLevel", None, None);
         if let Ok(mut level) = self.log_level.lock() {
             *level = Some(request.level);
         }
+        span.end(Outcome::Ok);
         Ok(())
+    }
+
+    async fn ping(&self, context: RequestContext<RoleServer>) -> Result<(), McpError> {
+        self.span(&context, "ping", None, None).end(Outcome::Ok);
+        Ok(())
+    }
+
+    /// rmcp's own, in a span.
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, McpError> {
+        let span = self.span(&context, "initialize", None, None);
+        context.peer.set_peer_info(request.clone());
+        let result = self.negotiate_initialize(&request);
+        span.end(Outcome::of(&result));
+        result
+    }
+
+    /// rmcp's own, in a span.
+    async fn discover(
+        &self,
+        context: RequestContext<RoleServer>,
+    ) -> Result<DiscoverResult, McpError> {
+        self.span(&context, "server/discover", None, None)
+            .end(Outcome::Ok);
+        Ok(DiscoverResult::from_server_info(
+            self.supported_protocol_versions().into_owned(),
+            self.get_info(),
+        ))
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
@@ -843,33 +961,40 @@ impl ServerHandler for ToolpoolServer {
     async fn get_task(
         &self,
         request: GetTaskParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, McpError> {
-        match self.inner.tasks.get(&request.task_id) {
+        let span = self.span(&context, "tasks/get", None, None);
+        let result = match self.inner.tasks.get(&request.task_id) {
             Some(task) => Ok(GetTaskResult::new(task)),
             None => Err(self.no_task(&request.task_id)),
-        }
+        };
+        span.end(Outcome::of(&result));
+        result
     }
 
     async fn cancel_task(
         &self,
         request: CancelTaskParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        if self.inner.tasks.cancel(&request.task_id) {
+        let span = self.span(&context, "tasks/cancel", None, None);
+        let result = if self.inner.tasks.cancel(&request.task_id) {
             Ok(())
         } else {
             Err(self.no_task(&request.task_id))
-        }
+        };
+        span.end(Outcome::of(&result));
+        result
     }
 
     /// The client's answers to a task's questions.
     async fn update_task(
         &self,
         request: UpdateTaskParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        if self
+        let span = self.span(&context, "tasks/update", None, None);
+        let result = if self
             .inner
             .tasks
             .update(&request.task_id, &request.input_responses)
@@ -877,7 +1002,9 @@ impl ServerHandler for ToolpoolServer {
             Ok(())
         } else {
             Err(self.no_task(&request.task_id))
-        }
+        };
+        span.end(Outcome::of(&result));
+        result
     }
 
     async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
@@ -903,8 +1030,43 @@ impl ServerHandler for ToolpoolServer {
     async fn on_custom_request(
         &self,
         request: CustomRequest,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CustomResult, McpError> {
+        let tool = request
+            .params
+            .as_ref()
+            .and_then(|params| params.get("name"))
+            .and_then(Value::as_str);
+        let span =
+            (request.method == "tools/call").then(|| self.span(&context, "tools/call", tool, None));
+        let result = self.custom_request(request);
+        if let Some(span) = span {
+            span.end(match &result {
+                // Always an `isError` result (see below).
+                Ok(_) => Outcome::ToolError("the arguments must be a JSON object".into()),
+                Err(_) => Outcome::of(&result),
+            });
+        }
+        result
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let span = self.span(&context, "tools/call", Some(&request.name), None);
+        let result = self.call_tool_in(request, context, span.call()).await;
+        span.end(Outcome::of_call(&result));
+        result
+    }
+}
+
+impl ToolpoolServer {
+    /// A `tools/call` whose params rmcp could not read (arguments that are
+    /// not an object, a name that is not a string) lands here; answer it as
+    /// a tool error when it names a tool, as a bad-params error otherwise.
+    fn custom_request(&self, request: CustomRequest) -> Result<CustomResult, McpError> {
         if request.method != "tools/call" {
             return Err(McpError::new(
                 ErrorCode::METHOD_NOT_FOUND,
@@ -938,10 +1100,12 @@ impl ServerHandler for ToolpoolServer {
         Ok(CustomResult(result))
     }
 
-    async fn call_tool(
+    /// A `tools/call`, continuing `trace`.
+    async fn call_tool_in(
         &self,
         mut request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
+        trace: CallTrace,
     ) -> Result<CallToolResponse, McpError> {
         let _in_flight = self.inner.calls.enter();
         let name = request.name.to_string();
@@ -995,7 +1159,7 @@ impl ServerHandler for ToolpoolServer {
         if asks_by_round_trips {
             let as_task = directed.then_some(tool_task_after);
             return self
-                .call_in_round_trips(name, args, session, &request, &context, as_task)
+                .call_in_round_trips(name, args, session, &request, &context, as_task, trace)
                 .await;
         }
         let notices = call_notices::for_request(&context, self.log_level());
@@ -1006,7 +1170,7 @@ impl ServerHandler for ToolpoolServer {
         };
         if let Some(after) = task_after {
             return Ok(self
-                .call_maybe_as_task(name, args, notices, session, after, &context)
+                .call_maybe_as_task(name, args, notices, session, after, &context, trace)
                 .await);
         }
         // Only 2025-11-25 HTTP sessions can be ended (DELETE) under a call.
@@ -1017,6 +1181,7 @@ impl ServerHandler for ToolpoolServer {
             notices.prompt(elicit::for_request(&context)),
             notices.listeners.clone(),
             session.clone(),
+            trace.clone(),
         );
         tokio::select! {
             report = call => {
@@ -1034,6 +1199,7 @@ impl ServerHandler for ToolpoolServer {
             _ = context.ct.cancelled() => {
                 // Dropping `call` killed its worker (or took it out of the
                 // queue).
+                trace.cancelled();
                 tracing::info!(tool = %name, id = %context.id, "call cancelled by the client");
                 Ok(CallToolResponse::Complete(cancelled()))
             }
@@ -1044,6 +1210,16 @@ impl ServerHandler for ToolpoolServer {
             }
         }
     }
+}
+
+/// Runs a request's `body` and ends its `span` with how it ended.
+async fn traced<T>(
+    span: RequestSpan,
+    body: impl std::future::Future<Output = Result<T, McpError>>,
+) -> Result<T, McpError> {
+    let result = body.await;
+    span.end(Outcome::of(&result));
+    result
 }
 
 /// The server's icon (`serverInfo.icons`): four workers in a pool, as an SVG
@@ -1128,14 +1304,16 @@ impl ToolpoolServer {
         session: Option<Arc<Session>>,
         after: Duration,
         context: &RequestContext<RoleServer>,
+        trace: CallTrace,
     ) -> CallToolResponse {
         let server = self.clone();
         let tool = name.clone();
         let human = notices.prompt(elicit::for_request(context));
         let listeners = notices.listeners.clone();
+        let on_cancel = trace.clone();
         let mut call = tokio::spawn(async move {
             let report = server
-                .invoke(&tool, args, human, listeners, session.clone())
+                .invoke(&tool, args, human, listeners, session.clone(), trace)
                 .await;
             server.task_end(&tool, report, session.as_deref())
         });
@@ -1146,6 +1324,7 @@ impl ToolpoolServer {
             _ = context.ct.cancelled() => {
                 // Aborting drops the call future: its worker is killed.
                 abort.abort();
+                on_cancel.cancelled();
                 tracing::info!(tool = %name, id = %context.id, "call cancelled by the client");
                 return CallToolResponse::Complete(cancelled());
             }
@@ -1234,6 +1413,7 @@ impl ToolpoolServer {
         request: &CallToolRequestParams,
         context: &RequestContext<RoleServer>,
         as_task: Option<Duration>,
+        trace: CallTrace,
     ) -> Result<CallToolResponse, McpError> {
         let binding = mrtr::binding(context.client_info().as_ref(), &name, &args);
         let mut notices = None;
@@ -1270,8 +1450,11 @@ impl ToolpoolServer {
                 let started = call_notices::for_request(context, self.log_level());
                 let listeners = started.listeners.clone();
                 notices = Some(started);
+                let trace = trace.clone();
                 mrtr::Running::start(move |human| async move {
-                    server.invoke(&tool, args, human, listeners, session).await
+                    server
+                        .invoke(&tool, args, human, listeners, session, trace)
+                        .await
                 })
             }
         };
@@ -1298,6 +1481,7 @@ impl ToolpoolServer {
                 )]))
             }
             mrtr::Step::Cancelled => {
+                trace.cancelled();
                 tracing::info!(tool = %name, id = %context.id, "call cancelled by the client");
                 CallToolResponse::Complete(cancelled())
             }

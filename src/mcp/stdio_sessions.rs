@@ -19,6 +19,19 @@ impl SessionCalls {
         Ok(None)
     }
 
+    /// stdio.
+    pub(super) fn transport(&self) -> super::tracing_spans::Transport {
+        super::tracing_spans::Transport::Pipe
+    }
+
+    /// None: stdio has no MCP session id.
+    pub(super) fn mcp_session_id(
+        &self,
+        _context: &rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Option<String> {
+        None
+    }
+
     /// Never resolves: stdio has no session to close.
     pub(super) fn closed(
         &self,

@@ -47,6 +47,7 @@ use crate::error::{ErrorKind, ToolError};
 use crate::pool_error::PoolError;
 use crate::protocol::{CallContext, SessionDirs, WireBlock};
 use crate::sandbox::Sandbox;
+use crate::trace_context::TraceContext;
 use crate::worker::{CallOutcome, Spawner, Termination, Worker, WorkerInfo, WorkerSpec};
 
 /// The tracing target of the log line of each failed call (and, at debug
@@ -81,6 +82,22 @@ pub struct InvokeOptions {
     /// The session the call runs in (its workspace, attachments and
     /// packages), instead of the pool's ([`Pool::session`]).
     pub session: Option<Arc<Session>>,
+    /// The W3C trace context the tool continues (`_context["traceparent"]`,
+    /// `TRACEPARENT` in its environment while it runs); see
+    /// [`InvokeOptions::with_trace`].
+    pub trace: Option<TraceContext>,
+}
+
+impl InvokeOptions {
+    /// The call continues `trace`: the tool sees its `traceparent` as
+    /// `_context["traceparent"]` and as `TRACEPARENT` in `os.environ` while
+    /// the call runs (and `tracestate` likewise, when there is one), so
+    /// that its own OpenTelemetry code makes its spans children of the
+    /// caller's. Make one with [`TraceContext::parse`].
+    pub fn with_trace(mut self, trace: TraceContext) -> InvokeOptions {
+        self.trace = Some(trace);
+        self
+    }
 }
 
 /// Whether a worker may serve calls of more than one session.
@@ -616,6 +633,7 @@ impl Pool {
                 workspace: session.paths.workspace.clone(),
                 packages_dir: session.paths.site_packages.clone(),
             }),
+            trace: options.trace,
         };
         let queued = Instant::now();
         let mut state = CallState::new();

@@ -5,6 +5,7 @@
 //! worker announcing a 4 GB frame costs nothing but its own death.
 
 use crate::error::ErrorKind;
+use crate::trace_context::TraceContext;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
@@ -21,7 +22,7 @@ pub use self::framing::{message_reader, next_message, MessageReader};
 pub use self::json_values::{count_values, MAX_VALUES};
 
 /// Version of the wire protocol; the worker's hello must carry the same.
-pub const PROTOCOL_VERSION: u32 = 6;
+pub const PROTOCOL_VERSION: u32 = 7;
 
 /// Default largest frame body either side sends or accepts (64 MiB).
 pub const DEFAULT_MAX_FRAME: usize = 64 * 1024 * 1024;
@@ -74,6 +75,11 @@ pub struct CallContext {
     /// runs the call there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<SessionDirs>,
+    /// The W3C trace context the call continues: not in the context's JSON
+    /// text (which repeats from call to call, and the shim parses once),
+    /// but beside it in the invoke frame (`traceparent`, `tracestate`).
+    #[serde(skip)]
+    pub trace: Option<TraceContext>,
 }
 
 /// Where a call's session lives (`_context`'s paths, the call's cwd, the
@@ -449,7 +455,9 @@ pub fn encode_frame<T: Serialize>(message: &T, limit: usize) -> Result<Vec<u8>, 
 /// `src/protocol/marshal_writer.rs`: the shim makes its Python objects with
 /// `marshal.loads`, in C, not value by value) and `context_json` (JSON
 /// text, parsed in C; the shim reuses the parsed context while the text
-/// repeats), in that order, where the shim reads them. Written by hand so
+/// repeats), in that order, where the shim reads them; then, for a call
+/// that continues a trace, `traceparent` and (when there is one)
+/// `tracestate`. Written by hand so
 /// that the blob goes straight into the frame (made apart and copied in, a
 /// large argument would be held twice more), allocated once at its
 /// estimated size.
@@ -460,12 +468,18 @@ pub fn encode_invoke_frame(
     context: &CallContext,
     limit: usize,
 ) -> Result<Vec<u8>, ProtocolError> {
+    let trace = context.trace.as_ref();
     let context =
         serde_json::to_string(context).map_err(|e| ProtocolError::Arguments(e.to_string()))?;
-    let estimate = 64 + name.len() + context.len() + marshal_writer::estimated_len(args);
+    let trace_len = trace.map_or(0, |t| {
+        t.traceparent().len() + t.tracestate().map_or(0, str::len) + 32
+    });
+    let estimate =
+        64 + name.len() + context.len() + trace_len + marshal_writer::estimated_len(args);
     let mut frame = Vec::with_capacity(4 + estimate.min(limit));
     frame.extend_from_slice(&[0u8; 4]);
-    frame.push(0x85); // a map of five
+    let trace_fields = trace.map_or(0, |t| 1 + u8::from(t.tracestate().is_some()));
+    frame.push(0x85 + trace_fields); // a map of five to seven
     msgpack_str(&mut frame, "t");
     msgpack_str(&mut frame, "invoke");
     msgpack_str(&mut frame, "id");
@@ -483,6 +497,14 @@ pub fn encode_invoke_frame(
     frame[length_at..length_at + 4].copy_from_slice(&blob.to_be_bytes());
     msgpack_str(&mut frame, "context_json");
     msgpack_str(&mut frame, &context);
+    if let Some(trace) = trace {
+        msgpack_str(&mut frame, "traceparent");
+        msgpack_str(&mut frame, trace.traceparent());
+        if let Some(state) = trace.tracestate() {
+            msgpack_str(&mut frame, "tracestate");
+            msgpack_str(&mut frame, state);
+        }
+    }
     let len = frame.len() - 4;
     if len > limit {
         return Err(too_large(len));
@@ -592,6 +614,41 @@ mod tests {
             b"{\xda\x04rows[\x01\x00\x00\x00{\xda\x02idi\x01\x00\x00\x0000"
         );
         assert!(field("args").is_none() && field("args_json").is_none());
+    }
+
+    #[test]
+    fn a_trace_travels_beside_the_context_text() {
+        let field = |frame: &[u8], name: &str| {
+            let decoded = rmpv::decode::read_value(&mut &frame[4..]).unwrap();
+            let map = decoded.as_map().unwrap().clone();
+            map.into_iter()
+                .find(|(key, _)| key.as_str() == Some(name))
+                .map(|(_, value)| value.as_str().unwrap_or_default().to_string())
+        };
+        let args = serde_json::json!({});
+        let plain = CallContext::default();
+        let frame = encode_invoke_frame(1, "t", &args, &plain, DEFAULT_MAX_FRAME).unwrap();
+        assert_eq!(field(&frame, "traceparent"), None);
+        let parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        for state in [None, Some("k=v")] {
+            let context = CallContext {
+                trace: crate::trace_context::TraceContext::parse(parent, state),
+                ..CallContext::default()
+            };
+            let frame = encode_invoke_frame(1, "t", &args, &context, DEFAULT_MAX_FRAME).unwrap();
+            assert_eq!(field(&frame, "traceparent").as_deref(), Some(parent));
+            assert_eq!(field(&frame, "tracestate").as_deref(), state);
+            // The context text is the same as without a trace: the shim's
+            // parsed copy is reused.
+            assert_eq!(
+                field(&frame, "context_json"),
+                field(&frame_of(&plain), "context_json")
+            );
+        }
+
+        fn frame_of(context: &CallContext) -> Vec<u8> {
+            encode_invoke_frame(1, "t", &serde_json::json!({}), context, DEFAULT_MAX_FRAME).unwrap()
+        }
     }
 
     #[tokio::test]

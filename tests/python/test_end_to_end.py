@@ -31,7 +31,7 @@ class Guardian:
         os.makedirs(self.workspace)
         self.dump_in, dump_out = os.pipe()
         config = {
-            "protocol": 6,
+            "protocol": 7,
             "functions_dir": functions_dir,
             "session_dir": session_dir,
             "workspace": self.workspace,
@@ -204,6 +204,8 @@ class EndToEnd(unittest.TestCase):
             "attachment_store": ["AttachmentStore", f"<toolpool AttachmentStore proxy for {self.guardian.workspace}/attachments>"],
             "human_prompt": ["NoneType", "None"],
             "progress": ["ProgressReporter", "<toolpool progress reporter (nobody listening)>"],
+            "traceparent": ["NoneType", "None"],
+            "tracestate": ["NoneType", "None"],
         })
 
     def test_unknown_functions_and_bad_arguments_are_error_replies(self):

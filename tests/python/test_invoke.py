@@ -4,6 +4,7 @@ async tools, exceptions of every kind, unknown functions."""
 import asyncio
 import contextlib
 import io
+import os
 import sys
 import unittest
 
@@ -28,9 +29,9 @@ class InvokeCase(unittest.TestCase):
                 type(self).toolset = support.fixture_toolset()
         self.invoker = Invoker(self.toolset, CONFIG, None)
 
-    def call(self, name, args=None, context=None):
+    def call(self, name, args=None, context=None, trace=None):
         with contextlib.redirect_stderr(io.StringIO()):
-            value, blocks = self.invoker.invoke(name, {} if args is None else args, context or {})
+            value, blocks = self.invoker.invoke(name, {} if args is None else args, context or {}, trace)
             self.assertIsNone(blocks)  # no attachment results among these tools
             return value.data()
 
@@ -253,6 +254,12 @@ def returns_context(_context=None) -> dict:
     return {key: [type(value).__name__, value] for key, value in _context.items()}
 
 
+def returns_trace_environ(fail: bool = False) -> list:
+    if fail:
+        raise RuntimeError("after reading the environment")
+    return [os.environ.get("TRACEPARENT"), os.environ.get("TRACESTATE")]
+
+
 def raises_value_error(message: str) -> None:
     raise ValueError(message)
 
@@ -348,6 +355,8 @@ class Context(InvokeCase):
             "attachment_store": ["AttachmentStore", "<toolpool AttachmentStore proxy for /sessions/s1/code_workspace/attachments>"],
             "human_prompt": ["NoneType", None],
             "progress": ["ProgressReporter", "<toolpool progress reporter (nobody listening)>"],
+            "traceparent": ["NoneType", None],
+            "tracestate": ["NoneType", None],
         })
 
     def test_human_prompt_is_a_proxy_only_when_the_call_has_one(self):
@@ -362,6 +371,32 @@ class Context(InvokeCase):
     def test_an_agent_supplied_context_is_refused(self):
         self.assertInvalid("returns_context", {"_context": {"python_workspace_root": "/"}},
                            "argument '_context': names starting with '_' cannot be set by the caller")
+
+
+class TraceContext(InvokeCase):
+    toolset = None
+
+    PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+    def setUp(self):
+        super().setUp()
+        self.invoker = Invoker(support.toolset_of(returns_context, returns_trace_environ), CONFIG, None)
+        saved = {name: os.environ.pop(name, None) for name in ("TRACEPARENT", "TRACESTATE")}
+        self.addCleanup(lambda: [os.environ.__setitem__(k, v) for k, v in saved.items() if v is not None])
+
+    def test_the_trace_is_in_context_and_environ_while_the_call_runs(self):
+        context = self.call("returns_context", trace=(self.PARENT, "k=v"))
+        self.assertEqual((context["traceparent"], context["tracestate"]),
+                         (["str", self.PARENT], ["str", "k=v"]))
+        self.assertEqual(self.call("returns_trace_environ", trace=(self.PARENT, "k=v")), [self.PARENT, "k=v"])
+
+    def test_the_environment_is_put_back_after_the_call_even_when_it_raises(self):
+        os.environ["TRACESTATE"] = "worker=own"
+        self.assertEqual(self.call("returns_trace_environ", trace=(self.PARENT, None)), [self.PARENT, None])
+        self.assertEqual((os.environ.get("TRACEPARENT"), os.environ.get("TRACESTATE")), (None, "worker=own"))
+        self.assertEqual(self.call("returns_trace_environ"), [None, "worker=own"])
+        self.failure("returns_trace_environ", {"fail": True})
+        self.assertIsNone(os.environ.get("TRACEPARENT"))
 
 
 class Exceptions(InvokeCase):
