@@ -26,6 +26,7 @@ mod mcp_python;
 mod mcp_soak;
 mod mcp_stdio;
 mod mcp_stdio_input;
+mod mcp_traces;
 mod mcpscore;
 mod metrics;
 mod operators;

@@ -2,6 +2,8 @@
 //! rmcp's client over the child's stdin and stdout.
 #![allow(dead_code)]
 
+pub mod otlp;
+
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -128,7 +130,19 @@ pub async fn serve_with(args: &[&str], client: TestClient) -> Served {
 /// [`serve_with`] on the tools of `functions`.
 pub async fn serve_in(functions: &Path, args: &[&str], client: TestClient) -> Served {
     let session = tempfile::tempdir().expect("temp dir");
-    let mut child = command_in(functions, session.path(), args)
+    let command = command_in(functions, session.path(), args);
+    serve_command(command, session, client).await
+}
+
+/// Starts `command` (a [`command_in`] the caller may have added to: its
+/// environment, say), whose session directory is `session`, and connects
+/// `client`.
+pub async fn serve_command(
+    mut command: Command,
+    session: tempfile::TempDir,
+    client: TestClient,
+) -> Served {
+    let mut child = command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
