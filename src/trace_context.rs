@@ -202,7 +202,7 @@ mod tests {
 
     #[test]
     fn a_bad_tracestate_is_dropped_and_the_traceparent_kept() {
-        for bad in ["", "  ", "a=1\n", "ключ=1"] {
+        for bad in ["", "  ", "a=\n1", "ключ=1"] {
             let trace = TraceContext::parse(VALID, Some(bad)).unwrap();
             assert_eq!(trace.tracestate(), None, "{bad:?}");
         }

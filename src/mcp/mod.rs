@@ -1056,7 +1056,10 @@ impl ServerHandler for ToolpoolServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let span = self.span(&context, "tools/call", Some(&request.name), None);
-        let result = self.call_tool_in(request, context, span.call()).await;
+        // Where every path of the call finds it (see `CallTrace::of`).
+        let mut context = context;
+        context.extensions.insert(span.call());
+        let result = self.call_tool_in(request, context).await;
         span.end(Outcome::of_call(&result));
         result
     }
@@ -1100,13 +1103,13 @@ impl ToolpoolServer {
         Ok(CustomResult(result))
     }
 
-    /// A `tools/call`, continuing `trace`.
+    /// A `tools/call`, continuing the trace in its context.
     async fn call_tool_in(
         &self,
         mut request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
-        trace: CallTrace,
     ) -> Result<CallToolResponse, McpError> {
+        let trace = CallTrace::of(&context);
         let _in_flight = self.inner.calls.enter();
         let name = request.name.to_string();
         if self.inner.closing.load(Ordering::Acquire) {
@@ -1159,7 +1162,7 @@ impl ToolpoolServer {
         if asks_by_round_trips {
             let as_task = directed.then_some(tool_task_after);
             return self
-                .call_in_round_trips(name, args, session, &request, &context, as_task, trace)
+                .call_in_round_trips(name, args, session, &request, &context, as_task)
                 .await;
         }
         let notices = call_notices::for_request(&context, self.log_level());
@@ -1170,7 +1173,7 @@ impl ToolpoolServer {
         };
         if let Some(after) = task_after {
             return Ok(self
-                .call_maybe_as_task(name, args, notices, session, after, &context, trace)
+                .call_maybe_as_task(name, args, notices, session, after, &context)
                 .await);
         }
         // Only 2025-11-25 HTTP sessions can be ended (DELETE) under a call.
@@ -1304,8 +1307,8 @@ impl ToolpoolServer {
         session: Option<Arc<Session>>,
         after: Duration,
         context: &RequestContext<RoleServer>,
-        trace: CallTrace,
     ) -> CallToolResponse {
+        let trace = CallTrace::of(context);
         let server = self.clone();
         let tool = name.clone();
         let human = notices.prompt(elicit::for_request(context));
@@ -1413,8 +1416,8 @@ impl ToolpoolServer {
         request: &CallToolRequestParams,
         context: &RequestContext<RoleServer>,
         as_task: Option<Duration>,
-        trace: CallTrace,
     ) -> Result<CallToolResponse, McpError> {
+        let trace = CallTrace::of(context);
         let binding = mrtr::binding(context.client_info().as_ref(), &name, &args);
         let mut notices = None;
         let running = match &request.request_state {

@@ -160,7 +160,8 @@ impl RequestSpan {
         RequestSpan {
             call: CallTrace {
                 tool: client,
-                ..CallTrace::default()
+                #[cfg(feature = "otel")]
+                span: None,
             },
         }
     }
@@ -182,6 +183,16 @@ impl RequestSpan {
 }
 
 impl CallTrace {
+    /// The trace `call_tool` put into the request's extensions (none for
+    /// a request that did not come through it).
+    pub(super) fn of(context: &RequestContext<RoleServer>) -> CallTrace {
+        context
+            .extensions
+            .get::<CallTrace>()
+            .cloned()
+            .unwrap_or_default()
+    }
+
     /// The trace context the tool continues.
     pub(super) fn for_tool(&self) -> Option<TraceContext> {
         self.tool.clone()

@@ -153,7 +153,7 @@ class EndToEnd(unittest.TestCase):
     def test_hello_names_the_worker_and_its_python(self):
         hello = self.guardian.hello
         self.assertEqual(set(hello), {"t", "protocol", "pid", "python", "codec", "executable"})
-        self.assertEqual((hello["t"], hello["protocol"]), ("hello", 6))
+        self.assertEqual((hello["t"], hello["protocol"]), ("hello", 7))
         self.assertEqual(hello["python"], sys.version.split()[0])
         self.assertEqual(hello["codec"], codec.NAME)
         self.assertEqual(os.path.realpath(hello["executable"]), os.path.realpath(sys.executable))

@@ -204,6 +204,19 @@ fn the_lower_layers_do_not_reach_up() {
     }
 }
 
+/// The trace context (checked W3C headers) and the OpenTelemetry exporter's
+/// set-up are leaves: the pool, the wire and the MCP server use them, they
+/// use nothing of the crate.
+#[test]
+fn trace_context_and_telemetry_are_leaves() {
+    let graph = rust_graph();
+    for module in ["trace_context", "telemetry"] {
+        let uses = graph.get(module).cloned().unwrap_or_default();
+        assert!(uses.is_empty(), "{module} uses {uses:?}");
+    }
+    assert!(graph["protocol"].contains("trace_context"), "{graph:?}");
+}
+
 #[test]
 fn the_shim_has_no_import_cycles() {
     let graph = python_graph();
