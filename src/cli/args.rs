@@ -22,6 +22,8 @@ Environment:
   NO_COLOR           no colour in the log (--color always still colours it)
   MAC_FUNCTIONS_DIR  the functions directory, when TOOLPOOL_FUNCTIONS_DIR is not set
   TOOLPOOL_CACHE_DIR where the shim and the bundled tools are kept [default: ~/.cache/toolpool]
+  OTEL_EXPORTER_OTLP_ENDPOINT  serve: export a span per MCP request there (OTLP/HTTP);
+                     the other standard OTEL_* variables too (docs/mcp-clients.md)
 
 stdout carries only results; logs go to stderr. A command's own options: toolpool help <COMMAND>";
 

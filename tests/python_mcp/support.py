@@ -35,7 +35,12 @@ def base_args(session_dir: str, *args: str, functions: Path = FIXTURES) -> list[
 
 @contextlib.asynccontextmanager
 async def served(
-    *args: str, functions: Path = FIXTURES, log: list | None = None, log_file: list | None = None, **client_options
+    *args: str,
+    functions: Path = FIXTURES,
+    log: list | None = None,
+    log_file: list | None = None,
+    env: dict | None = None,
+    **client_options,
 ):
     """A connected `Client` on `toolpool <args>` (args end with `serve ...`) over the tools in `functions`.
 
@@ -43,7 +48,8 @@ async def served(
     client has closed its text is appended to `log` when one is given; the
     file's path is appended to `log_file` at the start, to read it meanwhile.
     `mode="legacy"` in `client_options` makes the client use the `initialize`
-    handshake (2025-11-25); by default it discovers 2026-07-28.
+    handshake (2025-11-25); by default it discovers 2026-07-28. `env`: more
+    variables for the server (it gets only the client's default ones else).
     """
     # Imported here, not at the top: the agent runtimes' tests import this
     # module in venvs of their own, one of which holds `mcp` 1.x (no `Client`).
@@ -57,7 +63,7 @@ async def served(
         params = StdioServerParameters(
             command=BIN,
             args=base_args(str(Path(tmp) / "session"), *args, functions=functions),
-            env={"RUST_LOG": "info"},
+            env={"RUST_LOG": "info", **(env or {})},
         )
         with open(stderr_path, "w") as errlog:
             try:
@@ -194,10 +200,11 @@ def cli_json(*args: str):
 
 
 @contextlib.asynccontextmanager
-async def http_server(*args: str, functions: Path = FIXTURES, log: list | None = None):
+async def http_server(*args: str, functions: Path = FIXTURES, log: list | None = None, env: dict | None = None):
     """`toolpool <args>` (args end with `serve --http ...`) as a process over
     the tools in `functions`; yields (process, url) once it listens; SIGTERM
-    and wait at the end, then the server's stderr is appended to `log`."""
+    and wait at the end, then the server's stderr is appended to `log`.
+    `env`: its `OTEL_*` variables (the tests' own are left out) and others."""
     with tempfile.TemporaryDirectory() as tmp:
         stderr_path = Path(tmp) / "stderr.txt"
         with open(stderr_path, "w") as errlog:
@@ -206,6 +213,10 @@ async def http_server(*args: str, functions: Path = FIXTURES, log: list | None =
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=errlog,
+                env={
+                    **{k: v for k, v in os.environ.items() if not k.startswith("OTEL_")},
+                    **(env or {}),
+                },
             )
             try:
                 deadline = time.monotonic() + 30

@@ -53,6 +53,11 @@ fn host_tmp() -> PathBuf {
 
 /// Runs one module of tests/python_mcp with unittest.
 fn run_python_module(module: &str) {
+    run_python_module_with(module, &[]);
+}
+
+/// [`run_python_module`] with more environment variables.
+fn run_python_module_with(module: &str, env: &[(&str, &std::ffi::OsStr)]) {
     let found = match module {
         "test_fastmcp" => venv_python("TOOLPOOL_TEST_VENV", "target/pyvenv-test", "fastmcp"),
         "test_fastmcp_tasks" => venv_python(
@@ -96,6 +101,7 @@ fn run_python_module(module: &str) {
         .env("TOOLPOOL_VERSION", env!("CARGO_PKG_VERSION"))
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .env("TOOLPOOL_TEST_HOST_TMP", host_tmp())
+        .envs(env.iter().copied())
         .output()
         .expect("the venv's python runs");
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -156,6 +162,19 @@ fn python_client_hears_a_tools_log_records_from_its_level() {
 #[test]
 fn python_client_hears_a_tools_progress_in_both_versions() {
     run_python_module("test_progress");
+}
+
+/// With a span current, the client sends its `traceparent`; the spans
+/// reach the OTLP receiver of target/pyvenv-otel.
+#[test]
+fn python_client_trace_context_parents_the_server_spans() {
+    let Some(otel) = crate::mcp_support::otlp::otel_python() else {
+        return;
+    };
+    run_python_module_with(
+        "test_traces",
+        &[("TOOLPOOL_TEST_OTEL_PYTHON", otel.as_os_str())],
+    );
 }
 
 #[test]
