@@ -154,7 +154,7 @@ pub fn state_dir() -> Option<PathBuf> {
 
 /// `message` cut to at most `limit` bytes (at a character boundary), with
 /// `…` after a cut.
-fn cut(mut message: String, limit: usize) -> String {
+pub(crate) fn cut(mut message: String, limit: usize) -> String {
     if message.len() > limit {
         let mut end = limit;
         while !message.is_char_boundary(end) {

@@ -1043,7 +1043,7 @@ impl ServerHandler for ToolpoolServer {
         if let Some(span) = span {
             span.end(match &result {
                 // Always an `isError` result (see below).
-                Ok(_) => Outcome::ToolError("the arguments must be a JSON object".into()),
+                Ok(_) => Outcome::ToolError("the arguments must be a JSON object"),
                 Err(_) => Outcome::of(&result),
             });
         }

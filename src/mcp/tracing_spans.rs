@@ -98,33 +98,32 @@ pub(super) struct CallTrace {
 
 /// How a request ended, for `error.type` and the span's status.
 #[cfg_attr(not(feature = "otel"), allow(dead_code))]
-pub(super) enum Outcome {
+pub(super) enum Outcome<'a> {
     Ok,
     /// An `isError` result; its text.
-    ToolError(String),
+    ToolError(&'a str),
     /// A JSON-RPC error.
-    Protocol(ErrorCode, String),
+    Protocol(ErrorCode, &'a str),
 }
 
-impl Outcome {
+impl Outcome<'_> {
     /// Of a request whose result has no `isError`.
-    pub(super) fn of<T>(result: &Result<T, McpError>) -> Outcome {
+    pub(super) fn of<T>(result: &Result<T, McpError>) -> Outcome<'_> {
         match result {
             Ok(_) => Outcome::Ok,
-            Err(error) => Outcome::Protocol(error.code, error.message.to_string()),
+            Err(error) => Outcome::Protocol(error.code, &error.message),
         }
     }
 
     /// Of a `tools/call`.
-    pub(super) fn of_call(result: &Result<CallToolResponse, McpError>) -> Outcome {
+    pub(super) fn of_call(result: &Result<CallToolResponse, McpError>) -> Outcome<'_> {
         match result {
             Ok(CallToolResponse::Complete(result)) if result.is_error == Some(true) => {
                 let text = result
                     .content
                     .first()
                     .and_then(|block| block.as_text())
-                    .map(|text| text.text.clone())
-                    .unwrap_or_default();
+                    .map_or("", |text| text.text.as_str());
                 Outcome::ToolError(text)
             }
             _ => Outcome::of(result),
@@ -172,7 +171,7 @@ impl RequestSpan {
     }
 
     /// Records how the request ended and ends the span.
-    pub(super) fn end(self, outcome: Outcome) {
+    pub(super) fn end(self, outcome: Outcome<'_>) {
         #[cfg(feature = "otel")]
         if let Some(span) = &self.call.span {
             live::end(span, outcome);
@@ -317,7 +316,7 @@ mod live {
         )
     }
 
-    pub(super) fn end(span: &Context, outcome: Outcome) {
+    pub(super) fn end(span: &Context, outcome: Outcome<'_>) {
         let span = span.span();
         match outcome {
             Outcome::Ok => {}
@@ -354,16 +353,8 @@ mod live {
         span.span().add_event(name, attributes);
     }
 
-    fn clip(mut text: String) -> String {
-        if text.len() > STATUS_TEXT {
-            let mut end = STATUS_TEXT;
-            while !text.is_char_boundary(end) {
-                end -= 1;
-            }
-            text.truncate(end);
-            text.push('…');
-        }
-        text
+    fn clip(text: &str) -> String {
+        crate::context::cut(text.to_string(), STATUS_TEXT)
     }
 
     /// `jsonrpc.request.id`'s text.
