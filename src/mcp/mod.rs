@@ -848,17 +848,21 @@ impl ServerHandler for ToolpoolServer {
         request: SubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        self.check_resource(&request.uri, &context).await?;
-        let listeners = &self.inner.listeners;
-        let id = *self
-            .listener
-            .get_or_init(|| listeners.add_session(context.peer.clone(), false));
-        if !listeners.subscription(id, &request.uri, true) {
-            // Its connection was found closed and dropped: a new entry.
-            let id = listeners.add_session(context.peer.clone(), false);
-            listeners.subscription(id, &request.uri, true);
-        }
-        Ok(())
+        let span = self.span(&context, "resources/subscribe", None, Some(&request.uri));
+        traced(span, async {
+            self.check_resource(&request.uri, &context).await?;
+            let listeners = &self.inner.listeners;
+            let id = *self
+                .listener
+                .get_or_init(|| listeners.add_session(context.peer.clone(), false));
+            if !listeners.subscription(id, &request.uri, true) {
+                // Its connection was found closed and dropped: a new entry.
+                let id = listeners.add_session(context.peer.clone(), false);
+                listeners.subscription(id, &request.uri, true);
+            }
+            Ok(())
+        })
+        .await
     }
 
     /// `resources/unsubscribe`: the URI is no longer watched for this session.
@@ -866,11 +870,13 @@ impl ServerHandler for ToolpoolServer {
     async fn unsubscribe(
         &self,
         request: UnsubscribeRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
+        let span = self.span(&context, "resources/unsubscribe", None, Some(&request.uri));
         if let Some(id) = self.listener.get() {
             self.inner.listeners.subscription(*id, &request.uri, false);
         }
+        span.end(Outcome::Ok);
         Ok(())
     }
 
