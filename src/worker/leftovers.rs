@@ -140,31 +140,82 @@ fn read_again(file: &File) -> Option<String> {
 mod tests {
     use super::*;
 
+    /// A python3 that plays the worker, alone in its process (the test
+    /// binary's own thread count moves with the other tests): it starts a
+    /// thread that keeps running, stops and joins it, or runs one briefly,
+    /// as told on stdin, and says when it has.
+    struct PlayedWorker {
+        child: std::process::Child,
+        lines: std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
+    }
+
+    impl PlayedWorker {
+        fn start() -> PlayedWorker {
+            use std::io::BufRead;
+            const SCRIPT: &str = "import sys, threading\n\
+                stop = threading.Event()\n\
+                print('idle', flush=True)\n\
+                for line in sys.stdin:\n\
+                \x20   if line == 'start\\n':\n\
+                \x20       t = threading.Thread(target=stop.wait); t.start()\n\
+                \x20   elif line == 'stop\\n':\n\
+                \x20       stop.set(); t.join()\n\
+                \x20   elif line == 'brief\\n':\n\
+                \x20       b = threading.Thread(target=lambda: None); b.start(); b.join()\n\
+                \x20   print('done', flush=True)\n";
+            let mut child = std::process::Command::new("python3")
+                .args(["-c", SCRIPT])
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .expect("python3 runs");
+            let stdout = child.stdout.take().expect("piped");
+            let mut worker = PlayedWorker {
+                child,
+                lines: std::io::BufReader::new(stdout).lines(),
+            };
+            worker.expect("idle");
+            worker
+        }
+
+        fn pid(&self) -> i32 {
+            self.child.id() as i32
+        }
+
+        fn tell(&mut self, what: &str) {
+            use std::io::Write;
+            let stdin = self.child.stdin.as_mut().expect("piped");
+            writeln!(stdin, "{what}").expect("the played worker reads");
+            self.expect("done");
+        }
+
+        fn expect(&mut self, line: &str) {
+            let got = self.lines.next().expect("a line").expect("text");
+            assert_eq!(got, line);
+        }
+    }
+
+    impl Drop for PlayedWorker {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
     #[tokio::test]
     async fn a_thread_left_running_is_found_and_one_joined_is_not() {
-        // This test process plays the worker: its threads are counted.
-        let me = std::process::id() as i32;
-        let mut leftovers = Leftovers::new(me, me);
+        let mut worker = PlayedWorker::start();
+        let pid = worker.pid();
+        let mut leftovers = Leftovers::new(pid, pid);
         leftovers.call_starts(last_pid());
-        let (stop, stopped) = std::sync::mpsc::channel::<()>();
-        let running = std::thread::spawn(move || {
-            let _ = stopped.recv();
-        });
+        worker.tell("start");
         let found = leftovers.after_reply().await;
-        assert!(
-            found.as_deref().is_some_and(|f| f.contains("thread")),
-            "{found:?}"
-        );
-        stop.send(()).unwrap();
-        running.join().unwrap();
-        let mut again = Leftovers::new(me, me);
+        assert_eq!(found.as_deref(), Some("1 thread still running"));
+        worker.tell("stop");
+        let mut again = Leftovers::new(pid, pid);
         again.call_starts(last_pid());
-        std::thread::spawn(|| ()).join().unwrap();
-        // Other tests' threads may come and go meanwhile: only a thread
-        // count at or below the idle one says "nothing left".
-        if let Some(found) = again.after_reply().await {
-            assert!(found.contains("thread"), "{found}");
-        }
+        worker.tell("brief");
+        assert_eq!(again.after_reply().await, None);
     }
 
     #[tokio::test]
