@@ -43,7 +43,7 @@ MAX_TEMPLATE_REQUEST = 1 << 20
 TEMPLATE_FDS = 5
 CLONE_PARENT = 0x00008000
 # What the template imports for itself, forgotten by the guardians it clones.
-TEMPLATE_ONLY_MODULES = ("_socket",)
+TEMPLATE_ONLY_MODULES = ("_socket", "gc")
 # clone(2)'s number where its first argument is the flags (on s390 it is not).
 SYS_CLONE = {"x86_64": 56, "aarch64": 220, "riscv64": 220}
 
