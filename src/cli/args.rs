@@ -385,9 +385,12 @@ pub struct ServeArgs {
     /// Seconds a finished or cancelled task is kept for `tasks/get` (with --task-after)
     #[arg(long, value_name = "SECS", default_value = "300", value_parser = parse_seconds, requires = "task_after")]
     pub task_keep: Duration,
-    /// shared: any worker serves any session; process: a worker serves one session and is recycled before it serves another [default: process with --http, else shared]
+    /// shared: any worker serves any session; process: a worker serves one session and is parked (or recycled) before it serves another [default: process with --http, else shared]
     #[arg(long, value_enum, value_name = "MODE")]
     pub session_isolation: Option<IsolationArg>,
+    /// With --session-isolation process: idle workers kept for their sessions beyond --workers, so a session resumes its own instead of starting a new one (a few MB each; 0: recycle instead)
+    #[arg(long, value_name = "N", default_value_t = crate::pool::DEFAULT_PARKED_WORKERS)]
+    pub parked_workers: usize,
 }
 
 /// 4 PiB: more than any address space, far below where MB → bytes overflows.

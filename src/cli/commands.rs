@@ -316,7 +316,10 @@ async fn serve(run: &mut Invocation<'_>, args: &ServeArgs) -> Result<ExitCode, C
         (Some(IsolationArg::Shared), _) | (None, None) => SessionIsolation::Shared,
         (Some(IsolationArg::Process), _) | (None, Some(_)) => SessionIsolation::Process,
     };
-    let mut builder = run.pool_builder(None).session_isolation(isolation);
+    let mut builder = run
+        .pool_builder(None)
+        .session_isolation(isolation)
+        .parked_workers(args.parked_workers);
     if http.is_some() && run.cli.sandbox.is_some() && run.cli.spare_workers.is_none() {
         // A spare is started for the pool's own session, which no HTTP
         // session is: under --sandbox it could replace no session's worker

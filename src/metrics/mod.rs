@@ -34,6 +34,11 @@ pub fn render(stats: &PoolStats) -> String {
         stats.spares as f64,
     );
     gauge(
+        "workers_parked",
+        "Idle workers kept for their sessions beyond the pool size (--parked-workers).",
+        stats.parked as f64,
+    );
+    gauge(
         "calls_queued",
         "Calls waiting for a free worker.",
         stats.queued as f64,
@@ -72,6 +77,11 @@ pub fn render(stats: &PoolStats) -> String {
         "session_recycles_total",
         "Workers recycled before serving another session (--session-isolation process).",
         stats.session_recycles,
+    );
+    counter(
+        "parked_resumes_total",
+        "Calls that resumed a worker parked for their session.",
+        stats.parked_resumes,
     );
     counter(
         "cancelled_total",

@@ -12,7 +12,7 @@ use tokio::task::JoinSet;
 
 use super::{
     Counters, Destination, Dispatcher, Pool, SessionIsolation, Shared, DEFAULT_IMPORT_TIMEOUT,
-    MAX_QUARANTINED,
+    DEFAULT_PARKED_WORKERS, MAX_QUARANTINED,
 };
 use crate::catalog::Catalog;
 use crate::context::{AttachmentStore, HumanPrompt, SessionPaths, SessionServices};
@@ -46,6 +46,7 @@ pub struct PoolBuilder {
     import_timeout: Option<Duration>,
     pid_namespace: bool,
     isolation: SessionIsolation,
+    parked_workers: usize,
     sandbox: SandboxOptions,
 }
 
@@ -75,6 +76,7 @@ impl Default for PoolBuilder {
             import_timeout: Some(DEFAULT_IMPORT_TIMEOUT),
             pid_namespace: true,
             isolation: SessionIsolation::Shared,
+            parked_workers: DEFAULT_PARKED_WORKERS,
             sandbox: SandboxOptions::default(),
         }
     }
@@ -121,6 +123,17 @@ impl PoolBuilder {
     /// See [`SessionIsolation`]; `Shared` by default.
     pub fn session_isolation(mut self, isolation: SessionIsolation) -> Self {
         self.isolation = isolation;
+        self
+    }
+    /// Under [`SessionIsolation::Process`]: how many idle workers are kept
+    /// for their sessions beyond [`workers`](Self::workers), so that a
+    /// session whose worker another session's call displaced resumes it
+    /// rather than starting a new one (64 by default; 0: every displaced
+    /// worker is recycled). Each holds its memory (a few MB) while parked;
+    /// past the limit the one parked longest ago is retired. At most
+    /// `workers` run calls at once either way.
+    pub fn parked_workers(mut self, n: usize) -> Self {
+        self.parked_workers = n;
         self
     }
 
@@ -403,7 +416,7 @@ impl PoolBuilder {
                 human_prompt: self.human_prompt.clone(),
             }),
             session,
-            workers: Dispatcher::new(),
+            workers: Dispatcher::new(self.parked_workers),
             draining: AtomicBool::new(false),
             default_timeout: self.timeout,
             queue_wait: self.queue_wait,

@@ -180,21 +180,27 @@ impl Placement {
     }
 
     /// Which idle worker a call of `session` takes, given the session each
-    /// has served, longest idle first: under per-session placement one of
-    /// its own session's, else a fresh one, else the longest idle (which
-    /// is then recycled); otherwise simply the longest idle. A session so
-    /// keeps its worker between its calls while one of its own is idle.
+    /// has served, longest idle first, and whether one of the session's
+    /// workers is parked (`parking`): under per-session placement one of
+    /// its own session's; else, with one of its own parked, the longest
+    /// idle of another session (parked in its turn while the session's own
+    /// resumes); else a fresh one; else the longest idle (parked, and a
+    /// fresh one takes its place). Otherwise simply the longest idle. A
+    /// session so keeps its worker between its calls.
     pub(crate) fn choose<'a>(
         self,
         served: impl IntoIterator<Item = Option<&'a str>> + Clone,
         session: &str,
+        parked_here: bool,
     ) -> usize {
         if self != Placement::PerSession {
             return 0;
         }
-        let position = |wanted: Option<&str>| served.clone().into_iter().position(|s| s == wanted);
-        position(Some(session))
-            .or_else(|| position(None))
+        let position =
+            |wanted: &dyn Fn(Option<&str>) -> bool| served.clone().into_iter().position(wanted);
+        position(&|s| s == Some(session))
+            .or_else(|| parked_here.then(|| position(&|s| s.is_some())).flatten())
+            .or_else(|| position(&|s| s.is_none()))
             .unwrap_or(0)
     }
 }
@@ -206,11 +212,26 @@ mod tests {
     #[test]
     fn a_call_takes_its_own_sessions_idle_worker_then_a_fresh_one_then_the_oldest() {
         let idle = [Some("b"), None, Some("a"), Some("a")];
-        assert_eq!(Placement::PerSession.choose(idle, "a"), 2);
-        assert_eq!(Placement::PerSession.choose(idle, "c"), 1);
-        assert_eq!(Placement::PerSession.choose([Some("b"), Some("c")], "a"), 0);
-        assert_eq!(Placement::Shared.choose(idle, "a"), 0);
-        assert_eq!(Placement::Sandboxed.choose(idle, "a"), 0);
+        assert_eq!(Placement::PerSession.choose(idle, "a", false), 2);
+        assert_eq!(Placement::PerSession.choose(idle, "a", true), 2);
+        assert_eq!(Placement::PerSession.choose(idle, "c", false), 1);
+        assert_eq!(
+            Placement::PerSession.choose([Some("b"), Some("c")], "a", false),
+            0
+        );
+        assert_eq!(Placement::Shared.choose(idle, "a", false), 0);
+        assert_eq!(Placement::Sandboxed.choose(idle, "a", false), 0);
+    }
+
+    #[test]
+    fn a_session_with_a_parked_worker_displaces_another_sessions_rather_than_a_fresh_one() {
+        // The other session's worker is parked and the session's own
+        // resumes: the fresh one stays for a session that has none.
+        let idle = [None, Some("b"), Some("c")];
+        assert_eq!(Placement::PerSession.choose(idle, "a", true), 1);
+        assert_eq!(Placement::PerSession.choose(idle, "a", false), 0);
+        // Only fresh ones idle: one of them serves (the parked one waits on).
+        assert_eq!(Placement::PerSession.choose([None, None], "a", true), 0);
     }
 
     #[test]

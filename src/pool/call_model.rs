@@ -2,15 +2,16 @@
 //! replies, deadlines, deaths (before and after the worker read the
 //! request), cancels, reloads and shutdown over several workers and
 //! sessions, driven through the real state machines ([`CallState`],
-//! [`RequestState`], [`Placement`], [`worker_after`]) and the pool's
-//! dispatch rule (the first call in line takes the first idle worker it
-//! may run on). After every step it checks what the pool promises.
+//! [`RequestState`], [`Placement`], [`worker_after`], [`Parked`]) and the
+//! pool's dispatch rule (the first call in line takes the first idle worker
+//! it may run on). After every step it checks what the pool promises.
 
 use std::collections::VecDeque;
 
 use proptest::prelude::*;
 
 use super::call::{worker_after, AttemptEnd, CallNext, CallState, Placement, WorkerAfter};
+use super::parking::Parked;
 use crate::worker::request::{Action, RequestState};
 
 const LEN: usize = 16;
@@ -34,6 +35,8 @@ enum Event {
     Cancel {
         call: u8,
     },
+    /// A parked worker dies (it is not replaced: it was beyond the size).
+    DieParked,
     Reload,
     Shutdown,
 }
@@ -45,6 +48,7 @@ fn event() -> impl Strategy<Value = Event> {
         1 => (0u8..3).prop_map(|worker| Event::Deadline { worker }),
         2 => (0u8..3, any::<bool>()).prop_map(|(worker, read)| Event::Die { worker, read }),
         1 => (0u8..16).prop_map(|call| Event::Cancel { call }),
+        1 => Just(Event::DieParked),
         1 => Just(Event::Reload),
         1 => Just(Event::Shutdown),
     ]
@@ -75,6 +79,8 @@ struct Model {
     generation: u64,
     closed: bool,
     workers: Vec<Option<ModelWorker>>,
+    parked: Parked<ModelWorker>,
+    park_limit: usize,
     line: VecDeque<usize>,
     calls: Vec<Call>,
 }
@@ -94,8 +100,9 @@ impl Model {
     }
 
     /// The pool's dispatch: the first call in line takes the idle worker
-    /// [`Placement::choose`] picks (one of its session's, else a fresh one,
-    /// else the first, which is recycled under per-session placement).
+    /// [`Placement::choose`] picks; under per-session placement one of
+    /// another session's is parked, and one of the call's session parked
+    /// earlier takes its place, else a fresh one.
     fn dispatch(&mut self) {
         if self.closed {
             return;
@@ -117,24 +124,47 @@ impl Model {
             let served = idle
                 .iter()
                 .map(|&w| self.workers[w].as_ref().and_then(|w| w.served.as_deref()));
-            let w = idle[self.placement.choose(served.clone(), &session)];
-            let worker = self.workers[w].as_mut().expect("idle");
-            if !self.placement.admits(worker.served.as_deref(), &session) {
-                // Recycled only when no idle worker could have run it.
-                assert!(
-                    self.placement == Placement::Sandboxed
-                        || !idle.iter().any(|&i| {
-                            let served = self.workers[i].as_ref().and_then(|w| w.served.as_deref());
-                            self.placement.admits(served, &session)
-                        }),
-                    "a worker of another session was recycled while one that could run {session} was idle"
-                );
-                // Recycled: a fresh worker takes its place; the call stays first.
-                self.calls[call].state.got_worker().unwrap();
-                self.calls[call].state.refused_by_worker().unwrap();
-                self.workers[w] = Some(self.fresh());
-                continue;
+            let parked_here = self.parked.holds(&session);
+            let w = idle[self.placement.choose(served.clone(), &session, parked_here)];
+            let chosen = self.workers[w].as_ref().and_then(|w| w.served.clone());
+            if !self.placement.admits(chosen.as_deref(), &session) {
+                let another_could_run = idle.iter().any(|&i| {
+                    let served = self.workers[i].as_ref().and_then(|w| w.served.as_deref());
+                    self.placement.admits(served, &session)
+                });
+                // As `Shared::admits` under per-session placement: the
+                // session's own is taken out first, then the displaced one
+                // parked (those that no longer fit are retired).
+                let resumed = match self.placement {
+                    Placement::PerSession => self.parked.resume(&session),
+                    _ => None,
+                };
+                if self.placement == Placement::PerSession {
+                    if let (Some(displaced), Some(served)) = (self.workers[w].take(), chosen) {
+                        drop(self.parked.park(served, displaced));
+                    }
+                }
+                match resumed {
+                    Some(own) => {
+                        assert_eq!(own.served.as_deref(), Some(session.as_str()));
+                        assert_eq!(own.generation, self.generation, "a stale worker resumed");
+                        self.workers[w] = Some(own);
+                    }
+                    None => {
+                        // Displaced only when no idle worker could have run it.
+                        assert!(
+                            self.placement == Placement::Sandboxed || !another_could_run,
+                            "a worker of another session was displaced while one that could run {session} was idle"
+                        );
+                        // A fresh worker takes its place; the call stays first.
+                        self.calls[call].state.got_worker().unwrap();
+                        self.calls[call].state.refused_by_worker().unwrap();
+                        self.workers[w] = Some(self.fresh());
+                        continue;
+                    }
+                }
             }
+            let worker = self.workers[w].as_mut().expect("idle");
             self.line.remove(index);
             worker.served = Some(session);
             self.calls[call].state.got_worker().unwrap();
@@ -269,8 +299,13 @@ impl Model {
                     }
                 }
             }
+            Event::DieParked => {
+                drop(self.parked.take_where(|_| true));
+            }
             Event::Reload => {
                 self.generation += 1;
+                // Every parked worker is retired at once.
+                drop(self.parked.take_all());
                 for w in 0..self.workers.len() {
                     let idle = self.workers[w]
                         .as_ref()
@@ -282,6 +317,7 @@ impl Model {
             }
             Event::Shutdown => {
                 self.closed = true;
+                drop(self.parked.take_all());
                 for call in std::mem::take(&mut self.line) {
                     self.calls[call].state.abandoned();
                     self.answer(call);
@@ -320,6 +356,10 @@ impl Model {
                 );
             }
         }
+        assert!(
+            self.parked.len() <= self.park_limit,
+            "more parked than the limit"
+        );
         if !self.closed && !self.line.is_empty() {
             let idle = self
                 .workers
@@ -362,6 +402,7 @@ proptest! {
             Just(Placement::Sandboxed)
         ],
         max_calls in proptest::option::of(1u64..4),
+        park_limit in 0usize..3,
     ) {
         let mut model = Model {
             placement,
@@ -369,6 +410,8 @@ proptest! {
             generation: 0,
             closed: false,
             workers: Vec::new(),
+            parked: Parked::new(park_limit),
+            park_limit,
             line: VecDeque::new(),
             calls: Vec::new(),
         };

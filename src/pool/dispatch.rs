@@ -1,6 +1,7 @@
 //! The pool's workers and who gets them: the idle ones (answering
-//! checkouts in arrival order), the warm spares, every live worker's record,
-//! the reload generation, and whether the pool has closed.
+//! checkouts in arrival order), the warm spares, the workers parked for
+//! their sessions (`parking`), every live worker's record, the reload
+//! generation, and whether the pool has closed.
 //!
 //! No lock here is held across an await. A checkout waits on a fair
 //! [`Semaphore`] whose permits count the idle workers, then pops one from
@@ -16,6 +17,7 @@ use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
 use super::call::Placement;
+use super::parking::Parked;
 use crate::process::WorkerProcesses;
 use crate::worker::{Worker, WorkerId};
 
@@ -31,6 +33,14 @@ pub(super) struct LiveWorker {
     pub(super) session: Option<String>,
 }
 
+/// Where a waiting worker waited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Waiting {
+    Idle,
+    Spare,
+    Parked,
+}
+
 pub(super) struct Dispatcher {
     /// Idle workers, the longest idle first.
     idle: Mutex<VecDeque<Worker>>,
@@ -39,6 +49,8 @@ pub(super) struct Dispatcher {
     idle_permits: Semaphore,
     /// Started workers waiting to replace one that is killed or retired.
     spares: Mutex<Vec<Worker>>,
+    /// Idle workers kept for their sessions beyond the pool's size.
+    parked: Mutex<Parked<Worker>>,
     /// Live workers (spares included), by id.
     live: Mutex<HashMap<WorkerId, LiveWorker>>,
     /// Notified whenever a worker leaves `live` (shutdown waits on it).
@@ -54,11 +66,13 @@ fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Dispatcher {
-    pub(super) fn new() -> Dispatcher {
+    /// `park_limit`: how many workers may be parked for their sessions.
+    pub(super) fn new(park_limit: usize) -> Dispatcher {
         Dispatcher {
             idle: Mutex::new(VecDeque::new()),
             idle_permits: Semaphore::new(0),
             spares: Mutex::new(Vec::new()),
+            parked: Mutex::new(Parked::new(park_limit)),
             live: Mutex::new(HashMap::new()),
             left: Notify::new(),
             generation: AtomicU64::new(0),
@@ -122,17 +136,18 @@ impl Dispatcher {
 
     /// Takes the idle worker a call of `session` prefers; the caller holds
     /// (and has forgotten) a permit, and every permit was added after its
-    /// worker was queued, so one is there. Locks the queue, then the live
-    /// records (nothing locks them the other way round).
+    /// worker was queued, so one is there. Locks the queue, then the parked
+    /// workers, then the live records (nothing locks them in another order).
     fn pop_idle(&self, placement: Placement, session: &str) -> Option<Worker> {
         let mut idle = locked(&self.idle);
         let index = if placement == Placement::PerSession {
+            let parked_here = locked(&self.parked).holds(session);
             let live = locked(&self.live);
             let served = idle.iter().map(|worker| {
                 live.get(&worker.id())
                     .and_then(|entry| entry.session.as_deref())
             });
-            placement.choose(served, session)
+            placement.choose(served, session, parked_here)
         } else {
             0
         };
@@ -144,22 +159,51 @@ impl Dispatcher {
         std::iter::from_fn(|| self.try_take_idle(Placement::Shared, "")).collect()
     }
 
-    /// Worker `id`, if it is waiting (a spare: `true`) and no caller has
-    /// been promised it. Every idle worker may be promised to a caller in
-    /// line already (all permits taken): then that caller finds it dead.
-    pub(super) fn take_waiting(&self, id: WorkerId) -> Option<(Worker, bool)> {
+    /// Worker `id`, if it is waiting and no caller has been promised it,
+    /// with where it waited. Every idle worker may be promised to a caller
+    /// in line already (all permits taken): then that caller finds it dead.
+    pub(super) fn take_waiting(&self, id: WorkerId) -> Option<(Worker, Waiting)> {
         {
             let mut spares = locked(&self.spares);
             if let Some(index) = spares.iter().position(|w| w.id() == id) {
-                return Some((spares.swap_remove(index), true));
+                return Some((spares.swap_remove(index), Waiting::Spare));
             }
+        }
+        if let Some(worker) = locked(&self.parked).take_where(|w| w.id() == id) {
+            return Some((worker, Waiting::Parked));
         }
         let mut idle = locked(&self.idle);
         let index = idle.iter().position(|w| w.id() == id)?;
         // One permit fewer for the one worker fewer (never blocks: under
         // the queue's lock, as put_idle adds them after it).
         self.idle_permits.try_acquire().ok()?.forget();
-        idle.remove(index).map(|worker| (worker, false))
+        idle.remove(index).map(|worker| (worker, Waiting::Idle))
+    }
+
+    /// Parks `worker` for `session` (see `parking`); gives back what is to
+    /// be retired: the workers parked longest ago that no longer fit, or
+    /// `worker` itself once the pool has closed (checked under the lock, as
+    /// [`Dispatcher::put_idle`] does).
+    pub(super) fn park(&self, session: String, worker: Worker) -> Vec<Worker> {
+        let mut parked = locked(&self.parked);
+        if self.is_closed() {
+            return vec![worker];
+        }
+        parked.park(session, worker)
+    }
+
+    /// The worker of `session` parked last, if one is.
+    pub(super) fn resume(&self, session: &str) -> Option<Worker> {
+        locked(&self.parked).resume(session)
+    }
+
+    /// Every parked worker, taken out.
+    pub(super) fn take_parked(&self) -> Vec<Worker> {
+        locked(&self.parked).take_all()
+    }
+
+    pub(super) fn parked_count(&self) -> usize {
+        locked(&self.parked).len()
     }
 
     pub(super) fn pop_spare(&self) -> Option<Worker> {
@@ -248,10 +292,11 @@ impl Dispatcher {
         locked(&self.live).values().cloned().collect()
     }
 
-    /// Every idle worker and spare, out of the pool's reserve. After
-    /// [`Dispatcher::close`] none can come back in (see `put_idle`).
+    /// Every idle, parked and spare worker, out of the pool's reserve.
+    /// After [`Dispatcher::close`] none can come back in (see `put_idle`).
     pub(super) fn take_all_waiting(&self) -> Vec<Worker> {
         let mut waiting = self.take_spares();
+        waiting.extend(self.take_parked());
         waiting.extend(locked(&self.idle).drain(..));
         waiting
     }

@@ -1,4 +1,4 @@
-//! A worker that dies while it waits (idle, or a warm spare) — killed from
+//! A worker that dies while it waits (idle, parked, or a warm spare) — killed from
 //! outside, by the kernel out of memory, a crash in a thread a tool left
 //! running — is noticed at once: taken out of the pool, its end counted by
 //! how it ended, and a replacement started, before any call would pick it.
@@ -14,6 +14,7 @@ use std::sync::{Arc, Weak};
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 
+use super::dispatch::Waiting;
 use super::{Destination, Shared};
 use crate::process::pidfd_open;
 use crate::worker::{Worker, WorkerId};
@@ -39,16 +40,17 @@ impl Shared {
 
     /// The worker `id` ended: if it was waiting, it leaves the pool now.
     async fn died_waiting(self: &Arc<Self>, id: WorkerId) {
-        let Some((mut worker, spare)) = self.workers.take_waiting(id) else {
+        let Some((mut worker, waited)) = self.workers.take_waiting(id) else {
             return; // busy (its call reports it), retired, or promised to a caller
         };
         let how = worker.how_it_ended().await;
         self.counters.count_end(&how);
         self.workers.unregister(id);
-        if spare {
-            self.start_worker(Destination::Spare, std::time::Duration::ZERO);
-        } else {
-            self.replace_like(&worker.spec().clone());
+        match waited {
+            Waiting::Spare => self.start_worker(Destination::Spare, std::time::Duration::ZERO),
+            Waiting::Idle => self.replace_like(&worker.spec().clone()),
+            // Beyond the pool's size: its session's next call starts afresh.
+            Waiting::Parked => {}
         }
     }
 }

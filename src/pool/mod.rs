@@ -25,6 +25,7 @@ mod dispatch;
 mod idle_deaths;
 mod lease;
 mod limits;
+mod parking;
 mod sandboxed;
 mod stats;
 
@@ -59,6 +60,9 @@ const SPARE_REFILL_DELAY: Duration = Duration::from_millis(50);
 const MAX_RESTART_BACKOFF: Duration = Duration::from_secs(10);
 /// Default bound on one tool module's import (`--import-timeout`).
 pub const DEFAULT_IMPORT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default bound on the workers parked for their sessions
+/// ([`PoolBuilder::parked_workers`]).
+pub const DEFAULT_PARKED_WORKERS: usize = 64;
 /// Most modules one start may quarantine before it gives up.
 const MAX_QUARANTINED: usize = 1000;
 
@@ -109,8 +113,11 @@ pub enum SessionIsolation {
     #[default]
     Shared,
     /// A worker serves one session; before it would serve another it is
-    /// recycled (a warm spare takes its place), so nothing in a worker's
-    /// memory passes from one session to the next.
+    /// parked for its session (kept idle beyond the pool's size, up to
+    /// [`PoolBuilder::parked_workers`]; retired past that) and a worker of
+    /// the new session — one parked for it, a warm spare, or a new one —
+    /// takes its place, so nothing in a worker's memory passes from one
+    /// session to the next.
     Process,
 }
 
@@ -192,9 +199,11 @@ struct Shared {
 impl Shared {
     /// Under [`SessionIsolation::Process`]: whether the worker of `lease`
     /// may serve a call of `session`. One that served another session is
-    /// recycled instead: a warm spare takes its place in the lease (then
-    /// `true`), or, with none waiting, a new worker is started and the call
-    /// checks out again (`false`). A fresh one is tagged with the session.
+    /// parked for it (`parking`; retired when there is no room) and its
+    /// place in the lease taken by a worker of this session that was parked,
+    /// else by a warm spare (then `true`); with neither, a new worker is
+    /// started and the call checks out again (`false`). A fresh one is
+    /// tagged with the session.
     fn admits(self: &Arc<Self>, lease: &mut Lease, session: &str) -> bool {
         let placement = self.placement();
         if placement == Placement::Shared {
@@ -217,15 +226,15 @@ impl Shared {
         let Some(worker) = lease.worker.take() else {
             return false;
         };
-        tracing::debug!(
-            worker = pid,
-            session,
-            "recycling a worker of another session"
-        );
-        self.counters
-            .session_recycles
-            .fetch_add(1, Ordering::Relaxed);
-        self.retire(worker, Termination::Retired);
+        // Taken out before the other is parked, which could push it out.
+        let own = self.resume(session);
+        self.park(worker);
+        if let Some(own) = own {
+            self.counters.parked_resumes.fetch_add(1, Ordering::Relaxed);
+            lease.worker = Some(own);
+            return true;
+        }
+        tracing::debug!(worker = pid, session, "a worker of another session parked");
         // A warm spare takes its place for this very call, rather than
         // joining the queue where another call might take it first.
         match self.workers.pop_spare() {
@@ -246,6 +255,38 @@ impl Shared {
                 false
             }
         }
+    }
+
+    /// Parks `worker` (idle, tagged with the session it served) for its
+    /// session; retires the workers that no longer fit, each counted as a
+    /// worker recycled for another session.
+    fn park(&self, worker: Worker) {
+        let session = self
+            .workers
+            .with_live(worker.id(), |entry| entry.session.clone())
+            .flatten()
+            .unwrap_or_default();
+        for worker in self.workers.park(session, worker) {
+            if self.workers.is_closed() {
+                self.retire(worker, Termination::ShutDown);
+            } else {
+                self.counters
+                    .session_recycles
+                    .fetch_add(1, Ordering::Relaxed);
+                self.retire(worker, Termination::Retired);
+            }
+        }
+    }
+
+    /// A worker of `session` parked for it and still on the current code
+    /// (a stale one is retired; then none).
+    fn resume(&self, session: &str) -> Option<Worker> {
+        let worker = self.workers.resume(session)?;
+        if self.workers.is_stale(worker.id()) {
+            self.retire(worker, Termination::Retired);
+            return None;
+        }
+        Some(worker)
     }
 
     /// Where a call's workers come from.
@@ -811,6 +852,10 @@ impl Pool {
         for spare in shared.workers.take_spares() {
             shared.retire(spare, Termination::Retired);
             shared.start_worker(Destination::Spare, Duration::ZERO);
+        }
+        for worker in shared.workers.take_parked() {
+            shared.counters.recycled.fetch_add(1, Ordering::Relaxed);
+            shared.retire(worker, Termination::Retired);
         }
         // Idle workers pass through make_idle, which recycles the stale ones.
         for worker in shared.workers.take_all_idle() {

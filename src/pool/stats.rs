@@ -21,6 +21,8 @@ pub(super) struct Counters {
     pub(super) recycled: AtomicU64,
     /// Workers recycled because a call of another session came to them.
     pub(super) session_recycles: AtomicU64,
+    /// Calls that resumed a worker parked for their session.
+    pub(super) parked_resumes: AtomicU64,
     pub(super) queued: AtomicUsize,
     pub(super) busy: AtomicUsize,
     pub(super) errors_by_type: Mutex<BTreeMap<String, u64>>,
@@ -104,7 +106,7 @@ pub struct PoolStats {
     pub live_workers: usize,
     /// Workers running a call.
     pub busy: usize,
-    /// Workers waiting for a call (not counting spares).
+    /// Workers waiting for a call (not counting spares and parked ones).
     pub idle: usize,
     /// Calls waiting for a free worker.
     pub queued: usize,
@@ -123,8 +125,14 @@ pub struct PoolStats {
     /// calls, or still running code from before a reload.
     pub recycled: u64,
     /// Workers recycled before serving another session
-    /// ([`SessionIsolation::Process`](crate::SessionIsolation::Process)).
+    /// ([`SessionIsolation::Process`](crate::SessionIsolation::Process)):
+    /// parked ones that no longer fit
+    /// ([`PoolBuilder::parked_workers`](crate::PoolBuilder::parked_workers)).
     pub session_recycles: u64,
+    /// Idle workers kept for their sessions beyond [`size`](Self::size).
+    pub parked: usize,
+    /// Calls that resumed a worker parked for their session.
+    pub parked_resumes: u64,
     /// Warm spares ready to replace a worker.
     pub spares: usize,
     /// Calls abandoned by their caller mid-flight (their workers killed).
@@ -185,11 +193,12 @@ impl Pool {
         let live = workers.len();
         let busy = c.busy.load(Ordering::Relaxed);
         let spares = self.shared.workers.spare_count();
+        let parked = self.shared.workers.parked_count();
         PoolStats {
             size: self.shared.size,
             live_workers: live,
             busy,
-            idle: live.saturating_sub(busy + spares),
+            idle: live.saturating_sub(busy + spares + parked),
             queued: c.queued.load(Ordering::Relaxed),
             calls: c.calls.load(Ordering::Relaxed),
             succeeded: c.succeeded.load(Ordering::Relaxed),
@@ -198,6 +207,8 @@ impl Pool {
             respawns: c.respawns.load(Ordering::Relaxed),
             recycled: c.recycled.load(Ordering::Relaxed),
             session_recycles: c.session_recycles.load(Ordering::Relaxed),
+            parked,
+            parked_resumes: c.parked_resumes.load(Ordering::Relaxed),
             spares,
             cancelled: c.ended(&Termination::Cancelled),
             kills: c.ended(&Termination::TimedOut) + c.ended(&Termination::Cancelled),

@@ -18,10 +18,21 @@ async fn pool(isolation: SessionIsolation, own: &std::path::Path) -> Pool {
 }
 
 async fn pool_of(workers: usize, isolation: SessionIsolation, own: &std::path::Path) -> Pool {
+    parking_pool(workers, 0, isolation, own).await
+}
+
+/// A pool of `workers` that keeps up to `parked` workers for their sessions.
+async fn parking_pool(
+    workers: usize,
+    parked: usize,
+    isolation: SessionIsolation,
+    own: &std::path::Path,
+) -> Pool {
     Pool::builder()
         .functions_dir(session_tools())
         .workers(workers)
         .spare_workers(1)
+        .parked_workers(parked)
         .session_dir(own)
         .session_isolation(isolation)
         .timeout(Duration::from_secs(30))
@@ -129,6 +140,52 @@ async fn process_isolation_keeps_each_sessions_worker_while_one_of_its_own_is_id
         "Bob's worker was idle longest, so his was recycled, not Alice's"
     );
     pool.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_resumes_its_parked_worker_with_its_memory_and_never_runs_on_anothers() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = SessionsRoot::new(dir.path(), Duration::from_secs(3600), &[]).unwrap();
+    // One worker runs calls; up to two more wait for their sessions.
+    let pool = parking_pool(1, 2, SessionIsolation::Process, &dir.path().join("own")).await;
+    let sessions: Vec<_> = ["alice", "bob", "carol"]
+        .iter()
+        .map(|name| root.open(name).unwrap())
+        .collect();
+    let mut pids = Vec::new();
+    for session in &sessions {
+        let name = session.paths.id.clone();
+        // Each session's first call finds nothing of another's memory.
+        assert_eq!(call(&pool, session, "recall", json!({})).await, json!(""));
+        call(&pool, session, "remember", json!({"value": name})).await;
+        pids.push(call(&pool, session, "whoami", json!({"tag": "p"})).await["pid"].clone());
+    }
+    assert_eq!(pool.stats().parked, 2, "{:?}", pool.stats());
+    // Each comes back to its own worker, memory and all, in any order.
+    for round in 0..2 {
+        for (n, session) in sessions.iter().enumerate().rev() {
+            assert_eq!(
+                call(&pool, session, "recall", json!({})).await,
+                json!(session.paths.id),
+                "round {round}"
+            );
+            let pid = call(&pool, session, "whoami", json!({"tag": "p"})).await["pid"].clone();
+            assert_eq!(pid, pids[n], "{} moved to another worker", session.paths.id);
+        }
+    }
+    let stats = pool.stats();
+    assert_eq!(stats.session_recycles, 0, "{stats:?}");
+    assert!(stats.parked_resumes >= 5, "{stats:?}");
+    // No more than the pool's size ran at once; the parked ones wait.
+    assert_eq!((stats.size, stats.parked), (1, 2), "{stats:?}");
+    // A fourth session: no room to park another, so the one parked
+    // longest ago is retired (counted as recycled for another session).
+    let dave = root.open("dave").unwrap();
+    assert_eq!(call(&pool, &dave, "recall", json!({})).await, json!(""));
+    let stats = pool.stats();
+    assert_eq!((stats.parked, stats.session_recycles), (2, 1), "{stats:?}");
+    pool.shutdown().await;
+    assert_eq!(pool.stats().live_workers, 0, "parked workers outlived the pool");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
