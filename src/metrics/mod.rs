@@ -19,7 +19,7 @@ pub fn render(stats: &PoolStats) -> String {
     gauge("workers", "Configured pool size.", stats.size as f64);
     gauge(
         "workers_live",
-        "Live worker processes, spares included.",
+        "Live worker processes, spares and parked ones included.",
         stats.live_workers as f64,
     );
     gauge("workers_busy", "Workers running a call.", stats.busy as f64);

@@ -102,7 +102,7 @@ pub struct PoolStats {
     /// The configured number of workers
     /// ([`PoolBuilder::workers`](crate::PoolBuilder::workers)).
     pub size: usize,
-    /// Live worker processes, spares included.
+    /// Live worker processes, spares and parked ones included.
     pub live_workers: usize,
     /// Workers running a call.
     pub busy: usize,
