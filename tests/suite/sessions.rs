@@ -185,7 +185,11 @@ async fn a_session_resumes_its_parked_worker_with_its_memory_and_never_runs_on_a
     let stats = pool.stats();
     assert_eq!((stats.parked, stats.session_recycles), (2, 1), "{stats:?}");
     pool.shutdown().await;
-    assert_eq!(pool.stats().live_workers, 0, "parked workers outlived the pool");
+    assert_eq!(
+        pool.stats().live_workers,
+        0,
+        "parked workers outlived the pool"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
