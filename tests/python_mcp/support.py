@@ -230,7 +230,14 @@ async def http_server(*args: str, functions: Path = FIXTURES, log: list | None =
                         raise AssertionError(f"no HTTP server:\n{stderr_path.read_text()}")
                     else:
                         await anyio.sleep(0.05)
-                yield process, url
+                try:
+                    yield process, url
+                except BaseException:
+                    # What the server said and how it ended explain a
+                    # failure at its door (a refused connection, a 5xx).
+                    print(f"\nthe server at {url} (exit status {process.poll()}) wrote:\n"
+                          f"{stderr_path.read_text()}", file=sys.stderr)
+                    raise
             finally:
                 if process.poll() is None:
                     process.send_signal(signal.SIGTERM)
