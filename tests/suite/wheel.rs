@@ -3,8 +3,9 @@
 //! `toolpool` must list the bundled tools and answer an MCP call with nothing
 //! else around (no repository, no cache).
 //!
-//! `scripts/test-deps` builds the wheel into `target/wheels` (one release
-//! build); with `TOOLPOOL_TEST_WHEEL_BUILD` set this test builds it itself.
+//! `scripts/test-deps` builds the wheel into `target/wheels` (dev profile,
+//! sharing the dependencies' build with `cargo test`); with
+//! `TOOLPOOL_TEST_WHEEL_BUILD` set this test builds it itself.
 //! Without a wheel the test is skipped with a notice, except in CI (`CI`
 //! set), where it is required.
 
@@ -36,7 +37,7 @@ fn newest_wheel() -> Option<PathBuf> {
 fn build_wheel() {
     let maturin = root().join("target/pyvenv-build/bin/maturin");
     let status = Command::new(&maturin)
-        .args(["build", "--release", "--out", "target/wheels"])
+        .args(["build", "--out", "target/wheels"])
         .current_dir(root())
         .status()
         .unwrap_or_else(|e| panic!("{} (scripts/test-deps installs it): {e}", maturin.display()));
