@@ -121,6 +121,12 @@ impl WorkerProcesses {
     /// Finds the guardian's worker: its oldest child, which it forked first.
     /// `false` when it has none.
     pub fn find_worker(&mut self) -> bool {
+        self.worker = self.look_for_worker();
+        self.worker.is_some()
+    }
+
+    /// The guardian's oldest child as the kernel lists it now, held.
+    fn look_for_worker(&self) -> Option<Held> {
         let guardian = self.guardian.pid;
         // The guardian is single-threaded: its main thread's children are
         // all of them. Without that file (CONFIG_PROC_CHILDREN), scan /proc.
@@ -132,15 +138,13 @@ impl WorkerProcesses {
                 .collect(),
             Err(_) => crate::procfs::children_of(guardian.raw()),
         };
-        let found = children
+        children
             .iter()
             .min_by_key(|c| c.start_time)
             .and_then(|oldest| ProcessId::new(oldest.pid))
             .map(Held::open)
             // Opened after the pid was read: check it still names the guardian's child.
-            .filter(|held| crate::procfs::parent_of(held.pid.raw()) == Some(guardian.raw()));
-        self.worker = found;
-        self.worker.is_some()
+            .filter(|held| crate::procfs::parent_of(held.pid.raw()) == Some(guardian.raw()))
     }
 
     pub fn guardian(&self) -> ProcessId {
@@ -167,9 +171,13 @@ impl WorkerProcesses {
     /// SIGKILL to the worker and its group at once (to the guardian's group
     /// when the guardian is the worker). In a PID namespace that ends every
     /// process of the call; otherwise the guardian, the tree's subreaper,
-    /// kills what left the group when it sees the worker gone.
+    /// kills what left the group when it sees the worker gone. A worker not
+    /// yet identified (killed during its start) is looked for first: killed
+    /// with its guardian's group alone, it would be orphaned, alive, into
+    /// the supervisor's reaper as if a tool had left it.
     pub fn kill(&self) {
-        match &self.worker {
+        let worker = self.worker.clone().or_else(|| self.look_for_worker());
+        match &worker {
             Some(worker) => {
                 // Its guardian may end first and leave it to this process's
                 // reaper for a moment: it is going, not left behind.

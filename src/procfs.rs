@@ -7,6 +7,8 @@ pub(crate) struct Stat {
     pub pid: i32,
     pub parent: i32,
     pub state: char,
+    /// The kernel's `PF_*` flags (`PF_EXITING`: it has begun to exit).
+    pub flags: u64,
     pub start_time: u64,
     /// How many threads it has.
     pub threads: u64,
@@ -28,15 +30,46 @@ pub(crate) fn parse_stat(pid: i32, text: &str) -> Option<Stat> {
     let close = text.rfind(')')?;
     let command = text.get(open + 1..close)?.to_string();
     let fields: Vec<&str> = text.get(close + 1..)?.split_whitespace().collect();
-    // After the name: state (field 3), ppid (4), ..., num_threads (20),
-    // starttime (22).
+    // After the name: state (field 3), ppid (4), ..., flags (9), ...,
+    // num_threads (20), starttime (22).
     Some(Stat {
         pid,
         state: fields.first()?.chars().next()?,
         parent: fields.get(1)?.parse().ok()?,
+        flags: fields.get(6)?.parse().ok()?,
         start_time: fields.get(19)?.parse().ok()?,
         threads: fields.get(17)?.parse().ok()?,
         command,
+    })
+}
+
+/// `PF_EXITING` (include/linux/sched.h): set as a process begins to exit.
+const PF_EXITING: u64 = 0x4;
+
+impl Stat {
+    /// Already on its way out: exiting, a zombie, or with a SIGKILL pending
+    /// (a parent-death signal is sent as the parent exits, before the
+    /// orphan runs again).
+    pub(crate) fn is_dying(&self) -> bool {
+        self.flags & PF_EXITING != 0
+            || matches!(self.state, 'Z' | 'X' | 'x')
+            || sigkill_pending(self.pid)
+    }
+}
+
+/// Whether SIGKILL waits for `pid`'s main thread or its whole process
+/// (`SigPnd` / `ShdPnd` of `/proc/<pid>/status`, masks in hexadecimal).
+fn sigkill_pending(pid: i32) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return false;
+    };
+    let sigkill = 1u64 << (libc::SIGKILL - 1);
+    status.lines().any(|line| {
+        let mask = line
+            .strip_prefix("SigPnd:")
+            .or_else(|| line.strip_prefix("ShdPnd:"));
+        mask.and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+            .is_some_and(|m| m & sigkill != 0)
     })
 }
 
@@ -113,6 +146,28 @@ mod tests {
         assert_eq!(parsed.parent, 41);
         assert_eq!(parsed.start_time, 98765);
         assert_eq!(parsed.threads, 1);
+        assert_eq!(parsed.flags, 4194560);
+        let exiting = text.replace("4194560", "4194564");
+        assert!(parse_stat(4242, &exiting).unwrap().is_dying(), "PF_EXITING");
+    }
+
+    #[test]
+    fn a_living_child_is_not_dying_and_its_zombie_is() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        let living = stat(pid).unwrap().is_dying();
+        child.kill().unwrap();
+        // Killed, not yet reaped: a zombie once the kill has landed.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while stat(pid).is_some_and(|s| s.state != 'Z') && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let zombie = stat(pid).unwrap().is_dying();
+        child.wait().unwrap();
+        assert!(!living && zombie, "living: {living}, zombie: {zombie}");
     }
 
     #[test]

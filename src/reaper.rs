@@ -162,6 +162,11 @@ pub fn sweep() -> usize {
         } else {
             if doomed.contains(&(child.pid, child.start_time)) {
                 tracing::debug!(pid = child.pid, "killing a worker adopted on its way out");
+            } else if child.is_dying() {
+                // Already dying as it was adopted (a worker whose guardian
+                // ended first gets its parent-death signal): nothing a tool
+                // left running.
+                tracing::debug!(pid = child.pid, "killing a process adopted as it died");
             } else {
                 tracing::warn!(
                     pid = child.pid,

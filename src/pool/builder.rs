@@ -428,6 +428,7 @@ impl PoolBuilder {
             start_failed: tokio::sync::Notify::new(),
             restart_failures: AtomicU64::new(0),
             dying: tokio_util::task::TaskTracker::new(),
+            starting: tokio_util::task::TaskTracker::new(),
             info,
             import_timeout: self.import_timeout,
             subreaper: self.subreaper,

@@ -186,6 +186,10 @@ struct Shared {
     /// Killed workers whose trees are being finished off and reaped;
     /// shutdown waits for them, so no process of a call outlives the pool.
     dying: tokio_util::task::TaskTracker,
+    /// Workers being started; shutdown waits for them. A start for no call
+    /// (an idle worker, a spare) ends when the pool closes, and what it
+    /// had started is killed as the pool's own while the pool still runs.
+    starting: tokio_util::task::TaskTracker,
     /// What the first worker said about itself (for `toolpool doctor`).
     info: WorkerInfo,
     import_timeout: Option<Duration>,
@@ -377,7 +381,11 @@ impl Shared {
             return;
         };
         let shared = self.clone();
-        runtime.spawn(async move {
+        // A call waiting for this worker is in flight: its start goes on
+        // through the shutdown's grace period like the call itself.
+        let for_a_call = matches!(destination, Destination::Caller(_));
+        let closed = self.workers.closed_token();
+        let start = async move {
             if !delay.is_zero() {
                 tokio::time::sleep(delay).await;
             }
@@ -438,7 +446,19 @@ impl Shared {
                     }
                 }
             }
-        });
+        };
+        self.starting.spawn_on(
+            async move {
+                if for_a_call {
+                    return start.await;
+                }
+                tokio::select! {
+                    () = start => {}
+                    () = closed.cancelled() => {}
+                }
+            },
+            &runtime,
+        );
     }
 
     fn add_spare(self: &Arc<Self>, worker: Worker) {
@@ -875,6 +895,10 @@ impl Pool {
         let shared = &self.shared;
         shared.workers.close();
         let deadline = Instant::now() + grace;
+        // Starts for no call end now (their workers killed); those for a
+        // call in flight have the grace period.
+        shared.starting.close();
+        let _ = tokio::time::timeout_at(deadline, shared.starting.wait()).await;
         let mut retiring = JoinSet::new();
         // Idle workers and spares retire at once; those coming back from
         // calls retire as they come back (`make_idle` on a closed pool).

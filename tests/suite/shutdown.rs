@@ -269,3 +269,60 @@ async fn a_dropped_pool_kills_and_reaps_every_worker() {
         describe_pids(&unreaped)
     );
 }
+
+/// A worker still importing its tools when the pool shuts down (here a
+/// spare) is killed by the shutdown, as the pool's own: not left to hang
+/// in its import until the program exits and its guardian is orphaned.
+#[tokio::test]
+async fn shutdown_kills_a_worker_still_starting() {
+    let functions = tempfile::tempdir().unwrap();
+    let session = tempfile::tempdir().unwrap();
+    let first = functions.path().join("first.pid");
+    let second = functions.path().join("second.pid");
+    // The first worker to import it goes on; the next one (the spare)
+    // writes its host pid and hangs in its import.
+    std::fs::write(
+        functions.path().join("slow_second_start.py"),
+        format!(
+            r#"import os, time
+FIRST, SECOND = {first:?}, {second:?}
+try:
+    os.close(os.open(FIRST, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+except FileExistsError:
+    with open(SECOND + ".tmp", "w") as out:
+        out.write(os.readlink("/proc/self"))
+    os.rename(SECOND + ".tmp", SECOND)
+    time.sleep(60)
+
+
+def wait_for_the_spare() -> str:
+    """Answers once the spare worker hangs in its import."""
+    while not os.path.exists(SECOND):
+        time.sleep(0.02)
+    return "the spare is importing"
+"#
+        ),
+    )
+    .unwrap();
+    let pool = toolpool::Pool::builder()
+        .functions_dir(functions.path())
+        .session_dir(session.path())
+        .workers(1)
+        .spare_workers(1)
+        .timeout(Duration::from_secs(30))
+        .build()
+        .await
+        .expect("pool starts");
+    let answer = call(&pool, "wait_for_the_spare", json!({})).await.unwrap();
+    assert_eq!(answer, json!("the spare is importing"));
+    let spare = wait_for_pid_file(&second, Duration::from_secs(1)).await;
+    let started = Instant::now();
+    pool.shutdown().await;
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the shutdown waited for the start: {:?}",
+        started.elapsed()
+    );
+    let left = survivors_after(&[spare], Duration::from_secs(2)).await;
+    assert!(left.is_empty(), "left starting: {}", describe_pids(&left));
+}
