@@ -895,10 +895,6 @@ impl Pool {
         let shared = &self.shared;
         shared.workers.close();
         let deadline = Instant::now() + grace;
-        // Starts for no call end now (their workers killed); those for a
-        // call in flight have the grace period.
-        shared.starting.close();
-        let _ = tokio::time::timeout_at(deadline, shared.starting.wait()).await;
         let mut retiring = JoinSet::new();
         // Idle workers and spares retire at once; those coming back from
         // calls retire as they come back (`make_idle` on a closed pool).
@@ -907,6 +903,11 @@ impl Pool {
             shared.workers.unregister(worker.id());
             retiring.spawn(worker.retire());
         }
+        // Starts for no call end now (their workers killed); those for a
+        // call in flight have the grace period (a worker that comes of one
+        // meets a closed pool and retires, or runs its call).
+        shared.starting.close();
+        let _ = tokio::time::timeout_at(deadline, shared.starting.wait()).await;
         shared.workers.all_gone_by(deadline).await;
         // Whatever is still busy after the grace period is killed; its call
         // returns PoolClosed.
