@@ -4,7 +4,9 @@
 
 use std::io::IsTerminal;
 
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
 
 /// `--color`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -40,7 +42,10 @@ impl LogOptions {
     }
 
     /// The filter: `-q`/`-v` when given, else `RUST_LOG` when set, else `info`.
-    pub fn filter(&self, rust_log: Option<&str>) -> EnvFilter {
+    /// `RUST_LOG` is a list of `target=level` directives and a bare default
+    /// level (tracing's `Targets`, without `EnvFilter`'s span and field
+    /// directives: no regular-expression engine in the binary).
+    pub fn filter(&self, rust_log: Option<&str>) -> Targets {
         let base = match (self.quiet, self.verbose, rust_log) {
             (true, _, _) => "error".to_string(),
             (false, 0, Some(spec)) => spec.to_string(),
@@ -58,9 +63,9 @@ impl LogOptions {
             spec.push_str("=off");
         }
         // A RUST_LOG that does not parse: say so, and log as by default.
-        EnvFilter::try_new(&spec).unwrap_or_else(|e| {
+        spec.parse().unwrap_or_else(|e| {
             eprintln!("toolpool: RUST_LOG={spec:?} is not a log filter ({e}); using info");
-            EnvFilter::new("info")
+            Targets::new().with_default(tracing::Level::INFO)
         })
     }
 }
@@ -70,9 +75,10 @@ pub fn init(options: LogOptions) {
     let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
     let rust_log = std::env::var("RUST_LOG").ok().filter(|s| !s.is_empty());
     tracing_subscriber::fmt()
-        .with_env_filter(options.filter(rust_log.as_deref()))
         .with_ansi(options.ansi(no_color, std::io::stderr().is_terminal()))
         .with_writer(std::io::stderr)
+        .finish()
+        .with(options.filter(rust_log.as_deref()))
         .init();
 }
 
@@ -87,6 +93,53 @@ mod tests {
             verbose: 0,
             calls_logged: true,
         }
+    }
+
+    #[test]
+    fn rust_log_sets_levels_by_target_and_the_flags_win() {
+        use tracing::Level;
+        let plain = options(ColorChoice::Never);
+        let filter = plain.filter(Some("warn,toolpool::pool=debug"));
+        assert!(filter.would_enable("toolpool::pool", &Level::DEBUG));
+        assert!(filter.would_enable("toolpool::pool::queue", &Level::DEBUG));
+        assert!(!filter.would_enable("toolpool::mcp", &Level::INFO));
+        assert!(filter.would_enable("hyper", &Level::WARN));
+
+        let default = plain.filter(None);
+        assert!(default.would_enable("toolpool::mcp", &Level::INFO));
+        assert!(!default.would_enable("rmcp::service", &Level::INFO));
+        assert!(!default.would_enable("toolpool::pool", &Level::DEBUG));
+
+        let quiet = LogOptions {
+            quiet: true,
+            ..plain
+        };
+        let filter = quiet.filter(Some("debug"));
+        assert!(!filter.would_enable("toolpool::pool", &Level::WARN));
+        assert!(filter.would_enable("toolpool::pool", &Level::ERROR));
+
+        // Not a filter: the default, not nothing.
+        let filter = plain.filter(Some("toolpool=loud"));
+        assert!(filter.would_enable("toolpool::mcp", &Level::INFO));
+        assert!(!filter.would_enable("toolpool::mcp", &Level::DEBUG));
+    }
+
+    #[test]
+    fn calls_are_left_out_of_the_log_unless_asked_for() {
+        use tracing::Level;
+        let target = crate::pool::CALL_LOG_TARGET;
+        let quiet_calls = LogOptions {
+            calls_logged: false,
+            ..options(ColorChoice::Never)
+        };
+        assert!(!quiet_calls.filter(None).would_enable(target, &Level::ERROR));
+        let asked = format!("info,{target}=info");
+        assert!(quiet_calls
+            .filter(Some(&asked))
+            .would_enable(target, &Level::INFO));
+        assert!(options(ColorChoice::Never)
+            .filter(None)
+            .would_enable(target, &Level::INFO));
     }
 
     #[test]

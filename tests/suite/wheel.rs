@@ -3,8 +3,8 @@
 //! `toolpool` must list the bundled tools and answer an MCP call with nothing
 //! else around (no repository, no cache).
 //!
-//! `scripts/test-deps` builds the wheel into `target/wheels` (the `test`
-//! profile, sharing every build with `cargo test`); with
+//! `scripts/test-deps` builds the wheel into `target/wheels` (dev profile,
+//! sharing every build with `cargo test`); with
 //! `TOOLPOOL_TEST_WHEEL_BUILD` set this test builds it itself.
 //! Without a wheel the test is skipped with a notice, except in CI (`CI`
 //! set), where it is required.
@@ -39,8 +39,6 @@ fn build_wheel() {
     let status = Command::new(&maturin)
         .args([
             "build",
-            "--profile",
-            "test",
             "--features",
             "rmcp/client",
             "--out",
