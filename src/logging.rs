@@ -5,7 +5,7 @@
 use std::io::IsTerminal;
 
 use tracing_subscriber::filter::Targets;
-use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::layer::{Layer as _, SubscriberExt as _};
 use tracing_subscriber::util::SubscriberInitExt as _;
 
 /// `--color`.
@@ -74,11 +74,13 @@ impl LogOptions {
 pub fn init(options: LogOptions) {
     let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
     let rust_log = std::env::var("RUST_LOG").ok().filter(|s| !s.is_empty());
-    tracing_subscriber::fmt()
+    let output = tracing_subscriber::fmt::layer()
         .with_ansi(options.ansi(no_color, std::io::stderr().is_terminal()))
-        .with_writer(std::io::stderr)
-        .finish()
-        .with(options.filter(rust_log.as_deref()))
+        .with_writer(std::io::stderr);
+    // The filter alone decides the level (`fmt()`'s builder would cap it at
+    // INFO).
+    tracing_subscriber::registry()
+        .with(output.with_filter(options.filter(rust_log.as_deref())))
         .init();
 }
 

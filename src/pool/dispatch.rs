@@ -80,6 +80,11 @@ impl Dispatcher {
         }
     }
 
+    /// How many workers may be parked for their sessions.
+    pub(super) fn park_limit(&self) -> usize {
+        locked(&self.parked).limit()
+    }
+
     pub(super) fn is_closed(&self) -> bool {
         self.closed.is_cancelled()
     }

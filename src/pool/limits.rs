@@ -9,6 +9,9 @@ use std::time::Duration;
 pub struct Limits {
     /// Workers kept running (spares not counted).
     pub workers: usize,
+    /// Idle workers kept for their sessions beyond `workers` (under
+    /// per-session workers, [`super::PoolBuilder::parked_workers`]).
+    pub parked_workers: usize,
     /// A call's timeout when it names none.
     pub timeout: Duration,
     /// How long importing one tool module may take.

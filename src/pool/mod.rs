@@ -935,6 +935,7 @@ impl Pool {
         let shared = &self.shared;
         Limits {
             workers: shared.size,
+            parked_workers: shared.workers.park_limit(),
             timeout: shared.default_timeout,
             import_timeout: shared.import_timeout,
             human_timeout: shared.spec.human_timeout,

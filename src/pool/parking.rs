@@ -63,6 +63,11 @@ impl<W> Parked<W> {
     pub(crate) fn len(&self) -> usize {
         self.waiting.len()
     }
+
+    /// How many workers may be parked at once.
+    pub(crate) fn limit(&self) -> usize {
+        self.limit
+    }
 }
 
 #[cfg(test)]

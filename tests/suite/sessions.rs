@@ -148,6 +148,12 @@ async fn a_session_resumes_its_parked_worker_with_its_memory_and_never_runs_on_a
     let root = SessionsRoot::new(dir.path(), Duration::from_secs(3600), &[]).unwrap();
     // One worker runs calls; up to two more wait for their sessions.
     let pool = parking_pool(1, 2, SessionIsolation::Process, &dir.path().join("own")).await;
+    let limits = pool.limits();
+    assert_eq!(
+        (limits.workers, limits.parked_workers),
+        (1, 2),
+        "{limits:?}"
+    );
     let sessions: Vec<_> = ["alice", "bob", "carol"]
         .iter()
         .map(|name| root.open(name).unwrap())
