@@ -10,8 +10,6 @@ pub(crate) struct Stat {
     /// The kernel's `PF_*` flags (`PF_EXITING`: it has begun to exit).
     pub flags: u64,
     pub start_time: u64,
-    /// How many threads it has.
-    pub threads: u64,
     pub command: String,
 }
 
@@ -25,20 +23,19 @@ pub(crate) fn stat(pid: i32) -> Option<Stat> {
 /// `/proc/<pid>/stat`'s text. The command comes in parentheses and may
 /// itself hold spaces and `)` (a process names itself), so the fields are
 /// counted from the last `)`.
-pub(crate) fn parse_stat(pid: i32, text: &str) -> Option<Stat> {
+fn parse_stat(pid: i32, text: &str) -> Option<Stat> {
     let open = text.find('(')?;
     let close = text.rfind(')')?;
     let command = text.get(open + 1..close)?.to_string();
     let fields: Vec<&str> = text.get(close + 1..)?.split_whitespace().collect();
     // After the name: state (field 3), ppid (4), ..., flags (9), ...,
-    // num_threads (20), starttime (22).
+    // starttime (22).
     Some(Stat {
         pid,
         state: fields.first()?.chars().next()?,
         parent: fields.get(1)?.parse().ok()?,
         flags: fields.get(6)?.parse().ok()?,
         start_time: fields.get(19)?.parse().ok()?,
-        threads: fields.get(17)?.parse().ok()?,
         command,
     })
 }
@@ -145,7 +142,6 @@ mod tests {
         assert_eq!(parsed.state, 'S');
         assert_eq!(parsed.parent, 41);
         assert_eq!(parsed.start_time, 98765);
-        assert_eq!(parsed.threads, 1);
         assert_eq!(parsed.flags, 4194560);
         let exiting = text.replace("4194560", "4194564");
         assert!(parse_stat(4242, &exiting).unwrap().is_dying(), "PF_EXITING");

@@ -5,8 +5,10 @@
 //! child that returned into the shim and reads the request pipe): the call
 //! gets its answer, and the worker is killed.
 //!
-//! Read from the kernel, never from the worker: the thread count from
-//! `/proc/<worker>/stat`, kept open and re-read; processes by a scan of
+//! Read from the kernel, never from the worker: the thread count from the
+//! link count of `/proc/<worker>/task` (2 + one per thread: an `fstat` of a
+//! directory kept open, where re-reading `/proc/<worker>/stat` formats 52
+//! fields every call); processes by a scan of
 //! `/proc` for the guardian's descendants, made only when the kernel gave
 //! out a pid since the call started (the last field of `/proc/loadavg`:
 //! every process or thread created anywhere below this one moves it), so a
@@ -25,8 +27,8 @@ const RECHECK_EVERY: Duration = Duration::from_millis(1);
 pub(super) struct Leftovers {
     worker: i32,
     guardian: i32,
-    /// `/proc/<worker>/stat`, open for as long as the worker lives.
-    stat: Option<File>,
+    /// `/proc/<worker>/task`, open for as long as the worker lives.
+    task_dir: Option<File>,
     /// The fewest threads the worker was seen with, idle.
     idle_threads: Option<u64>,
     /// The last pid the kernel gave out when the running call started.
@@ -40,7 +42,7 @@ impl Leftovers {
         let mut leftovers = Leftovers {
             worker,
             guardian,
-            stat: File::open(format!("/proc/{worker}/stat")).ok(),
+            task_dir: File::open(format!("/proc/{worker}/task")).ok(),
             idle_threads: None,
             last_pid_at_start: None,
         };
@@ -105,9 +107,12 @@ impl Leftovers {
         ))
     }
 
+    /// The worker's threads now; `None` once it is reaped (no thread left)
+    /// or the directory cannot be read.
     fn threads(&self) -> Option<u64> {
-        let text = read_again(self.stat.as_ref()?)?;
-        Some(crate::procfs::parse_stat(self.worker, &text)?.threads)
+        use std::os::unix::fs::MetadataExt;
+        let links = self.task_dir.as_ref()?.metadata().ok()?.nlink();
+        links.checked_sub(2).filter(|&threads| threads > 0)
     }
 
     /// The guardian's descendants other than the worker, as `pid (name)`.
@@ -216,6 +221,20 @@ mod tests {
         again.call_starts(last_pid());
         worker.tell("brief");
         assert_eq!(again.after_reply().await, None);
+    }
+
+    #[tokio::test]
+    async fn a_worker_reaped_is_gone_not_idle() {
+        let mut worker = PlayedWorker::start();
+        let mut leftovers = Leftovers::new(worker.pid(), worker.pid());
+        assert_eq!(leftovers.threads(), Some(1));
+        leftovers.call_starts(last_pid());
+        worker
+            .child
+            .kill()
+            .expect("the played worker is ours to kill");
+        worker.child.wait().expect("and to reap");
+        assert_eq!(leftovers.after_reply().await.as_deref(), Some("it is gone"));
     }
 
     #[tokio::test]
