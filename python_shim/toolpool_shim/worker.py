@@ -130,10 +130,10 @@ def _serve(channel: Channel, toolset, classes, invoker: Invoker) -> None:
             error = failure.error
         except Exception as exc:
             error = ToolFailure.from_exception(exc).error
-        # Everything the call printed is in the stderr pipe before its end
-        # marker, and the marker before the reply.
+        # Everything the call printed is in the stderr pipe before its reply:
+        # the supervisor logs the pipe to its end, as this call's, once the
+        # reply is read (src/worker/stderr.rs).
         _flush_tool_output()
-        _mark_end(request_id)
         if error is not None:
             _reply_error(channel, request_id, error)
         else:
@@ -229,21 +229,6 @@ def _clip(text, limit: int):
     if not isinstance(text, str) or len(text) <= limit:
         return text
     return text[:limit] + f"… ({len(text) - limit} more characters cut)"
-
-
-# Marks where a request's output ends on stderr, for the supervisor to tag
-# each line with its call in the order the lines were written (one request
-# runs at a time: a line belongs to the oldest request not yet ended;
-# src/worker/stderr.rs).
-_END_MARKER = b"\x1e\x1etoolpool-call end "
-
-
-def _mark_end(request_id) -> None:
-    if type(request_id) is int:
-        try:
-            os.write(2, b"%s%d\n" % (_END_MARKER, request_id))
-        except OSError:
-            pass  # stderr closed by a tool: its lines are not logged either
 
 
 def _flush_tool_output() -> None:

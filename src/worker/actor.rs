@@ -22,7 +22,7 @@ use tokio::time::{timeout, timeout_at, Instant};
 use super::guardian::GuardianProcess;
 use super::leftovers::Leftovers;
 use super::request::RequestState;
-use super::stderr::StderrTail;
+use super::stderr::{StderrLog, StderrTail};
 use super::{
     describe_exit, CallOutcome, CallbackService, StartError, StderrText, Termination, WorkerSpec,
 };
@@ -106,6 +106,8 @@ pub(super) struct Actor {
     pub(super) messages: MessageReader<pipe::Receiver>,
     pub(super) dump: pipe::Receiver,
     pub(super) stderr_tail: Arc<Mutex<StderrTail>>,
+    /// Its stderr, logged to its end after each reply.
+    pub(super) stderr: Arc<StderrLog>,
     pub(super) spec: Arc<WorkerSpec>,
     /// Set once the guardian is reaped; the handle reads it too, so that
     /// nothing signals a pid the kernel may have given to another process.

@@ -55,6 +55,10 @@ impl Actor {
                         job.label
                     );
                     self.kill_now();
+                } else {
+                    // Before the next request is named: what this call
+                    // printed is logged as its own.
+                    self.stderr.end_call().await;
                 }
                 CallOutcome::Reply {
                     result,

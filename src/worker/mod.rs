@@ -40,7 +40,7 @@ use self::spawn::Spawned;
 pub use self::spawn::Spawner;
 pub use self::spec::{BootConfig, WorkerSpec};
 pub use self::stderr::StderrText;
-use self::stderr::{pump_stderr, CallTags, StderrTail};
+use self::stderr::{StderrLog, StderrTail};
 pub use self::termination::{describe_exit, Termination};
 use crate::error::ErrorKind;
 use crate::process::{KillMechanism, ProcessId, WorkerProcesses};
@@ -217,8 +217,8 @@ pub struct Worker {
     mailbox: mpsc::UnboundedSender<Command>,
     /// The guardian and the worker process, as the kernel names them.
     processes: WorkerProcesses,
-    /// Names each request for the stderr pump before it is written.
-    call_tags: CallTags,
+    /// Its stderr: each request is named there before it is written.
+    stderr: Arc<StderrLog>,
     spec: Arc<WorkerSpec>,
     /// The worker's stdin while no request is in flight. Whoever holds it
     /// alone writes to the worker: this handle between requests (it writes
@@ -260,13 +260,12 @@ impl Worker {
         let dump = pipe::Receiver::from_owned_fd(dump)
             .map_err(|e| StartError::Handshake(format!("dump pipe: {e}")))?;
         let stderr_tail = Arc::new(Mutex::new(StderrTail::default()));
-        let call_tags = CallTags::default();
-        let pump = tokio::spawn(pump_stderr(
+        let stderr = Arc::new(StderrLog::new(
             stderr,
             guardian.raw() as u32,
             stderr_tail.clone(),
-            call_tags.clone(),
         ));
+        let pump = tokio::spawn(stderr.clone().pump());
         let started = match &guardian_process {
             GuardianProcess::Cloned(_) => StartMethod::Template,
             GuardianProcess::Spawned(_) => StartMethod::Spawned,
@@ -279,6 +278,7 @@ impl Worker {
             messages: message_reader(stdout, spec.max_frame),
             dump,
             stderr_tail,
+            stderr: stderr.clone(),
             spec: spec.clone(),
             reaped: reaped.clone(),
             _cgroup: cgroup,
@@ -292,7 +292,7 @@ impl Worker {
             id: WorkerId::next(),
             mailbox,
             processes,
-            call_tags,
+            stderr,
             spec,
             stdin: Some(stdin),
             next_id: 1,
@@ -429,7 +429,7 @@ impl Worker {
                 })
             }
         };
-        self.call_tags.name(id, format!("{}#{id}", run.label));
+        self.stderr.name(format!("{}#{id}", run.label));
         let last_pid_before = leftovers::last_pid();
         let written_at = tokio::time::Instant::now();
         state.wrote(write_now(&stdin, &frame));
