@@ -12,7 +12,7 @@
 //! a time: nothing is ever written to a worker behind a running call.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::unix::pipe;
@@ -22,7 +22,7 @@ use tokio::time::{timeout, timeout_at, Instant};
 use super::guardian::GuardianProcess;
 use super::leftovers::Leftovers;
 use super::request::RequestState;
-use super::stderr::{StderrLog, StderrTail};
+use super::stderr::StderrLog;
 use super::{
     describe_exit, CallOutcome, CallbackService, StartError, StderrText, Termination, WorkerSpec,
 };
@@ -105,7 +105,6 @@ pub(super) struct Actor {
     /// Messages from its stdout; a read can race a callback (cancel-safe).
     pub(super) messages: MessageReader<pipe::Receiver>,
     pub(super) dump: pipe::Receiver,
-    pub(super) stderr_tail: Arc<Mutex<StderrTail>>,
     /// Its stderr, logged to its end after each reply.
     pub(super) stderr: Arc<StderrLog>,
     pub(super) spec: Arc<WorkerSpec>,
@@ -133,10 +132,7 @@ impl Actor {
     }
 
     pub(super) fn stderr_text(&self) -> StderrText {
-        self.stderr_tail
-            .lock()
-            .map(|t| t.text())
-            .unwrap_or_default()
+        self.stderr.tail_text()
     }
 
     /// The worker's pid as the kernel names it (for the log).

@@ -10,7 +10,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::process::ExitStatus;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -39,8 +39,8 @@ use self::request::{unread_in_pipe, RequestState};
 use self::spawn::Spawned;
 pub use self::spawn::Spawner;
 pub use self::spec::{BootConfig, WorkerSpec};
+use self::stderr::StderrLog;
 pub use self::stderr::StderrText;
-use self::stderr::{StderrLog, StderrTail};
 pub use self::termination::{describe_exit, Termination};
 use crate::error::ErrorKind;
 use crate::process::{KillMechanism, ProcessId, WorkerProcesses};
@@ -259,12 +259,7 @@ impl Worker {
         };
         let dump = pipe::Receiver::from_owned_fd(dump)
             .map_err(|e| StartError::Handshake(format!("dump pipe: {e}")))?;
-        let stderr_tail = Arc::new(Mutex::new(StderrTail::default()));
-        let stderr = Arc::new(StderrLog::new(
-            stderr,
-            guardian.raw() as u32,
-            stderr_tail.clone(),
-        ));
+        let stderr = Arc::new(StderrLog::new(stderr, guardian.raw() as u32));
         let pump = tokio::spawn(stderr.clone().pump());
         let started = match &guardian_process {
             GuardianProcess::Cloned(_) => StartMethod::Template,
@@ -277,7 +272,6 @@ impl Worker {
             last_call: None,
             messages: message_reader(stdout, spec.max_frame),
             dump,
-            stderr_tail,
             stderr: stderr.clone(),
             spec: spec.clone(),
             reaped: reaped.clone(),

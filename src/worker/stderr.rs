@@ -25,7 +25,7 @@ impl std::fmt::Display for StderrText {
 
 /// The last bytes a worker wrote to stderr.
 #[derive(Default)]
-pub(super) struct StderrTail(VecDeque<u8>);
+struct StderrTail(VecDeque<u8>);
 
 impl StderrTail {
     fn push_line(&mut self, line: &[u8]) {
@@ -35,7 +35,7 @@ impl StderrTail {
         self.0.drain(..excess);
     }
 
-    pub(super) fn text(&self) -> StderrText {
+    fn text(&self) -> StderrText {
         let (a, b) = self.0.as_slices();
         StderrText(String::from_utf8_lossy(&[a, b].concat()).into_owned())
     }
@@ -59,7 +59,8 @@ pub(super) struct StderrLog {
     /// The call whose output is read now: named by the handle before its
     /// request is written, ended by the actor once its output is logged.
     current: Mutex<Option<String>>,
-    tail: Arc<Mutex<StderrTail>>,
+    /// Its last lines, to explain a failed start.
+    tail: Mutex<StderrTail>,
 }
 
 /// What a call's end reads at most: a tool's leftover that writes
@@ -71,14 +72,19 @@ const END_READ_LIMIT: usize = 1 << 20;
 const READ_CHUNK: usize = 8 * 1024;
 
 impl StderrLog {
-    pub(super) fn new(pipe: pipe::Receiver, worker: u32, tail: Arc<Mutex<StderrTail>>) -> Self {
+    pub(super) fn new(pipe: pipe::Receiver, worker: u32) -> Self {
         StderrLog {
             pipe,
             worker,
             unlogged: tokio::sync::Mutex::new(Vec::new()),
             current: Mutex::new(None),
-            tail,
+            tail: Mutex::default(),
         }
+    }
+
+    /// The last bytes the worker wrote, for an error message.
+    pub(super) fn tail_text(&self) -> StderrText {
+        self.tail.lock().map(|t| t.text()).unwrap_or_default()
     }
 
     /// Names the call (`tool#id`) whose request is about to be written.
@@ -109,10 +115,7 @@ impl StderrLog {
                 Err(_) => break, // empty (would block) or closed
             }
         }
-        if !unlogged.is_empty() {
-            let line = std::mem::take(&mut *unlogged);
-            self.log_line(&line);
-        }
+        self.log_unfinished(&mut unlogged);
         if let Ok(mut current) = self.current.lock() {
             *current = None;
         }
@@ -121,9 +124,13 @@ impl StderrLog {
     /// The pump: logs the worker's stderr as it arrives, until it closes.
     pub(super) async fn pump(self: Arc<Self>) {
         while self.pipe.readable().await.is_ok() && self.read_some().await {}
-        let mut unlogged = self.unlogged.lock().await;
+        self.log_unfinished(&mut *self.unlogged.lock().await);
+    }
+
+    /// Logs a last line the worker wrote without its newline.
+    fn log_unfinished(&self, unlogged: &mut Vec<u8>) {
         if !unlogged.is_empty() {
-            let line = std::mem::take(&mut *unlogged);
+            let line = std::mem::take(unlogged);
             self.log_line(&line);
         }
     }
@@ -213,7 +220,7 @@ mod tests {
     use std::io::Write;
     use std::sync::{Arc, Mutex};
 
-    use super::{StderrLog, StderrTail};
+    use super::StderrLog;
 
     /// The log's text, as a subscriber writes it.
     #[derive(Clone, Default)]
@@ -255,7 +262,7 @@ mod tests {
         )
         .unwrap();
         let pipe = tokio::net::unix::pipe::Receiver::from_owned_fd(receiver).unwrap();
-        let log = StderrLog::new(pipe, 7, Arc::new(Mutex::new(StderrTail::default())));
+        let log = StderrLog::new(pipe, 7);
         let captured = Captured::default();
         let writer = captured.clone();
         let subscriber = tracing_subscriber::fmt()
