@@ -25,8 +25,14 @@ pub const BODY_GRACE: Duration = Duration::from_secs(10);
 pub const BODY_MIN_RATE: u64 = 64 * 1024;
 
 /// Serves HTTP/1 on `stream` with the header timeout in force and
-/// `TCP_NODELAY` set; returns when the connection ends.
-pub async fn serve_connection<S, B>(stream: TcpStream, service: S) -> hyper::Result<()>
+/// `TCP_NODELAY` set; returns when the connection ends. Once `closing`
+/// resolves, the response being sent is finished and the connection closed
+/// (an idle kept-alive one at once), as a server that stops does.
+pub async fn serve_connection<S, B>(
+    stream: TcpStream,
+    service: S,
+    closing: impl std::future::Future<Output = ()>,
+) -> hyper::Result<()>
 where
     S: hyper::service::HttpService<hyper::body::Incoming, ResBody = B>,
     S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -36,11 +42,17 @@ where
     // Without it the second piece of a response waits ~40 ms for the ACK
     // of the first (Nagle and delayed ACK); failing to set it is not fatal.
     let _ = stream.set_nodelay(true);
-    http1::Builder::new()
+    let connection = http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT)
-        .serve_connection(hyper_util::rt::TokioIo::new(QuickAck(stream)), service)
-        .await
+        .serve_connection(hyper_util::rt::TokioIo::new(QuickAck(stream)), service);
+    tokio::pin!(connection, closing);
+    tokio::select! {
+        served = connection.as_mut() => return served,
+        () = &mut closing => {}
+    }
+    connection.as_mut().graceful_shutdown();
+    connection.await
 }
 
 /// A connection that acknowledges what it reads at once. A client that

@@ -28,7 +28,8 @@
 //! `GET /healthz` and `GET /readyz` are served beside `/mcp`
 //! ([`crate::health`]); on SIGTERM `/readyz` turns 503 at once, new
 //! sessions are refused, and the calls in flight finish within `--grace`
-//! while the listener still answers.
+//! while the listener still answers; the sessions end once every answer has
+//! been sent ([`http_answers`](super::http_answers)).
 //!
 //! rmcp 3.11 requires the `Mcp-Name` header (the task id, SEP-2663's binding
 //! of SEP-2243) on `tasks/get`, `tasks/update` and `tasks/cancel`; the Python
@@ -57,6 +58,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::http_access::{authority_and_origin, Access, HttpOptions, Refusal};
+use super::http_answers::AnswersInFlight;
 use super::{ServeError, ToolpoolServer};
 use crate::context::{Session, SessionsRoot};
 use crate::http_conn::{read_body, serve_connection, BodyError, ConnectionCap};
@@ -77,6 +79,10 @@ pub const SESSION_NAME_HEADER: &str = "toolpool-session";
 pub const SESSION_NAME_META: &str = "toolpool/session";
 
 type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
+
+/// How long a stopping server waits at least for the answers still being
+/// sent, and then for the connections to flush.
+const ANSWER_FLUSH: Duration = Duration::from_secs(2);
 /// A request's body as rmcp's handler is given it: a POST's as the front end
 /// read it, whole (any other's as it arrives).
 type RequestBody = http_body_util::combinators::UnsyncBoxBody<Bytes, hyper::Error>;
@@ -180,12 +186,14 @@ pub(super) async fn serve(
             options.session_idle.as_secs_f64()
         );
     }
+    let answers = AnswersInFlight::new();
     let front = Arc::new(Front {
         service,
         access: options.access,
         sessions,
         pool: server.pool().clone(),
         bodies: Arc::new(tokio::sync::Semaphore::new(BODIES_IN_FLIGHT / 1024)),
+        answers: answers.clone(),
     });
     let cap = ConnectionCap::new(options.max_connections, "--max-connections");
     if !local.ip().is_loopback() {
@@ -209,6 +217,9 @@ pub(super) async fn serve(
     // answering (readyz 503, the sessions' own requests, new ones refused).
     let mut draining: Option<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>>> =
         None;
+    let mut drain_started = None;
+    // Tells the connections to close once their response is sent.
+    let closing = CancellationToken::new();
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
@@ -227,13 +238,14 @@ pub(super) async fn serve(
                     continue;
                 };
                 let front = front.clone();
+                let closing = closing.clone().cancelled_owned();
                 connections.spawn(async move {
                     let _permit = permit;
                     let route = hyper::service::service_fn(move |request: Request<Incoming>| {
                         let front = front.clone();
                         async move { Ok::<_, Infallible>(front.handle(request).await) }
                     });
-                    if let Err(e) = serve_connection(stream, route).await {
+                    if let Err(e) = serve_connection(stream, route, closing).await {
                         tracing::debug!(%peer, "HTTP connection ended: {e}");
                     }
                 });
@@ -242,6 +254,7 @@ pub(super) async fn serve(
             _ = &mut stop, if draining.is_none() => {
                 server.pool().drain();
                 tracing::info!("draining: /readyz answers 503, new sessions are refused");
+                drain_started = Some(tokio::time::Instant::now());
                 draining = Some(Box::pin(server.shut_down(grace)));
             }
             _ = async {
@@ -254,10 +267,27 @@ pub(super) async fn serve(
     }
     drop(listener);
     drop(sweeper);
-    // Ends every session (and so its SSE streams); give the connections a
-    // moment to flush what they were sending.
+    // Every call has been answered to rmcp; the answers may still be on
+    // their way to the clients (in a session's worker, in an SSE stream's
+    // buffer, in a socket a client reads slowly). Each is sent before the
+    // sessions end, within the rest of the grace (at least ANSWER_FLUSH).
+    // A second stop request ends the wait.
+    closing.cancel();
+    let spent = drain_started.map_or(Duration::ZERO, |started| started.elapsed());
+    let sent = tokio::select! {
+        sent = answers.wait_none(grace.saturating_sub(spent).max(ANSWER_FLUSH)) => sent,
+        () = requests.again() => answers.count() == 0,
+    };
+    if !sent {
+        tracing::warn!(
+            unsent = answers.count(),
+            "answers still unsent at the end of the grace period: their connections are closed"
+        );
+    }
+    // Ends every session (and so the SSE streams of their GETs); give the
+    // connections a moment to flush what they were sending.
     sessions_ct.cancel();
-    let flushed = tokio::time::timeout(Duration::from_secs(2), async {
+    let flushed = tokio::time::timeout(ANSWER_FLUSH, async {
         while connections.join_next().await.is_some() {}
     })
     .await;
@@ -275,6 +305,8 @@ struct Front {
     pool: crate::pool::Pool,
     /// Request bodies held at once, in KiB (see [`BODIES_IN_FLIGHT`]).
     bodies: Arc<tokio::sync::Semaphore>,
+    /// POST responses (answers) not yet sent.
+    answers: AnswersInFlight,
 }
 
 use super::BODIES_IN_FLIGHT;
@@ -315,6 +347,20 @@ impl Front {
             Ok(read) => read,
             Err(response) => return response,
         };
+        let post = request.method() == Method::POST;
+        let response = self.route(request, session).await;
+        if !post {
+            return response;
+        }
+        let (parts, body) = response.into_parts();
+        Response::from_parts(parts, BodyExt::boxed(self.answers.track(body)))
+    }
+
+    async fn route(
+        &self,
+        request: Request<RequestBody>,
+        session: Option<String>,
+    ) -> Response<Body> {
         match (request.method(), session) {
             (&Method::POST, None) if self.pool.is_draining() => text(
                 StatusCode::SERVICE_UNAVAILABLE,

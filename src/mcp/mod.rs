@@ -45,6 +45,8 @@ mod http;
 mod http;
 #[cfg(feature = "http")]
 mod http_access;
+#[cfg(feature = "http")]
+mod http_answers;
 mod listeners;
 mod mrtr;
 // MCP deprecates logging (SEP-2577, rmcp marks its types so); 2025-11-25

@@ -41,7 +41,7 @@ pub async fn serve(listener: tokio::net::TcpListener, pool: Pool) -> std::io::Re
                 let pool = pool.clone();
                 async move { Ok::<_, std::convert::Infallible>(respond(&request, &pool, loopback)) }
             });
-            if let Err(e) = serve_connection(stream, service).await {
+            if let Err(e) = serve_connection(stream, service, std::future::pending()).await {
                 tracing::debug!("metrics connection: {e}");
             }
         });

@@ -78,6 +78,26 @@ def session_id(headers) -> str:
     raise AssertionError(f"no session id in {headers}")
 
 
+def open_session(url: str, capabilities: dict | None = None) -> str:
+    """A raw MCP session (2025-06-18) with the client `capabilities`,
+    initialized: its id."""
+    initialize = json.loads(INITIALIZE)
+    initialize["params"]["capabilities"] = capabilities or {}
+    status, headers, body = request(url, body=json.dumps(initialize).encode())
+    assert status == 200, body
+    sid = session_id(headers)
+    initialized = json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}).encode()
+    assert request(url, body=initialized, headers={"Mcp-Session-Id": sid})[0] == 202
+    return sid
+
+
+def tool_call(name: str, arguments: dict) -> bytes:
+    """The body of a `tools/call` request (id 2)."""
+    return json.dumps(
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": name, "arguments": arguments}}
+    ).encode()
+
+
 async def call(url, tool, args, token=None):
     headers = {"Authorization": f"Bearer {token}"} if token else None
     async with create_mcp_http_client(headers=headers) as http:
@@ -256,20 +276,10 @@ class Sessions(unittest.IsolatedAsyncioTestCase):
 
     async def test_delete_cancels_the_sessions_running_call(self):
         async with http_server("--workers", "1", "--timeout", "600", "serve", "--http", "127.0.0.1:0") as (_, url):
-            status, headers, _ = request(url)
-            sid = session_id(headers)
-            initialized = json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}).encode()
-            self.assertEqual(request(url, body=initialized, headers={"Mcp-Session-Id": sid})[0], 202)
+            sid = open_session(url)
             with tempfile.TemporaryDirectory() as tmp:
                 pid_file = Path(tmp) / "grandchild.pid"
-                call_body = json.dumps(
-                    {
-                        "jsonrpc": "2.0",
-                        "id": 2,
-                        "method": "tools/call",
-                        "params": {"name": "spawn_grandchild", "arguments": {"pid_file": str(pid_file)}},
-                    }
-                ).encode()
+                call_body = tool_call("spawn_grandchild", {"pid_file": str(pid_file)})
                 async with anyio.create_task_group() as tg:
                     # The call's response stream stays open while it runs; it
                     # ends when the session goes.
@@ -294,22 +304,9 @@ class Sessions(unittest.IsolatedAsyncioTestCase):
         with tempfile.TemporaryDirectory() as tmp:
             async with http_server("--workers", "1", "--timeout", "600", "serve", "--http", "127.0.0.1:0",
                                    functions=asking_tools(tmp)) as (_, url):
-                initialize = json.loads(INITIALIZE)
-                initialize["params"]["capabilities"] = {"elicitation": {}}
-                status, headers, body = request(url, body=json.dumps(initialize).encode())
-                self.assertEqual(status, 200, body)
-                sid = session_id(headers)
-                initialized = json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}).encode()
-                self.assertEqual(request(url, body=initialized, headers={"Mcp-Session-Id": sid})[0], 202)
+                sid = open_session(url, {"elicitation": {}})
                 marker = "toolpool-delete-while-asking"
-                call_body = json.dumps(
-                    {
-                        "jsonrpc": "2.0",
-                        "id": 2,
-                        "method": "tools/call",
-                        "params": {"name": "spawn_then_ask", "arguments": {"marker": marker}},
-                    }
-                ).encode()
+                call_body = tool_call("spawn_then_ask", {"marker": marker})
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(
                         anyio.to_thread.run_sync,
@@ -335,6 +332,54 @@ class Sessions(unittest.IsolatedAsyncioTestCase):
         async with http_server("--workers", "1", "serve", "--http", "127.0.0.1:0") as (_, url):
             with self.assertNoLogs("mcp.client.streamable_http", level="WARNING"):
                 self.assertEqual(ok(await call(url, "add", {"a": 2, "b": 2})), "4")
+
+
+class Drain(unittest.IsolatedAsyncioTestCase):
+    async def test_an_answer_read_slowly_is_sent_whole_before_the_server_exits(self):
+        """SIGTERM while an answer is still on its way: its client reads it
+        slowly (a 16 MB answer through a 64 KiB receive window). The server
+        keeps the connection until the answer is sent, within the grace, and
+        only then ends the sessions and exits."""
+        megabytes = 16
+        async with http_server("--workers", "1", "serve", "--http", "127.0.0.1:0", "--grace", "60") as (process, url):
+            sid = open_session(url)
+            parts = urlsplit(url)
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+            sock.settimeout(60)
+            sock.connect((parts.hostname, parts.port))
+            body = tool_call("huge_result", {"megabytes": megabytes})
+            head = f"POST {parts.path} HTTP/1.1\r\nHost: {parts.netloc}\r\nMcp-Session-Id: {sid}\r\n"
+            head += "".join(f"{name}: {value}\r\n" for name, value in MCP_HEADERS.items())
+            sock.sendall(f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body)
+            response = http.client.HTTPResponse(sock)
+
+            def first_bytes() -> bytes:
+                """Up to the answer's first bytes."""
+                response.begin()
+                self.assertEqual(response.status, 200)
+                received = b""
+                while b"xxxx" not in received:
+                    received += response.read(4096)
+                return received
+
+            received = await anyio.to_thread.run_sync(first_bytes)
+            process.send_signal(signal.SIGTERM)
+            # With no call in flight the drain itself is over at once; the
+            # answer holds the server (it used to exit 2 s later, the answer cut).
+            with self.assertRaises(subprocess.TimeoutExpired):
+                await anyio.to_thread.run_sync(lambda: process.wait(timeout=5))
+            received += await anyio.to_thread.run_sync(response.read)
+            answers = [
+                json.loads(line[len(b"data:"):])
+                for line in received.split(b"\n")
+                if line.startswith(b"data:") and line[len(b"data:"):].strip()
+            ]
+            self.assertEqual([answer["id"] for answer in answers], [2])
+            self.assertEqual(answers[0]["result"]["content"][0]["text"], "x" * (megabytes * 1024 * 1024))
+            sock.close()
+            code = await anyio.to_thread.run_sync(lambda: process.wait(timeout=30))
+            self.assertEqual(code, 0)
 
 
 def connections_sending(url: str, count: int, first: bytes) -> list:
