@@ -79,14 +79,14 @@ pub const SESSION_NAME_HEADER: &str = "toolpool-session";
 pub const SESSION_NAME_META: &str = "toolpool/session";
 
 type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
-
-/// How long a stopping server waits at least for the answers still being
-/// sent, and then for the connections to flush.
-const ANSWER_FLUSH: Duration = Duration::from_secs(2);
 /// A request's body as rmcp's handler is given it: a POST's as the front end
 /// read it, whole (any other's as it arrives).
 type RequestBody = http_body_util::combinators::UnsyncBoxBody<Bytes, hyper::Error>;
 type McpService = StreamableHttpService<ToolpoolServer, LocalSessionManager>;
+
+/// How long a stopping server waits at least for the answers still being
+/// sent, and then for the connections to flush.
+const ANSWER_FLUSH: Duration = Duration::from_secs(2);
 
 /// `PORT`, `:PORT`, `HOST:PORT` or `[IPv6]:PORT`; a bare port is on the
 /// loopback address, `localhost` is 127.0.0.1.

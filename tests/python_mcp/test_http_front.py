@@ -334,36 +334,40 @@ class Sessions(unittest.IsolatedAsyncioTestCase):
                 self.assertEqual(ok(await call(url, "add", {"a": 2, "b": 2})), "4")
 
 
+MEGABYTES = 16
+
+
+def start_slow_answer(url: str) -> tuple[socket.socket, http.client.HTTPResponse, bytes]:
+    """A session's call for a 16 MB answer, on a socket with a 64 KiB receive
+    window that is read only up to the answer's first bytes: (the socket,
+    its response, what was read)."""
+    sid = open_session(url)
+    parts = urlsplit(url)
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+    sock.settimeout(60)
+    sock.connect((parts.hostname, parts.port))
+    body = tool_call("huge_result", {"megabytes": MEGABYTES})
+    head = f"POST {parts.path} HTTP/1.1\r\nHost: {parts.netloc}\r\nMcp-Session-Id: {sid}\r\n"
+    head += "".join(f"{name}: {value}\r\n" for name, value in MCP_HEADERS.items())
+    sock.sendall(f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body)
+    response = http.client.HTTPResponse(sock)
+    response.begin()
+    assert response.status == 200, response.status
+    received = b""
+    while b"xxxx" not in received:
+        received += response.read(4096)
+    return sock, response, received
+
+
 class Drain(unittest.IsolatedAsyncioTestCase):
     async def test_an_answer_read_slowly_is_sent_whole_before_the_server_exits(self):
         """SIGTERM while an answer is still on its way: its client reads it
         slowly (a 16 MB answer through a 64 KiB receive window). The server
         keeps the connection until the answer is sent, within the grace, and
         only then ends the sessions and exits."""
-        megabytes = 16
         async with http_server("--workers", "1", "serve", "--http", "127.0.0.1:0", "--grace", "60") as (process, url):
-            sid = open_session(url)
-            parts = urlsplit(url)
-            sock = socket.socket()
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
-            sock.settimeout(60)
-            sock.connect((parts.hostname, parts.port))
-            body = tool_call("huge_result", {"megabytes": megabytes})
-            head = f"POST {parts.path} HTTP/1.1\r\nHost: {parts.netloc}\r\nMcp-Session-Id: {sid}\r\n"
-            head += "".join(f"{name}: {value}\r\n" for name, value in MCP_HEADERS.items())
-            sock.sendall(f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body)
-            response = http.client.HTTPResponse(sock)
-
-            def first_bytes() -> bytes:
-                """Up to the answer's first bytes."""
-                response.begin()
-                self.assertEqual(response.status, 200)
-                received = b""
-                while b"xxxx" not in received:
-                    received += response.read(4096)
-                return received
-
-            received = await anyio.to_thread.run_sync(first_bytes)
+            sock, response, received = await anyio.to_thread.run_sync(start_slow_answer, url)
             process.send_signal(signal.SIGTERM)
             # With no call in flight the drain itself is over at once; the
             # answer holds the server (it used to exit 2 s later, the answer cut).
@@ -376,10 +380,23 @@ class Drain(unittest.IsolatedAsyncioTestCase):
                 if line.startswith(b"data:") and line[len(b"data:"):].strip()
             ]
             self.assertEqual([answer["id"] for answer in answers], [2])
-            self.assertEqual(answers[0]["result"]["content"][0]["text"], "x" * (megabytes * 1024 * 1024))
+            self.assertEqual(answers[0]["result"]["content"][0]["text"], "x" * (MEGABYTES * 1024 * 1024))
             sock.close()
             code = await anyio.to_thread.run_sync(lambda: process.wait(timeout=30))
             self.assertEqual(code, 0)
+
+    async def test_a_second_sigterm_ends_the_wait_for_a_slow_reader(self):
+        """The wait for answers still being sent ends at a second SIGTERM, as
+        the drain does: the server exits long before its grace is over."""
+        async with http_server("--workers", "1", "serve", "--http", "127.0.0.1:0", "--grace", "600") as (process, url):
+            sock, _, _ = await anyio.to_thread.run_sync(start_slow_answer, url)
+            process.send_signal(signal.SIGTERM)
+            with self.assertRaises(subprocess.TimeoutExpired):
+                await anyio.to_thread.run_sync(lambda: process.wait(timeout=2))
+            process.send_signal(signal.SIGTERM)
+            code = await anyio.to_thread.run_sync(lambda: process.wait(timeout=60))
+            self.assertEqual(code, 0)
+            sock.close()
 
 
 def connections_sending(url: str, count: int, first: bytes) -> list:
