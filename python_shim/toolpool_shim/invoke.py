@@ -169,6 +169,12 @@ class Invoker:
         }
         if packages:
             built["python_packages_dir"] = pathlib.Path(packages)
+        host = context.get("host")
+        if host:
+            # The host program's own keys (`import toolpool`'s `context=`), as
+            # they are; toolpool's keys above keep their values. A copy, as `vars`.
+            for key, value in copy.deepcopy(host).items():
+                built.setdefault(key, value)
         return built
 
     def _run_to_completion(self, awaitable):

@@ -348,6 +348,8 @@ pub enum Command {
     Serve(ServeArgs),
     /// Interpreter, codec, kill mechanism, subreaper and limits in force
     Doctor,
+    /// Serve the pool to the program that started it, JSON lines on stdin and stdout (the channel of `import toolpool`)
+    Host,
     /// Print a shell completion script: toolpool completions bash > /etc/bash_completion.d/toolpool
     Completions {
         /// The shell

@@ -99,6 +99,10 @@ pub(super) async fn run_command(cli: &Cli) -> Result<ExitCode, CliError> {
         } => resolve(&mut run, workflow, node.as_deref(), *format).await,
         Command::Serve(args) => serve(&mut run, args).await,
         Command::Doctor => doctor(&mut run).await,
+        Command::Host => {
+            let builder = run.pool_builder(None);
+            super::host::host(builder, &mut run.signals).await
+        }
         Command::Check { workflow } => check(&mut run, workflow).await,
     }
 }
@@ -113,7 +117,8 @@ fn stop_signals(command: &Command) -> Option<StopSignals> {
         | Command::Resolve { .. }
         | Command::Check { .. }
         | Command::Serve(_)
-        | Command::Doctor => StopSignals::new().ok(),
+        | Command::Doctor
+        | Command::Host => StopSignals::new().ok(),
         _ => None,
     }
 }

@@ -11,6 +11,7 @@
 mod args;
 mod bench_command;
 mod commands;
+mod host;
 mod signals;
 
 use std::io::{Read, Write};

@@ -43,6 +43,18 @@ impl std::fmt::Debug for Session {
 }
 
 impl Session {
+    /// The session in `paths` (made by [`SessionPaths::prepare`]), with its
+    /// attachment store: a folder the caller chose, such as the original
+    /// runtime's `graph_directory`. It is never swept.
+    pub fn at(paths: SessionPaths) -> Session {
+        let services = Arc::new(SessionServices {
+            session_id: paths.id.clone(),
+            attachments: Arc::new(AttachmentStore::open(&paths.workspace, &paths.dir)),
+            human_prompt: None,
+        });
+        Session { paths, services }
+    }
+
     /// The session's name.
     pub fn id(&self) -> &str {
         &self.paths.id
@@ -166,12 +178,7 @@ impl SessionsRoot {
 
     fn make(&self, name: &str) -> Result<Session, PoolError> {
         let paths = SessionPaths::prepare(name, Some(&self.claim(name)?))?;
-        let services = Arc::new(SessionServices {
-            session_id: paths.id.clone(),
-            attachments: Arc::new(AttachmentStore::open(&paths.workspace, &paths.dir)),
-            human_prompt: None,
-        });
-        Ok(Session { paths, services })
+        Ok(Session::at(paths))
     }
 
     /// The directory of session `name`: one toolpool made before, or made

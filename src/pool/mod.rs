@@ -129,6 +129,11 @@ pub struct InvokeContext {
     pub node_id: Option<String>,
     /// Free-form values for the tool (`_context["vars"]`).
     pub vars: serde_json::Map<String, Value>,
+    /// Keys of the host program's own `_context` (the original runtime's
+    /// `global_state`), given to the tool as they are; the keys toolpool
+    /// sets itself (`python_workspace_root`, `session_id`, ...) keep
+    /// toolpool's values.
+    pub host: serde_json::Map<String, Value>,
 }
 
 /// A successful call, with what the CLI's `--json` envelope reports.
@@ -686,6 +691,7 @@ impl Pool {
             session_id: services.session_id.clone(),
             node_id: options.context.node_id,
             vars: options.context.vars,
+            host: options.context.host,
             human_prompt,
             progress,
             log_level,

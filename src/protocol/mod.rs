@@ -57,6 +57,10 @@ pub struct CallContext {
     pub node_id: Option<String>,
     /// The caller's free-form values (`_context["vars"]`).
     pub vars: serde_json::Map<String, Value>,
+    /// The host program's own `_context` keys, merged into the tool's
+    /// `_context` under toolpool's. Left out when empty.
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub host: serde_json::Map<String, Value>,
     /// Whether the call has a human prompt service (else the tool's
     /// `_context["human_prompt"]` is `None`).
     #[serde(default)]

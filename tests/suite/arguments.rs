@@ -63,6 +63,7 @@ async fn node_id_and_vars_reach_the_tool() {
         context: toolpool::InvokeContext {
             node_id: Some("summarize".into()),
             vars,
+            ..Default::default()
         },
         ..Default::default()
     };
@@ -87,6 +88,7 @@ async fn a_tool_that_overwrites_its_vars_does_not_change_the_next_calls() {
         context: toolpool::InvokeContext {
             node_id: None,
             vars: vars.clone(),
+            ..Default::default()
         },
         ..Default::default()
     };
