@@ -1,19 +1,72 @@
-"""The Python API for tool authors.
+"""toolpool: Python function tools run out of process, with timeouts that hold.
 
-Tools are plain top-level functions; the only thing they may import from
-toolpool is `ParamMeta`, the per-parameter annotation metadata:
+For tool authors, the one thing a tool may import is `ParamMeta`, the
+per-parameter annotation metadata:
 
     from typing import Annotated
     from toolpool import ParamMeta
 
     def save_file(path: Annotated[str, ParamMeta(description="workspace-relative path")]) -> str:
         ...
+
+For programs that run tools (agent runtimes, test suites), `Pool` runs a
+folder of them in a pool of isolated worker processes:
+
+    import toolpool
+
+    with toolpool.Pool("my_tools", workers=4, timeout=30) as pool:
+        pool.invoke("convert_temperature", {"value": 100})      # '212.0 °F'
+        pool.invoke("wait", {"seconds": 60}, timeout=2)         # raises toolpool.ToolTimeout
+
+Everything but `ParamMeta` is imported on first use: a worker that imports
+`ParamMeta` pays for nothing else.
 """
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["ParamMeta"]
+__all__ = [
+    "ParamMeta",
+    "Pool",
+    "PoolError",
+    "WorkflowError",
+    "ToolError",
+    "ToolTimeout",
+    "WorkerDied",
+    "InvalidArguments",
+    "ToolNotFound",
+    "ToolRaised",
+    "PoolBusy",
+]
+
+_LAZY = {
+    "Pool": "_pool",
+    "PoolError": "_errors",
+    "WorkflowError": "_errors",
+    "ToolError": "_errors",
+    "ToolTimeout": "_errors",
+    "WorkerDied": "_errors",
+    "InvalidArguments": "_errors",
+    "ToolNotFound": "_errors",
+    "ToolRaised": "_errors",
+    "PoolBusy": "_errors",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'toolpool' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(__all__))
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,9 @@ enum Request {
         session_dir: Option<std::path::PathBuf>,
         #[serde(default)]
         node_id: Option<String>,
+        /// `_context["vars"]`.
+        #[serde(default)]
+        vars: Option<Map<String, Value>>,
         /// JSON values for the tool's `_context`.
         #[serde(default)]
         context: Option<Map<String, Value>>,
@@ -294,6 +297,7 @@ fn handle_line(host: &Arc<Host>, line: &[u8], number: u64) {
             session,
             session_dir,
             node_id,
+            vars,
             context,
             prompt,
         } => {
@@ -301,13 +305,13 @@ fn handle_line(host: &Arc<Host>, line: &[u8], number: u64) {
                 Ok(mut options) => {
                     options.context = InvokeContext {
                         node_id,
+                        vars: vars.unwrap_or_default(),
                         host: context.unwrap_or_default(),
-                        ..InvokeContext::default()
                     };
                     options
                 }
                 Err(text) => {
-                    host.send(failed(id, "invalid_arguments", &text));
+                    host.send(failed(id, "bad_request", &text));
                     return;
                 }
             };
