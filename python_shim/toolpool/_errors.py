@@ -114,6 +114,8 @@ def tool_error(done: dict) -> Exception:
     text = done.get("text", "")
     if kind == "pool_closed":
         return PoolError(text)
+    if kind == "bad_request":  # a session name or timeout the caller got wrong
+        return ValueError(text)
     error = done.get("error") or {}
     fields = {
         "kind": kind,
