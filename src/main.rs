@@ -9,10 +9,15 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> ExitCode {
     let cli = toolpool::cli::parse();
     toolpool::logging::init(cli.log_options());
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    // `host` serves one program's calls, a line at a time: on one thread
+    // a call's hops (the host's line, the worker's reply, the answer) wake
+    // no other thread.
+    let mut builder = if matches!(cli.command, toolpool::cli::Command::Host) {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("toolpool: cannot start the async runtime: {e}");

@@ -32,6 +32,7 @@ mod metrics;
 mod operators;
 mod output_protection;
 mod package_installs;
+mod python_api;
 mod python_shim;
 mod recycling;
 mod reload;

@@ -6,6 +6,9 @@
 //! `scripts/test-deps` builds the wheel into `target/wheels` (dev profile,
 //! sharing every build with `cargo test`); with
 //! `TOOLPOOL_TEST_WHEEL_BUILD` set this test builds it itself.
+//! It must also give `import toolpool` (the Pool, on the wheel's own
+//! binary) and register the pytest plugin.
+//!
 //! Without a wheel the test is skipped with a notice, except in CI (`CI`
 //! set), where it is required.
 
@@ -160,6 +163,22 @@ fn the_wheel_installs_a_working_toolpool() {
     let text = result["content"][0]["text"].as_str().unwrap();
     let counts: Value = serde_json::from_str(text).expect("word_count returns an object");
     assert_eq!(counts["words"], json!(3), "{text}");
+    // `import toolpool`: the Pool runs the wheel's own binary (nothing on
+    // PATH, no TOOLPOOL_BIN), and pytest finds the plugin by its entry point.
+    let mut python = Command::new(venv.path().join("bin/python"));
+    python
+        .args([
+            "-c",
+            "import importlib.metadata as m, toolpool\n\
+             with toolpool.Pool(workers=1) as pool:\n\
+             \x20   print(pool.invoke('word_count', {'text': 'one two'})['words'])\n\
+             print([e.value for e in m.entry_points(group='pytest11') if e.name == 'toolpool'])",
+        ])
+        .env("PATH", "/usr/bin:/bin")
+        .env_remove("TOOLPOOL_BIN");
+    bare(&mut python);
+    let printed = checked(&mut python, "import toolpool from the wheel");
+    assert_eq!(printed, "2\n['toolpool.pytest_plugin']\n", "{printed}");
     let left: Vec<_> = std::fs::read_dir(cwd.path()).unwrap().collect();
     assert!(
         left.iter()
