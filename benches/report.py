@@ -1,9 +1,20 @@
-"""Merges toolpool's figures and the peers', prints the table, writes --json."""
+"""Merges toolpool's figures (the Rust API's, benches/figures.rs, and the
+Python API's, benches/python_api.py) and the peers', prints the table,
+writes --json.
+
+Usage: report.py OURS_JSON PEERS_JSON PYTHON_API_JSON JSON_PATH (JSON_PATH may be empty)
+"""
 
 import json
 import sys
 
-ours, peers, json_path = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]
+ours, peers = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+python_api, json_path = json.loads(sys.argv[3]), sys.argv[4]
+
+
+def number(value, digits=0):
+    return "—" if value is None else f"{value:.{digits}f}"
+
 
 p1, p2 = ours["P1"], ours["P2"]
 p1.update({
@@ -54,6 +65,30 @@ rows.append(("P10 --sandbox: pool of 4 from cold / next call after a kill (ms)",
              f"unsandboxed {p10['cold_4_unsandboxed_ms']:.0f} / {p10['next_after_kill_unsandboxed_p50_ms']:.2f}",
              f"{p10['cold_ratio']:.2f}× / {p10['next_ratio']:.2f}× (target each ≤ 1.5)",
              p10["cold_ratio"] <= 1.5 and p10["next_ratio"] <= 1.5))
+# Y1–Y4: the Python API (`toolpool.Pool` over `toolpool host`, release
+# binary); Y1 and Y2 against the Rust API's P1 and P2 of this run.
+y1, y2, y3, y4 = (python_api[key] for key in ("Y1", "Y2", "Y3", "Y4"))
+y1["rust_api_p50_us"] = p1["toolpool_p50_us"]
+y1["ratio_vs_rust_api"] = y1["toolpool_p50_us"] / p1["toolpool_p50_us"]
+y2["rust_api_calls_per_s"] = p2["toolpool_calls_per_s"]
+y2["ratio_vs_rust_api"] = y2["toolpool_calls_per_s"] / p2["toolpool_calls_per_s"]
+y1_met = y1["ratio_vs_rust_api"] <= 1.2 and y1["ratio_vs_pebble"] is not None and y1["ratio_vs_pebble"] <= 0.6
+rows += [
+    ("Y1 Python API serial no-op p50 (µs)", f"{y1['toolpool_p50_us']:.0f} (p99 {y1['toolpool_p99_us']:.0f})",
+     f"Rust API {y1['rust_api_p50_us']:.0f} · pebble {number(y1['pebble_p50_us'])} · PPE {number(y1['ppe_p50_us'])}",
+     f"{y1['ratio_vs_rust_api']:.2f}× Rust API (target ≤ 1.2) · {number(y1['ratio_vs_pebble'], 2)}× pebble "
+     "(target ≤ 0.6)", y1_met),
+    (f"Y2 Python API no-op calls/s, {y2['threads']} threads, {y2['workers']} workers",
+     f"{y2['toolpool_calls_per_s']:.0f}", f"Rust API (P2) {y2['rust_api_calls_per_s']:.0f}",
+     f"{y2['ratio_vs_rust_api']:.2f}× Rust API (target ≥ 0.8)", y2["ratio_vs_rust_api"] >= 0.8),
+    ("Y3 Python API 200 ms timeout reported late by, p99 (ms)", f"{y3['toolpool_p99_ms']:.1f}",
+     f"Rust API (P3) {ours['P3']['toolpool_p99_ms']:.1f}", "target ≤ 20", y3["toolpool_p99_ms"] <= 20),
+    ("Y4 import toolpool + Pool() ready, bundled tools (ms)", f"{y4['pool_ready_ms']:.0f}",
+     f"toolpool catalog {y4['catalog_ms']:.0f}", f"{y4['ratio_vs_catalog']:.2f}× catalog (target ≤ 1.2)",
+     y4["ratio_vs_catalog"] <= 1.2),
+]
+ours.update({"Y1": y1, "Y2": y2, "Y3": y3, "Y4": y4})
+
 widths = [max(len(str(r[i])) for r in rows) for i in range(4)]
 header = ("figure", "toolpool", "peers", "ratio / target")
 print("  ".join(h.ljust(w) for h, w in zip(header, widths)) + "  met")
