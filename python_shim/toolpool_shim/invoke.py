@@ -5,6 +5,7 @@ import difflib
 import inspect
 import os
 import pathlib
+import signal
 import sys
 import traceback
 
@@ -78,6 +79,8 @@ class Invoker:
             # SystemExit and KeyboardInterrupt too: a tool never ends the worker.
             # The traceback starts below this frame, at the tool.
             raise ToolFailure.from_exception(exc, exc.__traceback__.tb_next) from None
+        finally:
+            _disarm_interval_timers()
 
     def _find(self, name: str):
         tool = self._toolset.tools.get(name)
@@ -190,6 +193,19 @@ class Invoker:
 
 # Results no coroutine hides behind (checked before inspect.isawaitable, per call).
 _PLAIN = frozenset((type(None), bool, int, float, str, bytes, list, dict, tuple))
+
+# Interval timers (setitimer, alarm) have no /proc file the supervisor could
+# compare: one a call left armed would fire in the next call, so the shim
+# disarms them after every call. The functions as they were when the shim
+# started, before any tool module could replace them.
+_INTERVAL_TIMERS = (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF)
+_getitimer, _setitimer = signal.getitimer, signal.setitimer
+
+
+def _disarm_interval_timers() -> None:
+    for which in _INTERVAL_TIMERS:
+        if _getitimer(which)[0]:
+            _setitimer(which, 0)
 
 
 def _bind(signature, args) -> tuple:

@@ -50,33 +50,7 @@ const MAX_LINE: usize = crate::protocol::DEFAULT_MAX_FRAME;
 #[derive(Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
 enum Request {
-    Invoke {
-        id: u64,
-        name: String,
-        #[serde(default)]
-        args: Option<Value>,
-        /// Seconds; the pool's default when absent.
-        #[serde(default)]
-        timeout: Option<f64>,
-        /// A session name under the sessions root.
-        #[serde(default)]
-        session: Option<String>,
-        /// A session at this directory (the original runtime's
-        /// `graph_directory`).
-        #[serde(default)]
-        session_dir: Option<std::path::PathBuf>,
-        #[serde(default)]
-        node_id: Option<String>,
-        /// `_context["vars"]`.
-        #[serde(default)]
-        vars: Option<Map<String, Value>>,
-        /// JSON values for the tool's `_context`.
-        #[serde(default)]
-        context: Option<Map<String, Value>>,
-        /// Whether the host answers this call's human prompts.
-        #[serde(default)]
-        prompt: bool,
-    },
+    Invoke(Box<Invoke>),
     Cancel {
         id: u64,
     },
@@ -99,6 +73,37 @@ enum Request {
     Stats {
         id: u64,
     },
+}
+
+/// `invoke`: a call.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Invoke {
+    id: u64,
+    name: String,
+    #[serde(default)]
+    args: Option<Value>,
+    /// Seconds; the pool's default when absent.
+    #[serde(default)]
+    timeout: Option<f64>,
+    /// A session name under the sessions root.
+    #[serde(default)]
+    session: Option<String>,
+    /// A session at this directory (the original runtime's
+    /// `graph_directory`).
+    #[serde(default)]
+    session_dir: Option<std::path::PathBuf>,
+    #[serde(default)]
+    node_id: Option<String>,
+    /// `_context["vars"]`.
+    #[serde(default)]
+    vars: Option<Map<String, Value>>,
+    /// JSON values for the tool's `_context`.
+    #[serde(default)]
+    context: Option<Map<String, Value>>,
+    /// Whether the host answers this call's human prompts.
+    #[serde(default)]
+    prompt: bool,
 }
 
 /// What the tasks of the command share.
@@ -289,18 +294,19 @@ fn handle_line(host: &Arc<Host>, line: &[u8], number: u64) {
         }
     };
     match request {
-        Request::Invoke {
-            id,
-            name,
-            args,
-            timeout,
-            session,
-            session_dir,
-            node_id,
-            vars,
-            context,
-            prompt,
-        } => {
+        Request::Invoke(invoke) => {
+            let Invoke {
+                id,
+                name,
+                args,
+                timeout,
+                session,
+                session_dir,
+                node_id,
+                vars,
+                context,
+                prompt,
+            } = *invoke;
             let options = match call_options(host, id, timeout, session, session_dir, prompt) {
                 Ok(mut options) => {
                     options.context = InvokeContext {

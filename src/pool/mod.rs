@@ -802,7 +802,10 @@ impl Pool {
                 result,
                 left_running,
             } => {
-                let ended = left_running.map(|what| Termination::LeftRunning { what });
+                let ended = left_running.map(|left| {
+                    shared.counters.count_left_behind(left.cause);
+                    Termination::LeftRunning { what: left.what }
+                });
                 match result {
                     Ok(reply) => {
                         content = reply.content;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::Pool;
-use crate::worker::Termination;
+use crate::worker::{LeftBehind, Termination};
 
 #[derive(Default)]
 pub(super) struct Counters {
@@ -29,11 +29,20 @@ pub(super) struct Counters {
     pub(super) latency: Mutex<LatencyHistogram>,
     /// Workers that ended, by [`Termination::index`].
     pub(super) terminations: [AtomicU64; Termination::KINDS.len()],
+    /// Workers retired after a call left something behind, by the
+    /// position of its cause in [`LeftBehind::CAUSES`].
+    pub(super) left_behind: [AtomicU64; LeftBehind::CAUSES.len()],
 }
 
 impl Counters {
     pub(super) fn count_end(&self, how: &Termination) {
         self.terminations[how.index()].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(super) fn count_left_behind(&self, cause: &str) {
+        if let Some(i) = LeftBehind::CAUSES.iter().position(|c| *c == cause) {
+            self.left_behind[i].fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// Workers that ended `how` (the variant's data aside).
@@ -143,6 +152,11 @@ pub struct PoolStats {
     /// `cancelled`, `shut_down`, `retired`, `broke_protocol`, `hung_up`,
     /// `status_unknown`, `left_running`; every kind is listed.
     pub terminations: BTreeMap<String, u64>,
+    /// Workers retired because a call left something behind (the
+    /// `left_running` terminations), by what: `threads`, `processes`,
+    /// `pending_signals`, `blocked_signals`, `signal_handlers`,
+    /// `posix_timers`, `unreadable`; every cause is listed.
+    pub left_running: BTreeMap<String, u64>,
     /// Failed calls by error type
     /// ([`ErrorKind::type_name`](crate::ErrorKind::type_name)).
     pub errors_by_type: BTreeMap<String, u64>,
@@ -216,6 +230,11 @@ impl Pool {
                 .iter()
                 .zip(&c.terminations)
                 .map(|(kind, count)| (kind.to_string(), count.load(Ordering::Relaxed)))
+                .collect(),
+            left_running: LeftBehind::CAUSES
+                .iter()
+                .zip(&c.left_behind)
+                .map(|(cause, count)| (cause.to_string(), count.load(Ordering::Relaxed)))
                 .collect(),
             errors_by_type: c
                 .errors_by_type

@@ -47,12 +47,13 @@ impl Actor {
                     Some(leftovers) => leftovers.after_reply().await,
                     None => None,
                 };
-                if let Some(what) = &left_running {
+                if let Some(left) = &left_running {
                     // Nothing it left may reach another call: the worker goes now.
                     tracing::info!(
                         worker = self.pid(),
-                        "{} left {what} after it answered: killing its worker",
-                        job.label
+                        "{} left {} after it answered: killing its worker",
+                        job.label,
+                        left.what
                     );
                     self.kill_now();
                 } else {

@@ -1,52 +1,114 @@
-//! What a call left running in its worker after it answered: threads
-//! beyond those the worker had while idle, and processes below its guardian
-//! besides the worker. A worker with leftovers is never trusted with another
-//! call (a thread that writes into the frame pipe 0.3 s later, a forked
-//! child that returned into the shim and reads the request pipe): the call
-//! gets its answer, and the worker is killed.
+//! What a call left behind in its worker after it answered, against the
+//! fingerprint the worker had while idle: threads (by thread id, not by
+//! count), processes below its guardian besides the worker, POSIX timers
+//! (`/proc/<worker>/timers`), and pending, blocked and caught signals
+//! (`/proc/<worker>/status`). A worker that is not as it was is never
+//! trusted with another call (a thread that writes into the frame pipe 0.3 s
+//! later, a forked child that returned into the shim and reads the request
+//! pipe, a timer that raises in the next call): the call gets its answer,
+//! and the worker is killed.
 //!
-//! Read from the kernel, never from the worker: the thread count from the
-//! link count of `/proc/<worker>/task` (2 + one per thread: an `fstat` of a
-//! directory kept open, where re-reading `/proc/<worker>/stat` formats 52
-//! fields every call); processes by a scan of
-//! `/proc` for the guardian's descendants, made only when the kernel gave
-//! out a pid since the call started (the last field of `/proc/loadavg`:
-//! every process or thread created anywhere below this one moves it), so a
-//! call that started nothing costs two small reads.
+//! Read from the kernel, never from the worker, through files opened while
+//! the worker was identified and kept open (they stay bound to that process
+//! even if its pid is reused). Processes by a scan of `/proc` for the
+//! guardian's descendants, made only when the kernel gave out a pid since
+//! the call started (the last field of `/proc/loadavg`: every process or
+//! thread created anywhere below this one moves it). Interval timers
+//! (`setitimer`, `alarm`) have no /proc file: the shim disarms them after
+//! every call, and a handler they would run is a caught signal here.
 
 use std::fs::File;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::time::Duration;
 
-/// How often, and how far apart, a thread count above the idle one is read
-/// again: a thread the tool joined may take a moment to leave the kernel's
-/// list after its Python side ended.
+/// How often, and how far apart, a thread the idle worker did not have is
+/// looked for again: a thread the tool joined may take a moment to leave
+/// the kernel's list after its Python side ended.
 const RECHECKS: u32 = 5;
 const RECHECK_EVERY: Duration = Duration::from_millis(1);
+
+/// What a call left behind, and which kind of thing it is (the cause the
+/// pool counts retirements by, `PoolStats::left_running`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeftBehind {
+    /// One of [`LeftBehind::CAUSES`].
+    pub cause: &'static str,
+    /// What, for the log and the worker's termination.
+    pub what: String,
+}
+
+impl LeftBehind {
+    /// Every cause, in the order operators see them.
+    pub const CAUSES: [&'static str; 7] = [
+        "threads",
+        "processes",
+        "pending_signals",
+        "blocked_signals",
+        "signal_handlers",
+        "posix_timers",
+        "unreadable",
+    ];
+
+    fn new(cause: &'static str, what: impl Into<String>) -> LeftBehind {
+        LeftBehind {
+            cause,
+            what: what.into(),
+        }
+    }
+}
+
+/// The worker's signal sets, from `/proc/<worker>/status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+struct Signals {
+    /// `SigPnd` and `ShdPnd`: pending for the thread, and for the process.
+    pending: u64,
+    shared_pending: u64,
+    /// `SigBlk`: blocked (the main thread's mask).
+    blocked: u64,
+    /// `SigCgt`: caught, i.e. with a handler.
+    caught: u64,
+}
+
+/// The worker as it was, idle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Fingerprint {
+    /// Thread ids, sorted.
+    threads: Vec<i32>,
+    signals: Signals,
+    /// `/proc/<worker>/timers` as it reads.
+    timers: Vec<u8>,
+}
 
 pub(super) struct Leftovers {
     worker: i32,
     guardian: i32,
-    /// `/proc/<worker>/task`, open for as long as the worker lives.
+    /// `/proc/<worker>/task`, `status` and `timers`, open for as long as the
+    /// worker lives.
     task_dir: Option<File>,
-    /// The fewest threads the worker was seen with, idle.
-    idle_threads: Option<u64>,
+    status: Option<File>,
+    timers: Option<File>,
+    /// The worker as it was, idle.
+    idle: Option<Fingerprint>,
     /// The last pid the kernel gave out when the running call started.
     last_pid_at_start: Option<u64>,
 }
 
 impl Leftovers {
     /// Watches `worker` (below `guardian`; the same pid when the guardian
-    /// is the worker), idle now: its thread count now is its idle one.
+    /// is the worker), idle now: how it is now is how it must stay.
     pub(super) fn new(worker: i32, guardian: i32) -> Leftovers {
+        let open = |name: &str| File::open(format!("/proc/{worker}/{name}")).ok();
         let mut leftovers = Leftovers {
             worker,
             guardian,
-            task_dir: File::open(format!("/proc/{worker}/task")).ok(),
-            idle_threads: None,
+            task_dir: open("task"),
+            status: open("status"),
+            timers: open("timers"),
+            idle: None,
             last_pid_at_start: None,
         };
-        leftovers.idle_threads = leftovers.threads();
+        leftovers.idle = leftovers.fingerprint();
         leftovers
     }
 
@@ -57,30 +119,36 @@ impl Leftovers {
         self.last_pid_at_start = last_pid;
     }
 
-    /// After the call's reply: what it left running, described, or `None`.
-    pub(super) async fn after_reply(&mut self) -> Option<String> {
-        let Some(idle) = self.idle_threads else {
-            return Some("its thread count cannot be read".into());
+    /// After the call's reply: what it left behind, or `None`.
+    pub(super) async fn after_reply(&mut self) -> Option<LeftBehind> {
+        let Some(idle) = self.idle.clone() else {
+            return Some(LeftBehind::new("unreadable", "a state that cannot be read"));
         };
-        let mut threads = self.threads();
+        let mut now = self.fingerprint();
         for _ in 0..RECHECKS {
-            match threads {
-                Some(now) if now <= idle => break,
+            match &now {
+                Some(seen) if new_threads(&idle, seen) == 0 => break,
                 None => break,
                 Some(_) => {}
             }
             tokio::time::sleep(RECHECK_EVERY).await;
-            threads = self.threads();
+            now = self.fingerprint();
         }
-        match threads {
-            None => return Some("it is gone".into()),
-            Some(now) if now > idle => {
-                let extra = now - idle;
-                let plural = if extra == 1 { "" } else { "s" };
-                return Some(format!("{extra} thread{plural} still running"));
-            }
-            Some(now) => self.idle_threads = Some(now),
+        let Some(now) = now else {
+            return Some(LeftBehind::new("unreadable", "a worker that is gone"));
+        };
+        if let Some(left) = compare(&idle, &now) {
+            return Some(left);
         }
+        // Threads of the idle worker that ended are forgotten: a thread
+        // that takes one's place later is a new one.
+        self.idle = Some(now);
+        self.processes_left().await
+    }
+
+    /// The processes below the guardian besides the worker, looked for when
+    /// the kernel gave out a pid since the call started.
+    async fn processes_left(&self) -> Option<LeftBehind> {
         let moved = match (self.last_pid_at_start, last_pid()) {
             (Some(before), Some(now)) => before != now,
             _ => true,
@@ -100,19 +168,46 @@ impl Leftovers {
             return None;
         }
         let plural = if processes.len() == 1 { "" } else { "es" };
-        Some(format!(
-            "{} process{plural} still running ({})",
-            processes.len(),
-            processes.join(", ")
+        Some(LeftBehind::new(
+            "processes",
+            format!(
+                "{} process{plural} still running ({})",
+                processes.len(),
+                processes.join(", ")
+            ),
         ))
     }
 
-    /// The worker's threads now; `None` once it is reaped (no thread left)
-    /// or the directory cannot be read.
-    fn threads(&self) -> Option<u64> {
-        use std::os::unix::fs::MetadataExt;
-        let links = self.task_dir.as_ref()?.metadata().ok()?.nlink();
-        links.checked_sub(2).filter(|&threads| threads > 0)
+    /// The worker now; `None` once it is reaped (no thread left) or its
+    /// files cannot be read.
+    fn fingerprint(&self) -> Option<Fingerprint> {
+        let threads = self.threads()?;
+        let signals = parse_signals(&read_again(self.status.as_ref()?)?)?;
+        // A kernel without the file (or that does not let it be read) has
+        // no POSIX timers to show.
+        let timers = self
+            .timers
+            .as_ref()
+            .and_then(read_again)
+            .unwrap_or_default();
+        Some(Fingerprint {
+            threads,
+            signals,
+            timers,
+        })
+    }
+
+    /// The worker's thread ids, sorted; `None` when it has none (reaped).
+    fn threads(&self) -> Option<Vec<i32>> {
+        // The directory kept open, listed again: `/proc/self/fd/N` opens the
+        // very directory the descriptor holds, whatever has the pid now.
+        let dir = self.task_dir.as_ref()?;
+        let entries = std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd())).ok()?;
+        let mut threads: Vec<i32> = entries
+            .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+            .collect();
+        threads.sort_unstable();
+        (!threads.is_empty()).then_some(threads)
     }
 
     /// The guardian's descendants other than the worker, as `pid (name)`.
@@ -125,20 +220,113 @@ impl Leftovers {
     }
 }
 
+/// How many of `now`'s threads the idle worker did not have.
+fn new_threads(idle: &Fingerprint, now: &Fingerprint) -> usize {
+    now.threads
+        .iter()
+        .filter(|tid| idle.threads.binary_search(tid).is_err())
+        .count()
+}
+
+/// What differs between the idle worker and the worker now, the first
+/// thing found.
+fn compare(idle: &Fingerprint, now: &Fingerprint) -> Option<LeftBehind> {
+    let extra = new_threads(idle, now);
+    if extra > 0 {
+        let plural = if extra == 1 { "" } else { "s" };
+        return Some(LeftBehind::new(
+            "threads",
+            format!("{extra} thread{plural} still running"),
+        ));
+    }
+    let (was, is) = (idle.signals, now.signals);
+    let pending = (is.pending | is.shared_pending) & !(was.pending | was.shared_pending);
+    if pending != 0 {
+        return Some(LeftBehind::new(
+            "pending_signals",
+            format!("a pending signal ({})", signal_names(pending)),
+        ));
+    }
+    if is.blocked != was.blocked {
+        return Some(LeftBehind::new(
+            "blocked_signals",
+            format!(
+                "its blocked signals changed ({})",
+                signal_names(is.blocked ^ was.blocked)
+            ),
+        ));
+    }
+    if is.caught != was.caught {
+        return Some(LeftBehind::new(
+            "signal_handlers",
+            format!(
+                "its signal handlers changed ({})",
+                signal_names(is.caught ^ was.caught)
+            ),
+        ));
+    }
+    if now.timers != idle.timers {
+        return Some(LeftBehind::new("posix_timers", "a POSIX timer"));
+    }
+    None
+}
+
+/// `SigPnd`, `ShdPnd`, `SigBlk` and `SigCgt` of a `/proc/<pid>/status` text.
+fn parse_signals(status: &[u8]) -> Option<Signals> {
+    let text = std::str::from_utf8(status).ok()?;
+    let mut signals = Signals::default();
+    let mut found = 0;
+    for line in text.lines() {
+        let Some((key, value)) = line.split_once(':') else {
+            continue;
+        };
+        let field = match key {
+            "SigPnd" => &mut signals.pending,
+            "ShdPnd" => &mut signals.shared_pending,
+            "SigBlk" => &mut signals.blocked,
+            "SigCgt" => &mut signals.caught,
+            _ => continue,
+        };
+        *field = u64::from_str_radix(value.trim(), 16).ok()?;
+        found += 1;
+    }
+    (found == 4).then_some(signals)
+}
+
+/// The signals of a mask (bit N-1 is signal N), by name.
+fn signal_names(mask: u64) -> String {
+    (1..=64)
+        .filter(|n| mask & (1u64 << (n - 1)) != 0)
+        .map(|n| {
+            nix::sys::signal::Signal::try_from(n)
+                .map(|s| s.as_str().to_string())
+                .unwrap_or_else(|_| format!("signal {n}"))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// The last pid the kernel gave out (the last field of `/proc/loadavg`,
 /// kept open for the process's life and read again each time).
 pub(super) fn last_pid() -> Option<u64> {
     static LOADAVG: std::sync::OnceLock<Option<File>> = std::sync::OnceLock::new();
     let file = LOADAVG.get_or_init(|| File::open("/proc/loadavg").ok());
     let text = read_again(file.as_ref()?)?;
-    text.split_whitespace().last()?.parse().ok()
+    std::str::from_utf8(&text)
+        .ok()?
+        .split_whitespace()
+        .last()?
+        .parse()
+        .ok()
 }
 
-/// A /proc file's text, read afresh from its start.
-fn read_again(file: &File) -> Option<String> {
-    let mut buffer = [0u8; 1024];
+/// A /proc file's bytes, read afresh from its start (up to 4 KiB: the
+/// files read here are smaller).
+fn read_again(file: &File) -> Option<Vec<u8>> {
+    let mut buffer = vec![0u8; 4096];
     let read = file.read_at(&mut buffer, 0).ok()?;
-    Some(String::from_utf8_lossy(&buffer[..read]).into_owned())
+    buffer.truncate(read);
+    Some(buffer)
 }
 
 #[cfg(test)]
@@ -146,9 +334,8 @@ mod tests {
     use super::*;
 
     /// A python3 that plays the worker, alone in its process (the test
-    /// binary's own thread count moves with the other tests): it starts a
-    /// thread that keeps running, stops and joins it, or runs one briefly,
-    /// as told on stdin, and says when it has.
+    /// binary's own threads come and go with the other tests): it does
+    /// what it is told on stdin, and says when it has.
     struct PlayedWorker {
         child: std::process::Child,
         lines: std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
@@ -157,8 +344,10 @@ mod tests {
     impl PlayedWorker {
         fn start() -> PlayedWorker {
             use std::io::BufRead;
-            const SCRIPT: &str = "import sys, threading\n\
+            const SCRIPT: &str = "import ctypes, os, signal, sys, threading\n\
                 stop = threading.Event()\n\
+                placeholder = threading.Event()\n\
+                threading.Thread(target=placeholder.wait).start()\n\
                 print('idle', flush=True)\n\
                 for line in sys.stdin:\n\
                 \x20   if line == 'start\\n':\n\
@@ -167,6 +356,14 @@ mod tests {
                 \x20       stop.set(); t.join()\n\
                 \x20   elif line == 'brief\\n':\n\
                 \x20       b = threading.Thread(target=lambda: None); b.start(); b.join()\n\
+                \x20   elif line == 'swap\\n':\n\
+                \x20       t = threading.Thread(target=stop.wait); t.start(); placeholder.set()\n\
+                \x20   elif line == 'handler\\n':\n\
+                \x20       signal.signal(signal.SIGALRM, lambda *a: None)\n\
+                \x20   elif line == 'pending\\n':\n\
+                \x20       signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR2]); signal.pthread_kill(threading.get_ident(), signal.SIGUSR2)\n\
+                \x20   elif line == 'timer\\n':\n\
+                \x20       timer = ctypes.c_void_p(); ctypes.CDLL(None, use_errno=True).timer_create(1, None, ctypes.byref(timer))\n\
                 \x20   print('done', flush=True)\n";
             let mut child = std::process::Command::new("python3")
                 .args(["-c", SCRIPT])
@@ -198,6 +395,14 @@ mod tests {
             let got = self.lines.next().expect("a line").expect("text");
             assert_eq!(got, line);
         }
+
+        /// What a call that does `what` leaves behind, seen from outside.
+        async fn after(&mut self, what: &str) -> Option<LeftBehind> {
+            let mut leftovers = Leftovers::new(self.pid(), self.pid());
+            leftovers.call_starts(last_pid());
+            self.tell(what);
+            leftovers.after_reply().await
+        }
     }
 
     impl Drop for PlayedWorker {
@@ -207,50 +412,82 @@ mod tests {
         }
     }
 
+    fn cause(left: &Option<LeftBehind>) -> Option<&'static str> {
+        left.as_ref().map(|l| l.cause)
+    }
+
     #[tokio::test]
     async fn a_thread_left_running_is_found_and_one_joined_is_not() {
         let mut worker = PlayedWorker::start();
-        let pid = worker.pid();
-        let mut leftovers = Leftovers::new(pid, pid);
-        leftovers.call_starts(last_pid());
-        worker.tell("start");
-        let found = leftovers.after_reply().await;
-        assert_eq!(found.as_deref(), Some("1 thread still running"));
+        let found = worker.after("start").await;
+        assert_eq!(
+            found.map(|l| l.what).as_deref(),
+            Some("1 thread still running")
+        );
         worker.tell("stop");
-        let mut again = Leftovers::new(pid, pid);
-        again.call_starts(last_pid());
-        worker.tell("brief");
-        assert_eq!(again.after_reply().await, None);
+        assert_eq!(worker.after("brief").await, None);
+    }
+
+    #[tokio::test]
+    async fn a_thread_in_place_of_one_that_ended_is_found() {
+        // The count comes back to the idle figure: the thread ids do not.
+        let mut worker = PlayedWorker::start();
+        assert_eq!(cause(&worker.after("swap").await), Some("threads"));
+    }
+
+    #[tokio::test]
+    async fn a_signal_handler_a_pending_signal_and_a_posix_timer_are_found() {
+        let mut worker = PlayedWorker::start();
+        let handler = worker.after("handler").await;
+        assert_eq!(cause(&handler), Some("signal_handlers"));
+        assert!(handler.unwrap().what.contains("SIGALRM"));
+        let pending = worker.after("pending").await;
+        assert_eq!(cause(&pending), Some("pending_signals"));
+        assert!(pending.unwrap().what.contains("SIGUSR2"));
+        assert_eq!(cause(&worker.after("timer").await), Some("posix_timers"));
+        // What it is now is its idle state from here on.
+        assert_eq!(worker.after("brief").await, None);
     }
 
     #[tokio::test]
     async fn a_worker_reaped_is_gone_not_idle() {
         let mut worker = PlayedWorker::start();
         let mut leftovers = Leftovers::new(worker.pid(), worker.pid());
-        assert_eq!(leftovers.threads(), Some(1));
+        assert_eq!(leftovers.threads().map(|t| t.len()), Some(2));
         leftovers.call_starts(last_pid());
         worker
             .child
             .kill()
             .expect("the played worker is ours to kill");
         worker.child.wait().expect("and to reap");
-        assert_eq!(leftovers.after_reply().await.as_deref(), Some("it is gone"));
+        assert_eq!(cause(&leftovers.after_reply().await), Some("unreadable"));
     }
 
     #[tokio::test]
     async fn a_child_process_left_running_is_found() {
         let me = std::process::id() as i32;
         let mut leftovers = Leftovers::new(me, me);
-        leftovers.idle_threads = Some(u64::MAX);
         leftovers.call_starts(last_pid());
         let mut child = std::process::Command::new("sleep")
             .arg("30")
             .spawn()
             .unwrap();
-        let found = leftovers.after_reply().await;
+        let found = leftovers.processes_left().await;
         child.kill().unwrap();
         child.wait().unwrap();
-        let found = found.unwrap_or_default();
+        let found = found.map(|l| l.what).unwrap_or_default();
         assert!(found.contains("sleep"), "{found}");
+    }
+
+    #[test]
+    fn the_signal_sets_are_read_from_status() {
+        let status = b"Name:\tpython3\nSigQ:\t0/1\nSigPnd:\t0000000000000000\n\
+            ShdPnd:\t0000000000000800\nSigBlk:\t0000000000000000\nSigIgn:\t0000000001001000\n\
+            SigCgt:\t0000000180004002\n";
+        let signals = parse_signals(status).unwrap();
+        assert_eq!(signals.shared_pending, 0x800);
+        assert_eq!(signals.caught, 0x1_8000_4002);
+        assert_eq!(signal_names(0x800), "SIGUSR2");
+        assert_eq!(parse_signals(b"SigPnd:\t0\n"), None);
     }
 }

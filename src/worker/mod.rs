@@ -34,6 +34,7 @@ mod termination;
 pub use self::actor::JobParts;
 use self::actor::{Actor, Command, Job, JobEnd};
 use self::guardian::GuardianProcess;
+pub use self::leftovers::LeftBehind;
 use self::leftovers::Leftovers;
 use self::request::{unread_in_pipe, RequestState};
 use self::spawn::Spawned;
@@ -140,12 +141,13 @@ pub enum StartError {
 /// How a call on a worker ended, seen from the worker's side.
 #[derive(Debug)]
 pub enum CallOutcome {
-    /// The worker answered. `left_running`: what the call left running in
-    /// the worker (threads, processes), described; then the worker has been
-    /// killed and must not serve again. `None`: the worker is sound.
+    /// The worker answered. `left_running`: what the call left behind in
+    /// the worker (threads, processes, signals, timers); then the worker
+    /// has been killed and must not serve again. `None`: the worker is as
+    /// it was.
     Reply {
         result: Result<ReplyValue, RemoteError>,
-        left_running: Option<String>,
+        left_running: Option<LeftBehind>,
     },
     /// The deadline passed; the worker's group was killed (the guardian
     /// finishes the clean-up, and is reaped, when the `Worker` is dropped).
