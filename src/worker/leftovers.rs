@@ -10,10 +10,13 @@
 //!
 //! Read from the kernel, never from the worker, through files opened while
 //! the worker was identified and kept open (they stay bound to that process
-//! even if its pid is reused). Processes by a scan of `/proc` for the
-//! guardian's descendants, made only when the kernel gave out a pid since
-//! the call started (the last field of `/proc/loadavg`: every process or
-//! thread created anywhere below this one moves it). Interval timers
+//! even if its pid is reused). Whether the kernel gave out a pid since the
+//! call started (the last field of `/proc/loadavg`: every process or thread
+//! created anywhere below this one moves it) decides how much is read: when
+//! it did not, no thread can be new, so an unchanged thread count (one
+//! `fstat` of the `task` directory) stands for the same thread ids, and no
+//! process can be left; when it did, the thread ids are listed and `/proc`
+//! is scanned for the guardian's descendants. Interval timers
 //! (`setitimer`, `alarm`) have no /proc file: the shim disarms them after
 //! every call, and a handler they would run is a caught signal here.
 
@@ -108,7 +111,7 @@ impl Leftovers {
             idle: None,
             last_pid_at_start: None,
         };
-        leftovers.idle = leftovers.fingerprint();
+        leftovers.idle = leftovers.fingerprint(None);
         leftovers
     }
 
@@ -124,7 +127,14 @@ impl Leftovers {
         let Some(idle) = self.idle.clone() else {
             return Some(LeftBehind::new("unreadable", "a state that cannot be read"));
         };
-        let mut now = self.fingerprint();
+        // No pid given out since the call started: no thread was created,
+        // and the same count means the same threads.
+        let moved = match (self.last_pid_at_start, last_pid()) {
+            (Some(before), Some(now)) => before != now,
+            _ => true,
+        };
+        let known = (!moved).then_some(&idle);
+        let mut now = self.fingerprint(known);
         for _ in 0..RECHECKS {
             match &now {
                 Some(seen) if new_threads(&idle, seen) == 0 => break,
@@ -132,7 +142,7 @@ impl Leftovers {
                 Some(_) => {}
             }
             tokio::time::sleep(RECHECK_EVERY).await;
-            now = self.fingerprint();
+            now = self.fingerprint(known);
         }
         let Some(now) = now else {
             return Some(LeftBehind::new("unreadable", "a worker that is gone"));
@@ -143,19 +153,14 @@ impl Leftovers {
         // Threads of the idle worker that ended are forgotten: a thread
         // that takes one's place later is a new one.
         self.idle = Some(now);
-        self.processes_left().await
-    }
-
-    /// The processes below the guardian besides the worker, looked for when
-    /// the kernel gave out a pid since the call started.
-    async fn processes_left(&self) -> Option<LeftBehind> {
-        let moved = match (self.last_pid_at_start, last_pid()) {
-            (Some(before), Some(now)) => before != now,
-            _ => true,
-        };
         if !moved {
             return None;
         }
+        self.processes_left().await
+    }
+
+    /// The processes below the guardian besides the worker.
+    async fn processes_left(&self) -> Option<LeftBehind> {
         let mut processes = self.processes();
         for _ in 0..RECHECKS {
             if processes.is_empty() {
@@ -179,9 +184,16 @@ impl Leftovers {
     }
 
     /// The worker now; `None` once it is reaped (no thread left) or its
-    /// files cannot be read.
-    fn fingerprint(&self) -> Option<Fingerprint> {
-        let threads = self.threads()?;
+    /// files cannot be read. `threads_from`: when no thread can have been
+    /// created since (the kernel gave out no pid), and the count is the
+    /// same, the thread ids are these, and the directory is not listed.
+    fn fingerprint(&self, threads_from: Option<&Fingerprint>) -> Option<Fingerprint> {
+        let threads = match threads_from {
+            Some(known) if self.thread_count()? == known.threads.len() as u64 => {
+                known.threads.clone()
+            }
+            _ => self.threads()?,
+        };
         let signals = parse_signals(&read_again(self.status.as_ref()?)?)?;
         // A kernel without the file (or that does not let it be read) has
         // no POSIX timers to show.
@@ -195,6 +207,14 @@ impl Leftovers {
             signals,
             timers,
         })
+    }
+
+    /// How many threads the worker has: the link count of its `task`
+    /// directory (2 + one per thread), one `fstat`; `None` once reaped.
+    fn thread_count(&self) -> Option<u64> {
+        use std::os::unix::fs::MetadataExt;
+        let links = self.task_dir.as_ref()?.metadata().ok()?.nlink();
+        links.checked_sub(2).filter(|&threads| threads > 0)
     }
 
     /// The worker's thread ids, sorted; `None` when it has none (reaped).
