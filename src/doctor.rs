@@ -33,6 +33,14 @@ pub fn report(pool: &Pool) -> String {
         format!("codec: {codec}"),
         format!("kill mechanism: {kill}"),
         format!(
+            "human wait: {}",
+            if pool.sandbox().is_some_and(|s| s.freezes_by_cgroup()) {
+                "cgroup freezer (each worker's cgroup frozen, and the timer stopped once cgroup.events says frozen)"
+            } else {
+                "stop and re-scan (the worker's tree stopped by signals, its groups too, and the timer stopped once two scans of /proc in a row find it all stopped)"
+            }
+        ),
+        format!(
             "worker start: {}",
             match info.started {
                 StartMethod::Template => "template (each worker cloned from a process that started the interpreter and imported the shim once)",

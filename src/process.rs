@@ -11,6 +11,7 @@
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
+use std::time::Duration;
 
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
@@ -208,21 +209,78 @@ impl WorkerProcesses {
 
     /// Stops (`true`) or resumes every process of the worker's tree: the
     /// worker, its group, and every other descendant of the guardian.
+    ///
+    /// The guardian too: stopped, it reaps nothing, so a process of the
+    /// tree that exits stays in the table as a zombie, which
+    /// [`WorkerProcesses::stop_settled`] relies on. And the group of each
+    /// process found: one signal stops every member of a group at once,
+    /// also a chain of processes that hop (fork a successor and exit)
+    /// faster than a scan finds them, as long as they keep their group.
     pub fn pause(&self, stop: bool) {
         let signal = if stop {
             Signal::SIGSTOP
         } else {
             Signal::SIGCONT
         };
+        self.guardian.signal(signal);
         if let Some(worker) = &self.worker {
             worker.signal(signal);
             let _ = worker.pid.group().signal(signal);
         }
+        // Never the guardian's group nor the supervisor's own.
+        let guardian_group = crate::procfs::stat(self.guardian.pid.raw()).map(|g| g.group);
+        let own_group = nix::unistd::getpgrp().as_raw();
+        let mut groups = Vec::new();
         for found in crate::procfs::descendants_of(self.guardian.pid.raw()) {
             if let Some(pid) = ProcessId::new(found.pid) {
                 let _ = pid.signal(signal);
             }
+            if Some(found.group) != guardian_group
+                && found.group != own_group
+                && !groups.contains(&found.group)
+            {
+                groups.push(found.group);
+            }
         }
+        for group in groups {
+            if let Some(group) = ProcessId::new(group) {
+                let _ = group.group().signal(signal);
+            }
+        }
+    }
+
+    /// Stops every process of the worker's tree and makes sure of it: scans
+    /// of `/proc` repeat, each stopping what it finds, until two in a row
+    /// find the same processes in the same states, all stopped (or dead).
+    /// A process stopped in the first cannot have forked since, and one
+    /// that ran, forked, exited or was born between the two changes the
+    /// second: so nothing of the tree runs that the scans did not see
+    /// stopped (a process forked after one scan, by one not yet stopped,
+    /// is found by the next). `false` when the tree has not settled after
+    /// [`STOP_ROUNDS`] scans (a tool that forks faster than it is stopped,
+    /// a process in an uninterruptible wait): the caller resumes them and
+    /// does not count on it.
+    pub async fn stop_settled(&self) -> bool {
+        let mut previous: Option<Vec<(i32, char)>> = None;
+        for round in 0..STOP_ROUNDS {
+            self.pause(true);
+            // Time for the signals to be taken: a stopped process's state is
+            // `T` only once it has run to the point of stopping.
+            tokio::time::sleep(STOP_SETTLE * (round + 1)).await;
+            let mut tree: Vec<(i32, char)> = crate::procfs::descendants_of(self.guardian.pid.raw())
+                .into_iter()
+                .map(|found| (found.pid, found.state))
+                .collect();
+            tree.sort_unstable();
+            let stopped = tree
+                .iter()
+                .all(|&(_, state)| matches!(state, 'T' | 't' | 'Z' | 'X' | 'x'));
+            if stopped && previous.as_ref() == Some(&tree) {
+                return true;
+            }
+            previous = stopped.then_some(tree);
+        }
+        false
     }
 
     /// Asks the worker for a `faulthandler` stack dump (SIGUSR1); `false`
@@ -244,6 +302,12 @@ impl WorkerProcesses {
         self.guardian.signal(Signal::SIGCONT);
     }
 }
+
+/// How many scans [`WorkerProcesses::stop_settled`] makes before it gives
+/// up, and the wait after the first (the n-th waits n times as long: 210
+/// ms in all).
+const STOP_ROUNDS: u32 = 20;
+const STOP_SETTLE: Duration = Duration::from_millis(1);
 
 /// A pidfd on `pid` (Linux 5.3+), `None` where the kernel has none or `pid` is gone.
 pub(crate) fn pidfd_open(pid: ProcessId) -> Option<OwnedFd> {

@@ -6,6 +6,8 @@
 pub(crate) struct Stat {
     pub pid: i32,
     pub parent: i32,
+    /// Its process group.
+    pub group: i32,
     pub state: char,
     /// The kernel's `PF_*` flags (`PF_EXITING`: it has begun to exit).
     pub flags: u64,
@@ -28,12 +30,13 @@ fn parse_stat(pid: i32, text: &str) -> Option<Stat> {
     let close = text.rfind(')')?;
     let command = text.get(open + 1..close)?.to_string();
     let fields: Vec<&str> = text.get(close + 1..)?.split_whitespace().collect();
-    // After the name: state (field 3), ppid (4), ..., flags (9), ...,
-    // starttime (22).
+    // After the name: state (field 3), ppid (4), pgrp (5), ..., flags (9),
+    // ..., starttime (22).
     Some(Stat {
         pid,
         state: fields.first()?.chars().next()?,
         parent: fields.get(1)?.parse().ok()?,
+        group: fields.get(2)?.parse().ok()?,
         flags: fields.get(6)?.parse().ok()?,
         start_time: fields.get(19)?.parse().ok()?,
         command,

@@ -166,7 +166,7 @@ def _split_context(context: Mapping[str, Any]) -> tuple[dict, Any, str | None, s
         if key in _PLACED_KEYS or (key == "node_id" and isinstance(value, str)):
             continue
         try:
-            json.dumps(value)
+            json.dumps(value, allow_nan=False)
         except (TypeError, ValueError) as e:
             _log.debug("context key %r left out: it cannot cross a process boundary (%s)", key, e)
             continue
@@ -380,7 +380,9 @@ class Pool:
         threading.Thread(target=answer, name="toolpool-human-prompt", daemon=True).start()
 
     def _write(self, message: dict) -> None:
-        data = (json.dumps(message, separators=(",", ":")) + "\n").encode()
+        # Strict JSON: NaN and infinities are refused here (ValueError),
+        # never sent as tokens the supervisor cannot read.
+        data = (json.dumps(message, separators=(",", ":"), allow_nan=False) + "\n").encode()
         view = memoryview(data)
         with self._write_lock:
             try:
@@ -409,7 +411,10 @@ class Pool:
         if args is not None:
             request["args"] = args
         if timeout is not None:
-            request["timeout"] = float(timeout)
+            timeout = float(timeout)
+            if not 0 < timeout < float("inf"):
+                raise ValueError(f"timeout: expected a positive number of seconds, got {timeout}")
+            request["timeout"] = timeout
         if session is not None:
             request["session"] = session
         if context:
@@ -616,7 +621,7 @@ class Pool:
 
 def _is_json(value: Any) -> bool:
     try:
-        json.dumps(value)
+        json.dumps(value, allow_nan=False)
     except (TypeError, ValueError):
         return False
     return True

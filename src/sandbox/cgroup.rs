@@ -185,6 +185,14 @@ impl PoolCgroups {
         self.memory
     }
 
+    /// Whether its workers' cgroups can be frozen (a cgroup v2 hierarchy,
+    /// whose non-root cgroups have `cgroup.freeze`).
+    pub fn can_freeze(&self) -> bool {
+        self.hierarchies
+            .iter()
+            .any(|hierarchy| hierarchy.dir.join("cgroup.freeze").is_file())
+    }
+
     /// A fresh cgroup in each hierarchy for one worker, its limits written
     /// and its `cgroup.procs` open for the child to join.
     pub fn next_worker(&self) -> std::io::Result<WorkerCgroup> {
@@ -240,6 +248,36 @@ impl WorkerCgroup {
 }
 
 impl WorkerCgroup {
+    /// Freezes (`true`) or thaws the worker's cgroup v2 (`cgroup.freeze`):
+    /// every process in it, one forked in the same instant too. `None`
+    /// when it has no cgroup v2 with a freezer.
+    pub fn freeze(&self, frozen: bool) -> Option<std::io::Result<()>> {
+        let dir = self.freezer()?;
+        Some(std::fs::write(
+            dir.join("cgroup.freeze"),
+            if frozen { "1" } else { "0" },
+        ))
+    }
+
+    /// Whether the kernel says the cgroup is frozen (`frozen 1` in
+    /// `cgroup.events`): every process in it has stopped.
+    pub fn is_frozen(&self) -> bool {
+        self.freezer()
+            .and_then(|dir| std::fs::read_to_string(dir.join("cgroup.events")).ok())
+            .is_some_and(|events| events.lines().any(|line| line.trim() == "frozen 1"))
+    }
+
+    /// Whether the worker has a cgroup it can be frozen by.
+    pub fn can_freeze(&self) -> bool {
+        self.freezer().is_some()
+    }
+
+    fn freezer(&self) -> Option<&PathBuf> {
+        self.dirs
+            .iter()
+            .find(|dir| dir.join("cgroup.freeze").is_file())
+    }
+
     /// Moves process `pid` (a guardian the template cloned, waiting to be
     /// let go before it forks its worker) into the cgroups.
     pub fn adopt(&self, pid: ProcessId) -> std::io::Result<()> {

@@ -274,6 +274,13 @@ impl Sandbox {
     }
 
     /// A cgroup for the next worker (empty when the pool has none).
+    /// Whether a worker's processes are frozen by its cgroup while a human
+    /// is asked (else they are stopped by signals until a scan finds them
+    /// settled).
+    pub fn freezes_by_cgroup(&self) -> bool {
+        self.cgroups.as_ref().is_some_and(|c| c.can_freeze())
+    }
+
     pub fn worker_cgroup(&self) -> std::io::Result<WorkerCgroup> {
         match &self.cgroups {
             Some(cgroups) => cgroups.next_worker(),

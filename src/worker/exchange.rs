@@ -153,10 +153,10 @@ impl Actor {
         if !pending.is_empty() {
             pending.shutdown().await;
         }
-        if !deadline.is_running() {
-            // Still stopped for a human when the call ended: let it go (it is
+        if deadline.prompts_open() {
+            // Still frozen for a human when the call ended: let it go (it is
             // being killed, or it answered meanwhile).
-            self.pause(false);
+            self.thaw();
         }
         outcome
     }
@@ -280,11 +280,22 @@ impl Actor {
                     Some(handler) => {
                         tracing::debug!(worker = self.pid(), call_id, %method, "callback");
                         let human = handler.waits_for_human(&method);
-                        if human && deadline.pause() {
+                        if human && deadline.prompt_opened() {
                             // The whole frame has arrived: the tool's
-                            // processes stop here, so nothing of the
-                            // tool runs while its timer is paused.
-                            self.pause(true);
+                            // processes are frozen here, and its timer
+                            // stops only once the kernel says every one
+                            // of them is, so nothing of the tool runs
+                            // while its timer is stopped.
+                            if self.freeze().await {
+                                deadline.frozen();
+                            } else {
+                                self.thaw();
+                                tracing::warn!(
+                                    worker = self.pid(),
+                                    "{label}: its processes could not all be stopped for the human \
+                                     prompt; its timer runs on while the human is asked"
+                                );
+                            }
                         }
                         let (handler, tool) = (handler.clone(), label.to_string());
                         let limit = self.spec.human_timeout.filter(|_| human);
@@ -321,10 +332,10 @@ impl Actor {
                     let Some((call_id, human)) = in_flight.remove(&task) else {
                         continue;
                     };
-                    if human && deadline.resume() {
+                    if human && deadline.prompt_closed() {
                         // Running again before the answer is written, so
                         // the thread waiting for it can read it.
-                        self.pause(false);
+                        self.thaw();
                     }
                     (call_id, result)
                 }

@@ -10,11 +10,51 @@ use tokio::time::timeout;
 use super::actor::Actor;
 use super::GUARDIAN_EXIT_WAIT;
 
+/// How many times, and how far apart (the n-th poll waits n times as
+/// long: 210 ms in all), `cgroup.events` is read for `frozen 1`.
+const FREEZE_POLLS: u32 = 20;
+const FREEZE_POLL: Duration = Duration::from_millis(1);
+
 impl Actor {
-    /// Stops (`true`) or resumes every process of the worker's tree.
-    pub(super) fn pause(&self, stop: bool) {
-        if !self.is_reaped() {
-            self.processes.pause(stop);
+    /// Stops every process of the worker's tree while a human is asked, and
+    /// makes sure of it by the kernel before the call's timer may stop:
+    /// the worker's cgroup frozen (`cgroup.events` says `frozen 1`) where
+    /// it has one, else stopped by signals until a full scan finds each
+    /// one stopped. `false` when that cannot be made sure: the caller
+    /// resumes them, and the timer runs on.
+    pub(super) async fn freeze(&self) -> bool {
+        if self.is_reaped() {
+            return false;
+        }
+        match self._cgroup.freeze(true) {
+            Some(Ok(())) => {
+                for round in 0..FREEZE_POLLS {
+                    if self._cgroup.is_frozen() {
+                        return true;
+                    }
+                    tokio::time::sleep(FREEZE_POLL * (round + 1)).await;
+                }
+                false
+            }
+            Some(Err(e)) => {
+                tracing::warn!(
+                    worker = self.pid(),
+                    "cannot freeze the worker's cgroup: {e}"
+                );
+                self.processes.stop_settled().await
+            }
+            None => self.processes.stop_settled().await,
+        }
+    }
+
+    /// Lets every process of the worker's tree run again.
+    pub(super) fn thaw(&self) {
+        if self.is_reaped() {
+            return;
+        }
+        match self._cgroup.freeze(false) {
+            Some(Ok(())) => {}
+            _ => self.processes.pause(false),
         }
     }
 

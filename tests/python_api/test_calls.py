@@ -120,3 +120,14 @@ def test_stats_count_the_calls(pool):
     before = pool.stats()["calls"]
     pool.invoke("noop")
     assert pool.stats()["calls"] == before + 1
+
+
+def test_a_value_json_cannot_carry_is_refused_at_once(pool):
+    # NaN and infinities have no JSON form: refused before anything is sent.
+    with pytest.raises(ValueError, match="JSON compliant"):
+        pool.invoke("echo", {"value": float("nan")})
+    with pytest.raises(ValueError, match="timeout"):
+        pool.invoke("noop", timeout=float("nan"))
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        pool.invoke("echo", {"value": object()})
+    assert pool.invoke("echo", {"value": 1}) == 1

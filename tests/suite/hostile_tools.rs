@@ -183,6 +183,8 @@ fn doctor_names_the_interpreter_codec_kill_mechanism_and_limits() {
         "(Python 3.",
         "codec: ",
         "kill mechanism: pid-namespace",
+        // No --sandbox, no cgroup of its own: stopped by signals.
+        "human wait: stop and re-scan",
         "subreaper: on",
         "import timeout: 10.0 s per module",
         "human timeout: 30.0 s per wait",

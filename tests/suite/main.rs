@@ -17,6 +17,7 @@ mod dropin;
 mod hostile_leftovers;
 mod hostile_tools;
 mod hostile_workers;
+mod human_wait;
 mod import_hazards;
 mod isolation;
 mod layering;
