@@ -55,6 +55,11 @@ pub struct FunctionSpec {
     /// of its request. `None`: a task from the start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task_after: Option<f64>,
+    /// The tool's own timeout in seconds (`toolpool.tool(timeout=...)`,
+    /// `mcp_timeout`): a call's timeout when neither its caller nor a
+    /// workflow file gives one, in place of the pool's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<f64>,
 }
 
 /// Whether a tool's calls run as MCP tasks (the tasks extension), as its
@@ -204,6 +209,12 @@ impl Catalog {
     /// The function called `name`, if the catalog has it.
     pub fn get(&self, name: &str) -> Option<&FunctionSpec> {
         self.functions.iter().find(|f| f.name == name)
+    }
+
+    /// The timeout function `name` gives itself, if it does.
+    pub fn own_timeout(&self, name: &str) -> Option<std::time::Duration> {
+        let seconds = self.get(name)?.timeout?;
+        std::time::Duration::try_from_secs_f64(seconds).ok()
     }
 
     /// Functions grouped by module, modules sorted.
@@ -474,6 +485,7 @@ mod tests {
             resource: None,
             task_support: None,
             task_after: None,
+            timeout: None,
         }
     }
 

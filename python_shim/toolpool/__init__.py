@@ -1,11 +1,13 @@
 """toolpool: Python function tools run out of process, with timeouts that hold.
 
-For tool authors, the one thing a tool may import is `ParamMeta`, the
-per-parameter annotation metadata:
+For tool authors, what a tool may import is `ParamMeta`, the per-parameter
+annotation metadata, and `tool`, its own settings (a timeout, a title, MCP's
+behaviour hints), neither of which changes the function:
 
     from typing import Annotated
-    from toolpool import ParamMeta
+    from toolpool import ParamMeta, tool
 
+    @tool(timeout=120, destructive=False)
     def save_file(path: Annotated[str, ParamMeta(description="workspace-relative path")]) -> str:
         ...
 
@@ -18,16 +20,19 @@ folder of them in a pool of isolated worker processes:
         pool.invoke("convert_temperature", {"value": 100})      # '212.0 °F'
         pool.invoke("wait", {"seconds": 60}, timeout=2)         # raises toolpool.ToolTimeout
 
-Everything but `ParamMeta` is imported on first use: a worker that imports
-`ParamMeta` pays for nothing else.
+Everything but `ParamMeta` and `tool` is imported on first use: a worker that
+imports them pays for nothing else.
 """
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ._tool import tool
+
 __all__ = [
     "ParamMeta",
+    "tool",
     "Pool",
     "PoolError",
     "WorkflowError",

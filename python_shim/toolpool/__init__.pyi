@@ -13,9 +13,11 @@ from ._errors import ToolTimeout as ToolTimeout
 from ._errors import WorkerDied as WorkerDied
 from ._errors import WorkflowError as WorkflowError
 from ._pool import Pool as Pool
+from ._tool import tool as tool
 
 __all__ = [
     "ParamMeta",
+    "tool",
     "Pool",
     "PoolError",
     "WorkflowError",

@@ -18,7 +18,9 @@ def _presentation(func) -> dict:
     function (`func.mcp_title = "..."`, `func.mcp_annotations = {...}` with
     any of the four MCP hints as booleans, `func.mcp_resource = "uri"` and
     `func.mcp_mime_type = "..."`, `func.mcp_execution = {"taskSupport":
-    "optional"}`, toolpool's own `func.mcp_task_after = 1.5`): a folder sets
+    "optional"}`, toolpool's own `func.mcp_task_after = 1.5` and
+    `func.mcp_timeout = 300`, the tool's own timeout; `toolpool.tool(...)`
+    sets these): a folder sets
     them without depending on
     toolpool, and other runtimes ignore them. Anything else in them is left
     out."""
@@ -34,6 +36,9 @@ def _presentation(func) -> dict:
     execution = getattr(func, "mcp_execution", None)
     if isinstance(execution, dict) and execution.get("taskSupport") in TASK_SUPPORT:
         found["task_support"] = execution["taskSupport"]
+    timeout = getattr(func, "mcp_timeout", None)
+    if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and 0 < timeout <= 86400:
+        found["timeout"] = float(timeout)
     task_after = getattr(func, "mcp_task_after", None)
     if isinstance(task_after, (int, float)) and not isinstance(task_after, bool) and 0 <= task_after <= 3600:
         found["task_after"] = float(task_after)

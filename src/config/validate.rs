@@ -229,7 +229,8 @@ fn resolve_node(
                     function,
                     description,
                     parameters,
-                    timeout,
+                    // The tooling's timeout, else the tool's own.
+                    timeout: timeout.or_else(|| catalog.own_timeout(&spec.name)),
                     title: entry.title.clone(),
                     annotations: entry.annotations.clone(),
                 });

@@ -672,7 +672,15 @@ impl Pool {
         Duration,
     ) {
         let shared = &self.shared;
-        let timeout = options.timeout.unwrap_or(shared.default_timeout);
+        // The caller's (a workflow file's) timeout, else the tool's own,
+        // else the pool's.
+        let timeout = match options.timeout {
+            Some(timeout) => timeout,
+            None => self
+                .catalog()
+                .own_timeout(name)
+                .unwrap_or(shared.default_timeout),
+        };
         let services = match &options.session {
             Some(session) => session.services().clone(),
             None => shared.services.clone(),

@@ -80,3 +80,22 @@ def test_an_unknown_tool_is_chatdevs_value_error():
     # model that names one anyway gets ChatDev's own error.
     with pytest.raises(ValueError, match="Tool no_such_tool not found in .*function_calling"):
         call("no_such_tool", {}, tooling("wait"))
+
+
+def test_chatdevs_own_loader_still_runs_a_decorated_function_in_process(tmp_path):
+    # `toolpool.tool` leaves the function as it is: ChatDev's FunctionManager,
+    # without the delegation, imports and calls it itself.
+    from utils.function_manager import FunctionManager
+
+    (tmp_path / "marked.py").write_text(
+        "from toolpool import tool\n\n"
+        "@tool(timeout=300, title='Twice', read_only=True)\n"
+        "def twice(x: int) -> int:\n"
+        '    """Doubles x."""\n'
+        "    return 2 * x\n"
+    )
+    manager = FunctionManager(tmp_path)
+    manager.load_functions()
+    twice = manager.get_function("twice")
+    assert twice(x=21) == 42
+    assert twice.mcp_timeout == 300.0

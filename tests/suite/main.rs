@@ -48,6 +48,7 @@ mod subreaper;
 mod supervisor_death;
 mod template;
 mod timeouts;
+mod tool_settings;
 mod wheel;
 mod worker_death;
 mod worker_env;

@@ -69,6 +69,7 @@ fn python_api_calls_threads_asyncio_fork_context_and_the_plugin() {
             "test_context.py",
             "test_plugin.py",
             "test_delegation.py",
+            "test_tool_decorator.py",
         ],
         None,
     );
