@@ -384,6 +384,9 @@ pub struct ServeArgs {
     /// Answer a call still running after SECS with a task the client polls (protocol 2026-07-28, clients that declare the tasks extension)
     #[arg(long, value_name = "SECS", value_parser = parse_seconds)]
     pub task_after: Option<Duration>,
+    /// While a call runs for a client that gave a progressToken, send a progress notification every SECS in which the tool reported none
+    #[arg(long, value_name = "SECS", value_parser = parse_seconds)]
+    pub progress_heartbeat: Option<Duration>,
     /// Seconds a finished or cancelled task is kept for `tasks/get` (with --task-after)
     #[arg(long, value_name = "SECS", default_value = "300", value_parser = parse_seconds, requires = "task_after")]
     pub task_keep: Duration,

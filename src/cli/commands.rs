@@ -372,6 +372,7 @@ async fn serve(run: &mut Invocation<'_>, args: &ServeArgs) -> Result<ExitCode, C
         workflow,
         task_after: args.task_after,
         task_keep: args.task_keep,
+        progress_heartbeat: args.progress_heartbeat,
         #[cfg(feature = "otel")]
         telemetry: telemetry(),
     };

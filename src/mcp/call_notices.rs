@@ -13,7 +13,9 @@
 //! progress (the TypeScript SDK's `resetTimeoutOnProgress`) then keep
 //! waiting for the human. MCP wants every notification's `progress` above
 //! the last one's: a heartbeat carries the next representable number after
-//! the last one sent, so a fraction never moves visibly.
+//! the last one sent, so a fraction never moves visibly. With
+//! `--progress-heartbeat SECS` a running call beats too, every SECS in
+//! which nothing was sent, its message the time it has run.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -90,6 +92,7 @@ impl CallNotices {
 pub fn for_request(
     context: &RequestContext<RoleServer>,
     session_level: Option<LoggingLevel>,
+    running_beat: Option<Duration>,
 ) -> CallNotices {
     let token = context.meta.get_progress_token();
     let level = context.meta.log_level().or(session_level);
@@ -110,7 +113,13 @@ pub fn for_request(
         level: log_level(level),
         listener: Arc::new(Reports(notices)),
     });
-    let sender = tokio::spawn(forward(context.peer.clone(), token, queue, waits));
+    let sender = tokio::spawn(forward(
+        context.peer.clone(),
+        token,
+        queue,
+        waits,
+        running_beat,
+    ));
     CallNotices {
         listeners: Listeners { progress, logs },
         waiting: Some(Arc::new(waiting)),
@@ -222,7 +231,11 @@ async fn forward(
     token: Option<ProgressToken>,
     mut queue: mpsc::Receiver<Notice>,
     mut waits: watch::Receiver<usize>,
+    running_beat: Option<Duration>,
 ) {
+    let started = tokio::time::Instant::now();
+    // When the last progress notification went out (or the call started).
+    let mut last_sent = started;
     let mut last: Option<Progress> = None;
     let mut heartbeat = tokio::time::interval(HEARTBEAT_EVERY);
     heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -257,6 +270,11 @@ async fn forward(
                 continue;
             }
             _ = heartbeat.tick(), if waiting => beat(last.as_ref()),
+            _ = tokio::time::sleep_until(last_sent + running_beat.unwrap_or_default()),
+                if token.is_some() && running_beat.is_some() && !waiting =>
+            {
+                running(last.as_ref(), started.elapsed())
+            }
         };
         let Some(token) = &token else {
             continue; // no token: no progress is queued, and no heartbeat beats
@@ -269,6 +287,7 @@ async fn forward(
             return;
         }
         last = Some(next);
+        last_sent = tokio::time::Instant::now();
     }
 }
 
@@ -280,6 +299,17 @@ fn after(last: Option<&Progress>, mut report: Progress) -> Progress {
         }
     }
     report
+}
+
+/// A running call's heartbeat after `last`, saying how long it has run.
+fn running(last: Option<&Progress>, elapsed: Duration) -> Progress {
+    Progress {
+        message: Some(format!(
+            "still running after {} s",
+            crate::duration_text::format_secs(elapsed)
+        )),
+        ..beat(last)
+    }
 }
 
 /// A heartbeat after `last`: the same fraction, moved up by the least step.

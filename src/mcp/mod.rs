@@ -157,6 +157,10 @@ pub struct ServeOptions {
     pub task_after: Option<Duration>,
     /// `--task-keep`: how long a finished task is kept for `tasks/get`.
     pub task_keep: Duration,
+    /// `--progress-heartbeat`: while a call runs for a request that sent a
+    /// `progressToken`, a progress notification this often when the tool
+    /// reported none.
+    pub progress_heartbeat: Option<Duration>,
     /// Where each request's span goes (`OTEL_EXPORTER_OTLP_*`:
     /// [`crate::telemetry::Telemetry::from_env`]); flushed and shut down
     /// when the server stops. `None`: no spans (the tools still get the
@@ -192,6 +196,9 @@ pub async fn serve(
     stop: StopRequests,
 ) -> Result<(), ServeError> {
     let mut server = ToolpoolServer::new(pool, options.tools).with_stop(stop);
+    if let Some(every) = options.progress_heartbeat {
+        server = server.with_progress_heartbeat(every);
+    }
     if let Some(after) = options.task_after {
         server = server.with_tasks(after, options.task_keep);
     }
@@ -246,6 +253,8 @@ struct Inner {
     round_trips: Arc<mrtr::RoundTrips>,
     /// `--task-after`, and the calls that became tasks.
     task_after: Option<Duration>,
+    /// `--progress-heartbeat`.
+    progress_heartbeat: Option<Duration>,
     tasks: Arc<tasks::Tasks>,
     calls: CallCounter,
     /// Set at shutdown: calls arriving after it are refused.
@@ -270,6 +279,7 @@ impl ToolpoolServer {
                 listeners: listeners::Listeners::default(),
                 round_trips,
                 task_after: None,
+                progress_heartbeat: None,
                 tasks: Arc::new(tasks::Tasks::new(tasks::DEFAULT_KEEP)),
                 calls: CallCounter::default(),
                 closing: AtomicBool::new(false),
@@ -300,6 +310,17 @@ impl ToolpoolServer {
         if let Some(inner) = Arc::get_mut(&mut self.inner) {
             inner.task_after = Some(after);
             inner.tasks = Arc::new(tasks::Tasks::new(keep));
+        }
+        self
+    }
+
+    /// While a call runs for a request that sent a `progressToken`, a
+    /// progress notification every `every` when the tool reported none (its
+    /// message says how long the call has run), for clients that reset
+    /// their timeout on progress. Before the server is shared.
+    pub fn with_progress_heartbeat(mut self, every: Duration) -> ToolpoolServer {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.progress_heartbeat = Some(every);
         }
         self
     }

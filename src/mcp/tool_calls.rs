@@ -104,7 +104,8 @@ impl ToolpoolServer {
                 .call_in_round_trips(name, args, session, &request, &context, as_task)
                 .await;
         }
-        let notices = call_notices::for_request(&context, self.log_level());
+        let notices =
+            call_notices::for_request(&context, self.log_level(), self.inner.progress_heartbeat);
         let task_after = match task_support {
             _ if directed => Some(tool_task_after),
             Some(TaskSupport::Forbidden) => None,
@@ -348,7 +349,11 @@ impl ToolpoolServer {
                 let session = session.clone();
                 // Its progress goes to the request that started it; the
                 // client's human is asked in round trips, so no heartbeats.
-                let started = call_notices::for_request(context, self.log_level());
+                let started = call_notices::for_request(
+                    context,
+                    self.log_level(),
+                    self.inner.progress_heartbeat,
+                );
                 let listeners = started.listeners.clone();
                 notices = Some(started);
                 let trace = trace.clone();

@@ -807,7 +807,15 @@ fn nobodys_folder() -> Option<tempfile::TempDir> {
     let dir = tempfile::tempdir().unwrap();
     let functions = dir.path().join("functions");
     std::fs::create_dir(&functions).unwrap();
-    std::fs::copy(env!("CARGO_BIN_EXE_toolpool"), dir.path().join("toolpool")).unwrap();
+    // Copied by `cp`, not by this process: a descriptor open for writing
+    // here would be inherited by a child another test forks meanwhile, and
+    // the copy could not be run until that child exec'd ("Text file busy").
+    let copied = std::process::Command::new("cp")
+        .arg(env!("CARGO_BIN_EXE_toolpool"))
+        .arg(dir.path().join("toolpool"))
+        .status()
+        .unwrap();
+    assert!(copied.success(), "cp the binary: {copied}");
     std::fs::copy(
         hostile("calls").join("attacks.py"),
         functions.join("attacks.py"),
