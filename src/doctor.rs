@@ -95,6 +95,15 @@ pub fn report(pool: &Pool) -> String {
             "unlimited"
         )
     ));
+    lines.push(format!(
+        "max worker rss: {}",
+        or(
+            limits
+                .max_worker_rss_bytes
+                .map(|b| format!("{b} bytes (a worker over it is retired after its call)")),
+            "none"
+        )
+    ));
     lines.push(format!("max frame: {} bytes", limits.max_frame_bytes));
     lines.push(format!(
         "shim: installed afresh for this pool in {} (mode 0700, removed with it; nothing is reused from an earlier run)",

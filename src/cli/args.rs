@@ -69,6 +69,9 @@ pub struct Cli {
     /// Recycle a worker after this many calls [default: unlimited]
     #[arg(long, global = true, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_calls_per_worker: Option<u64>,
+    /// Retire a worker after a call that leaves it with more than MB of resident memory [default: never]
+    #[arg(long, global = true, value_name = "MB", value_parser = clap::value_parser!(u64).range(1..=MAX_MEMORY_LIMIT_MB))]
+    pub max_worker_rss: Option<u64>,
     /// Per-worker address-space limit in MB (16 to 4294967296) [default: none]
     #[arg(long, global = true, value_name = "MB", value_parser = clap::value_parser!(u64).range(16..=MAX_MEMORY_LIMIT_MB))]
     pub memory_limit: Option<u64>,
@@ -163,6 +166,7 @@ const CATALOG_ONLY_IDLE: &[&str] = &[
     "session_dir",
     "session_id",
     "max_calls_per_worker",
+    "max_worker_rss",
     "memory_limit",
     "spare_workers",
 ];
@@ -180,13 +184,19 @@ const IDLE_POOL_OPTIONS: &[(&str, &[&str])] = &[
             "session_dir",
             "session_id",
             "max_calls_per_worker",
+            "max_worker_rss",
             "memory_limit",
             "spare_workers",
         ],
     ),
     (
         "call",
-        &["workers", "max_calls_per_worker", "spare_workers"],
+        &[
+            "workers",
+            "max_calls_per_worker",
+            "max_worker_rss",
+            "spare_workers",
+        ],
     ),
 ];
 

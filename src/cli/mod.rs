@@ -100,6 +100,7 @@ fn builder(cli: &Cli, one_shot_workers: Option<usize>) -> PoolBuilder {
         .timeout(cli.timeout)
         .session_id(cli.session_id.clone())
         .max_calls_per_worker(cli.max_calls_per_worker)
+        .max_worker_rss_mb(cli.max_worker_rss)
         .memory_limit_mb(cli.memory_limit)
         .human_timeout(cli.human_timeout)
         .sandbox(match cli.sandbox {

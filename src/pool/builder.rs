@@ -32,6 +32,7 @@ pub struct PoolBuilder {
     session_id: String,
     session_dir: Option<PathBuf>,
     max_calls_per_worker: Option<u64>,
+    max_worker_rss_mb: Option<u64>,
     memory_limit_mb: Option<u64>,
     pass_env: Vec<String>,
     set_env: Vec<(String, String)>,
@@ -62,6 +63,7 @@ impl Default for PoolBuilder {
             session_id: "default".into(),
             session_dir: None,
             max_calls_per_worker: None,
+            max_worker_rss_mb: None,
             memory_limit_mb: None,
             pass_env: Vec::new(),
             set_env: Vec::new(),
@@ -140,6 +142,14 @@ impl PoolBuilder {
     /// Recycle a worker after this many calls; `None` (or 0): never.
     pub fn max_calls_per_worker(mut self, n: Option<u64>) -> Self {
         self.max_calls_per_worker = n.filter(|n| *n > 0);
+        self
+    }
+    /// Retire a worker after a call that leaves it with more resident
+    /// memory than this, in MB (a leaky C extension, a cache that grows);
+    /// the call keeps its answer, and a fresh worker takes the place.
+    /// `None`: never.
+    pub fn max_worker_rss_mb(mut self, mb: Option<u64>) -> Self {
+        self.max_worker_rss_mb = mb.filter(|mb| *mb > 0);
         self
     }
     /// Per-worker address-space limit (`RLIMIT_AS`), in MB.
@@ -421,6 +431,9 @@ impl PoolBuilder {
             default_timeout: self.timeout,
             queue_wait: self.queue_wait,
             max_calls_per_worker: self.max_calls_per_worker,
+            max_worker_rss: self
+                .max_worker_rss_mb
+                .map(|mb| mb.saturating_mul(1024 * 1024)),
             size: self.workers,
             catalog: RwLock::new(Arc::new(catalog)),
             counters: Counters::default(),

@@ -36,6 +36,13 @@ impl Lease {
             return;
         };
         let shared = &self.shared;
+        // A sound worker that the call left over the resident-memory limit
+        // (`/proc/<worker>/statm`; the call's leftovers check leaves no
+        // other process of it).
+        let over_rss = ended.is_none()
+            && shared.max_worker_rss.is_some_and(|limit| {
+                crate::procfs::rss_bytes(worker.pid()).is_some_and(|rss| rss > limit)
+            });
         // Stale and closing workers are sorted out by `make_idle`.
         let after = worker_after(
             ended,
@@ -56,6 +63,17 @@ impl Lease {
                 // Its replacement was started when this last call began.
                 shared.counters.recycled.fetch_add(1, Ordering::Relaxed);
                 shared.retire(worker, how);
+            }
+            WorkerAfter::Idle if over_rss => {
+                tracing::info!(
+                    worker = worker.pid(),
+                    "over --max-worker-rss after its call: retiring it"
+                );
+                shared.counters.recycled.fetch_add(1, Ordering::Relaxed);
+                shared.counters.over_rss.fetch_add(1, Ordering::Relaxed);
+                let spec = worker.spec().clone();
+                shared.retire(worker, Termination::Retired);
+                shared.replace_like(&spec);
             }
             WorkerAfter::Idle => shared.make_idle(worker),
         }

@@ -27,6 +27,8 @@ pub struct Limits {
     pub memory_limit_bytes: Option<u64>,
     /// Calls a worker serves before it is replaced.
     pub max_calls_per_worker: Option<u64>,
+    /// Resident memory past which a worker is retired after its call.
+    pub max_worker_rss_bytes: Option<u64>,
     /// The largest message on a worker's channel.
     pub max_frame_bytes: usize,
     /// Whether toolpool is the subreaper of what killed guardians leave.

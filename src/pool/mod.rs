@@ -179,6 +179,8 @@ struct Shared {
     default_timeout: Duration,
     queue_wait: Option<Duration>,
     max_calls_per_worker: Option<u64>,
+    /// `--max-worker-rss`, in bytes.
+    max_worker_rss: Option<u64>,
     size: usize,
     /// Replaced as a whole by [`Pool::reload`].
     catalog: RwLock<Arc<Catalog>>,
@@ -960,6 +962,7 @@ impl Pool {
             queue_wait: shared.queue_wait,
             memory_limit_bytes: shared.spec.memory_limit_bytes,
             max_calls_per_worker: shared.max_calls_per_worker,
+            max_worker_rss_bytes: shared.max_worker_rss,
             max_frame_bytes: shared.spec.max_frame,
             subreaper: shared.subreaper,
             sandbox: shared.spec.sandbox.is_some(),

@@ -19,6 +19,9 @@ pub(super) struct Counters {
     pub(super) worker_deaths: AtomicU64,
     pub(super) respawns: AtomicU64,
     pub(super) recycled: AtomicU64,
+    /// Of those, workers retired for their resident memory
+    /// (`--max-worker-rss`).
+    pub(super) over_rss: AtomicU64,
     /// Workers recycled because a call of another session came to them.
     pub(super) session_recycles: AtomicU64,
     /// Calls that resumed a worker parked for their session.
@@ -133,6 +136,10 @@ pub struct PoolStats {
     /// [`max_calls_per_worker`](crate::PoolBuilder::max_calls_per_worker)
     /// calls, or still running code from before a reload.
     pub recycled: u64,
+    /// Of `recycled`, workers retired because a call left them with more
+    /// resident memory than
+    /// [`max_worker_rss_mb`](crate::PoolBuilder::max_worker_rss_mb).
+    pub retired_over_rss: u64,
     /// Workers recycled before serving another session
     /// ([`SessionIsolation::Process`](crate::SessionIsolation::Process)):
     /// parked ones that no longer fit
@@ -220,6 +227,7 @@ impl Pool {
             worker_deaths: c.worker_deaths.load(Ordering::Relaxed),
             respawns: c.respawns.load(Ordering::Relaxed),
             recycled: c.recycled.load(Ordering::Relaxed),
+            retired_over_rss: c.over_rss.load(Ordering::Relaxed),
             session_recycles: c.session_recycles.load(Ordering::Relaxed),
             parked,
             parked_resumes: c.parked_resumes.load(Ordering::Relaxed),

@@ -1,7 +1,40 @@
-//! `--max-calls-per-worker` recycles a worker after N calls.
+//! `--max-calls-per-worker` recycles a worker after N calls, and
+//! `--max-worker-rss` after a call that leaves it over a resident-memory
+//! limit.
 
 use crate::common::*;
 use serde_json::json;
+
+#[tokio::test]
+async fn a_worker_that_grows_past_its_rss_limit_is_retired_after_its_call() {
+    let session = tempfile::tempdir().unwrap();
+    let pool = toolpool::Pool::builder()
+        .functions_dir(
+            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/leaky"),
+        )
+        .session_dir(session.path())
+        .workers(1)
+        .max_worker_rss_mb(Some(100))
+        .build()
+        .await
+        .unwrap();
+    let mut pids = Vec::new();
+    // About 75 MB after the first call, about 135 MB after the second.
+    for _ in 0..3 {
+        let pid = call(&pool, "leak", json!({"mb": 60})).await;
+        pids.push(pid.expect("the call keeps its answer").as_i64().unwrap());
+    }
+    assert_eq!(pids[0], pids[1], "under the limit: kept");
+    assert_ne!(pids[1], pids[2], "over it after the second call: retired");
+    assert!(gone_within(pids[0] as i32, std::time::Duration::from_secs(2)).await);
+    let stats = pool.stats();
+    assert_eq!(
+        (stats.retired_over_rss, stats.recycled),
+        (1, 1),
+        "{stats:?}"
+    );
+    pool.shutdown().await;
+}
 
 #[tokio::test]
 async fn worker_is_replaced_after_its_call_budget() {
