@@ -70,8 +70,13 @@ pub fn render(stats: &PoolStats) -> String {
     );
     counter(
         "recycled_total",
-        "Workers retired after --max-calls-per-worker.",
+        "Workers retired after --max-calls-per-worker or --max-worker-rss.",
         stats.recycled,
+    );
+    counter(
+        "retired_over_rss_total",
+        "Workers retired after a call left them over --max-worker-rss.",
+        stats.retired_over_rss,
     );
     counter(
         "session_recycles_total",
@@ -99,6 +104,14 @@ pub fn render(stats: &PoolStats) -> String {
         let _ = writeln!(
             out,
             "toolpool_worker_terminations_total{{how=\"{how}\"}} {count}"
+        );
+    }
+
+    out.push_str("# HELP toolpool_worker_left_running_total Workers retired because a call left them other than they were idle, by what.\n# TYPE toolpool_worker_left_running_total counter\n");
+    for (cause, count) in &stats.left_running {
+        let _ = writeln!(
+            out,
+            "toolpool_worker_left_running_total{{cause=\"{cause}\"}} {count}"
         );
     }
 

@@ -72,6 +72,15 @@ async fn stats_count_calls_errors_latency_and_workers() {
         text.contains("toolpool_worker_terminations_total{how=\"signalled\"} 0\n"),
         "{text}"
     );
+    // Retirements by cause: every cause is a series, from 0.
+    assert!(
+        text.contains("toolpool_worker_left_running_total{cause=\"threads\"} 0\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("toolpool_retired_over_rss_total 0\n"),
+        "{text}"
+    );
     assert!(!text.contains("pid="), "{text}");
     let slots: Vec<&str> = text
         .lines()

@@ -33,6 +33,11 @@ async fn a_worker_that_grows_past_its_rss_limit_is_retired_after_its_call() {
         (1, 1),
         "{stats:?}"
     );
+    let text = toolpool::metrics::render(&stats);
+    assert!(
+        text.contains("toolpool_retired_over_rss_total 1\n"),
+        "{text}"
+    );
     pool.shutdown().await;
 }
 
