@@ -30,21 +30,6 @@ from typing import Any
 
 from ._tool import tool
 
-__all__ = [
-    "ParamMeta",
-    "tool",
-    "Pool",
-    "PoolError",
-    "WorkflowError",
-    "ToolError",
-    "ToolTimeout",
-    "WorkerDied",
-    "InvalidArguments",
-    "ToolNotFound",
-    "ToolRaised",
-    "PoolBusy",
-]
-
 _LAZY = {
     "Pool": "_pool",
     "PoolError": "_errors",
@@ -57,6 +42,8 @@ _LAZY = {
     "ToolRaised": "_errors",
     "PoolBusy": "_errors",
 }
+
+__all__ = ["ParamMeta", "tool", *_LAZY]
 
 
 def __getattr__(name: str) -> Any:

@@ -480,9 +480,7 @@ class Pool:
         except BaseException:
             self._cancel(call_id)
             raise
-        if answer.get("ok"):
-            return answer.get("value")
-        raise tool_error(answer)
+        return _outcome(answer)
 
     async def ainvoke(
         self,
@@ -506,9 +504,7 @@ class Pool:
         except BaseException:
             self._cancel(call_id)
             raise
-        if answer.get("ok"):
-            return answer.get("value")
-        raise tool_error(answer)
+        return _outcome(answer)
 
     def _request(self, request: dict) -> dict:
         self._usable()
@@ -617,6 +613,13 @@ class Pool:
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("dead" if self._dead else f"supervisor pid {self.pid}")
         return f"<toolpool.Pool {state}, {len(self._catalog.get('functions', []))} tools>"
+
+
+def _outcome(answer: dict) -> Any:
+    """A call's value, or the exception its failure is."""
+    if answer.get("ok"):
+        return answer.get("value")
+    raise tool_error(answer)
 
 
 def _is_json(value: Any) -> bool:

@@ -160,26 +160,13 @@ pub(super) async fn host(
     die_with_parent()?;
     let (out, lines) = mpsc::unbounded_channel::<String>();
     let writer = tokio::spawn(write_lines(lines, stdout_pipe()?));
-    let pool = match super::build_unless_stopped(builder, signals).await {
-        Ok(pool) => pool,
+    let (pool, sessions) = match start(builder, signals).await {
+        Ok(started) => started,
         Err(error) => {
             let _ = out.send(json!({"op": "fatal", "text": error.to_string()}).to_string());
             drop(out);
             let _ = writer.await;
             return Err(error);
-        }
-    };
-    let own = pool.session().dir.clone();
-    let root_dir = own.parent().map(std::path::Path::to_path_buf);
-    let sessions = SessionsRoot::new(root_dir.as_deref().unwrap_or(&own), Duration::MAX, &[&own]);
-    let sessions = match sessions {
-        Ok(sessions) => sessions,
-        Err(error) => {
-            pool.shutdown_with_grace(Duration::ZERO).await;
-            let _ = out.send(json!({"op": "fatal", "text": error.to_string()}).to_string());
-            drop(out);
-            let _ = writer.await;
-            return Err(error.into());
         }
     };
     let catalog = pool.catalog();
@@ -239,6 +226,24 @@ pub(super) async fn host(
     drop(host);
     let _ = writer.await;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The pool, and the root of the sessions calls name (beside the pool's
+/// own session, as over HTTP).
+async fn start(
+    builder: PoolBuilder,
+    signals: &mut Option<StopSignals>,
+) -> Result<(Pool, SessionsRoot), CliError> {
+    let pool = super::build_unless_stopped(builder, signals).await?;
+    let own = pool.session().dir.clone();
+    let root = own.parent().map(std::path::Path::to_path_buf);
+    match SessionsRoot::new(root.as_deref().unwrap_or(&own), Duration::MAX, &[&own]) {
+        Ok(sessions) => Ok((pool, sessions)),
+        Err(error) => {
+            pool.shutdown_with_grace(Duration::ZERO).await;
+            Err(error.into())
+        }
+    }
 }
 
 /// stdin as a non-blocking pipe (tokio's `stdin()` reads on a blocking
