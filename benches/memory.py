@@ -72,6 +72,13 @@ def main() -> None:
         call("take_text", b'{"text":"' + b"x" * (57 * 2**20) + b'"}')
         call("take_text", b'{"text":[' + b",".join([b"0"] * 30_000_000) + b"]}")
         call("zeros", b'{"count":10000000}')
+        # Results (issue 42, 4): 60 MB of letters is 120 MB as text and
+        # structuredContent, past the 64 MiB frame limit; 30 MB fits; 60 MB of
+        # U+0001 would be 720 MB. Each is refused or sent without being held
+        # more than once.
+        call("text_of", b'{"character":"a","megabytes":30}')
+        call("text_of", b'{"character":"a","megabytes":60}')
+        call("text_of", b'{"character":"\\u0001","megabytes":60}')
         time.sleep(60)
         print(f"a minute after: {status(server.pid, 'VmRSS'):.0f} MiB (peak {status(server.pid, 'VmHWM'):.0f} MiB)")
         server.terminate()

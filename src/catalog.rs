@@ -113,13 +113,20 @@ pub struct ToolHints {
 impl FunctionSpec {
     /// The result as MCP's `structuredContent`: `value` (wrapped when the
     /// schema says so), or `None` when the function has no output schema or
-    /// an unwrapped result is not an object.
-    pub fn structured_result(&self, value: &Value) -> Option<Value> {
-        self.output_schema.as_ref()?;
-        if self.output_wrapped {
-            return Some(json!({ "result": value }));
+    /// an unwrapped result is not an object ([`Self::has_structured_result`]).
+    pub fn structured_result(&self, value: Value) -> Option<Value> {
+        if !self.has_structured_result(&value) {
+            return None;
         }
-        value.is_object().then(|| value.clone())
+        Some(match self.output_wrapped {
+            true => json!({ "result": value }),
+            false => value,
+        })
+    }
+
+    /// Whether `value` goes out as `structuredContent` too.
+    pub fn has_structured_result(&self, value: &Value) -> bool {
+        self.output_schema.is_some() && (self.output_wrapped || value.is_object())
     }
 }
 
@@ -492,13 +499,13 @@ mod tests {
     #[test]
     fn structured_results_are_objects_wrapped_as_the_schema_says() {
         let mut f = spec("m", "f");
-        assert_eq!(f.structured_result(&json!({"a": 1})), None);
+        assert_eq!(f.structured_result(json!({"a": 1})), None);
         f.output_schema = Some(json!({"type": "object"}));
-        assert_eq!(f.structured_result(&json!({"a": 1})), Some(json!({"a": 1})));
-        assert_eq!(f.structured_result(&json!([1])), None);
+        assert_eq!(f.structured_result(json!({"a": 1})), Some(json!({"a": 1})));
+        assert_eq!(f.structured_result(json!([1])), None);
         f.output_wrapped = true;
         assert_eq!(
-            f.structured_result(&json!([1])),
+            f.structured_result(json!([1])),
             Some(json!({"result": [1]}))
         );
     }

@@ -47,3 +47,9 @@ def spin(seconds: float, beat_file: str) -> str:
                 f.write(str(beat))
             next_beat = time.monotonic() + 0.05
     return "spun"
+
+
+def text_of(character: str, megabytes: int) -> str:
+    """A result of `megabytes` MB, all one character (the result-memory rows:
+    a letter costs one byte as JSON, U+0001 six)."""
+    return character * (megabytes * 1_000_000)

@@ -17,9 +17,10 @@ use rmcp::model::{CallToolResult, ContentBlock as McpContent, Resource};
 use serde_json::Value;
 
 use super::resources;
-use crate::content::{result_text, BlockKind, ContentBlock};
+use crate::catalog::FunctionSpec;
+use crate::content::{encoded_len, result_text, BlockKind, ContentBlock};
 use crate::context::AttachmentStore;
-use crate::error::ToolError;
+use crate::error::{ErrorKind, ToolError};
 
 /// Largest image or audio file sent inline (base64) over MCP; larger ones
 /// are sent as a `resource_link`.
@@ -44,6 +45,77 @@ pub fn call_result(
         }
         (Err(error), _) => CallToolResult::error(vec![McpContent::text(error.to_string())]),
     }
+}
+
+/// A plain result (no attachments) as MCP content, its size counted before
+/// anything is copied: the text block (a string moved into it; any other
+/// value as JSON, compact when it goes out structured too, as MCP suggests,
+/// else indented) and, when `function` has an output schema for it, the
+/// value again as `structuredContent`. Both together must fit in `limit`
+/// bytes as JSON (the frame limit); a larger result is refused with
+/// `ResultTooLarge` before its encoding exists, rather than sent as a
+/// message up to 12 times its size (a control character is 6 bytes as
+/// JSON, and it would be there twice).
+pub fn plain_result(
+    tool: &str,
+    value: Value,
+    function: Option<&FunctionSpec>,
+    limit: usize,
+) -> CallToolResult {
+    let function = function.filter(|f| f.has_structured_result(&value));
+    let too_large = || {
+        let copies = match function {
+            Some(_) => " (its text, and its structuredContent)",
+            None => "",
+        };
+        CallToolResult::error(vec![McpContent::text(
+            ToolError::new(
+                tool,
+                ErrorKind::ResultTooLarge,
+                format!(
+                    "the result takes more than {limit} bytes as MCP content{copies}, the frame limit; return less, or write it to a file and return its path"
+                ),
+            )
+            .to_string(),
+        )])
+    };
+    // `{"result":…}` around a wrapped value.
+    const WRAPPER: usize = 11;
+    let structured_len = match function {
+        Some(_) => match encoded_len(&value, false, limit) {
+            Some(len) => len + WRAPPER,
+            None => return too_large(),
+        },
+        None => 0,
+    };
+    let left = limit.saturating_sub(structured_len);
+    // The text, built only once it is known to fit.
+    let fits = match &value {
+        Value::String(_) => encoded_len(&value, false, left).is_some(),
+        _ => encoded_len(&value, function.is_none(), left).is_some(),
+    };
+    if !fits {
+        return too_large();
+    }
+    let structured = function.and_then(|f| match &value {
+        Value::String(_) => f.structured_result(value.clone()),
+        _ => None,
+    });
+    let (text, structured) = match value {
+        Value::String(text) => (text, structured),
+        other => match function {
+            Some(f) => (other.to_string(), f.structured_result(other)),
+            None => (result_text(&other, None), None),
+        },
+    };
+    // Indented or compact, a value's text has quotes and newlines that its
+    // JSON string escapes.
+    if encoded_len(&text, false, left).is_none() {
+        return too_large();
+    }
+    let mut result = CallToolResult::success(vec![McpContent::text(text)]);
+    result.structured_content = structured;
+    result
 }
 
 fn mcp_block(block: &ContentBlock, store: Option<&AttachmentStore>) -> McpContent {

@@ -58,6 +58,7 @@ mod resource_functions;
 mod resources;
 mod stdio;
 mod stdio_gate;
+mod stdio_writer;
 mod task_input;
 mod tasks;
 mod tool_calls;
@@ -95,7 +96,7 @@ use crate::context::{AttachmentStore, HumanPrompt, Session};
 use crate::error::{ErrorKind, ToolError};
 use crate::pool::{CallReport, InvokeOptions, Pool};
 use crate::stop::StopRequests;
-use content::call_result;
+use content::{call_result, plain_result};
 use tasks::TaskEnd;
 use tracing_spans::{CallTrace, Outcome, RequestSpan};
 

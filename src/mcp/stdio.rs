@@ -13,9 +13,9 @@
 //! Every line read is judged by a [`Gate`] before rmcp gets it: bad input is
 //! answered with a JSON-RPC error there (rmcp would drop it silently), and a
 //! line over the frame limit (64 MiB) is never held in memory. rmcp writes
-//! into a pipe; a writer task copies its lines to stdout, interleaved only at
-//! line boundaries with the gate's answers, and tells the gate which ids got
-//! their response. When stdout goes away (the client closed it, or a write
+//! into a pipe; a writer task ([`super::stdio_writer`]) copies it to stdout,
+//! interleaved only at line boundaries with the gate's answers, and tells the
+//! gate which ids got their response. When stdout goes away (the client closed it, or a write
 //! fails), the server shuts down and exits even if stdin stays open.
 
 use std::future::Future;
@@ -26,11 +26,12 @@ use std::time::Duration;
 
 use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::ServiceExt;
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, ReadBuf};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::stdio_gate::{Gate, LineSplitter, Piece, Verdict};
+use super::stdio_writer::write_stdout;
 use super::{ServeError, ToolpoolServer};
 use crate::protocol::DEFAULT_MAX_FRAME;
 
@@ -131,58 +132,6 @@ pub(super) async fn serve(server: ToolpoolServer, grace: Duration) -> Result<(),
         tracing::warn!("stdout did not take the last messages in time");
     }
     Ok(())
-}
-
-/// Copies rmcp's output and the gate's answers to stdout, a whole line at a
-/// time; each response written takes its id out of flight. Ends when rmcp's
-/// side is closed, or when stdout fails (then `stdout_gone` is cancelled).
-async fn write_stdout(
-    from_rmcp: tokio::io::DuplexStream,
-    mut replies: mpsc::Receiver<Vec<u8>>,
-    gate: Gate,
-    stdout_gone: CancellationToken,
-) {
-    let mut from_rmcp = tokio::io::BufReader::new(from_rmcp);
-    let mut stdout = tokio::io::stdout();
-    // Kept across iterations: `read_until` in a select may have read part
-    // of a line when the other branch wins.
-    let mut line = Vec::new();
-    let mut replies_open = true;
-    loop {
-        let out = tokio::select! {
-            read = from_rmcp.read_until(b'\n', &mut line) => match read {
-                Ok(0) | Err(_) => break,
-                Ok(_) if line.ends_with(b"\n") => {
-                    let written = std::mem::take(&mut line);
-                    gate.answered(&written).unwrap_or(written)
-                }
-                Ok(_) => continue,
-            },
-            reply = replies.recv(), if replies_open => match reply {
-                Some(reply) => reply,
-                None => {
-                    replies_open = false;
-                    continue;
-                }
-            },
-        };
-        let written = async {
-            stdout.write_all(&out).await?;
-            stdout.flush().await
-        };
-        if let Err(e) = written.await {
-            tracing::info!("cannot write to stdout: {e}");
-            stdout_gone.cancel();
-            return;
-        }
-    }
-    // The gate's last answers, if stdin ended after rmcp (it does not).
-    while let Ok(reply) = replies.try_recv() {
-        if stdout.write_all(&reply).await.is_err() {
-            break;
-        }
-    }
-    let _ = stdout.flush().await;
 }
 
 /// Cancels `stdout_gone` when stdout can no longer be written: a pipe whose

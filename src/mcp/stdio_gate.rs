@@ -134,9 +134,11 @@ impl Gate {
         )
     }
 
-    /// Called with each line the server writes: a response takes its id out
-    /// of flight. The response of an aliased request is given back under
-    /// the client's id: `Some(line)` to write instead.
+    /// Called with each whole line the server writes: a response takes its
+    /// id out of flight. The response of an aliased request is given back
+    /// under the client's id: `Some(line)` to write instead. (The writer
+    /// looks at a line's head only, with [`Gate::answered_id`]; this is for
+    /// a line whose head it could not read.)
     pub fn answered(&self, line: &[u8]) -> Option<Vec<u8>> {
         #[derive(Deserialize)]
         struct Head {
@@ -150,14 +152,22 @@ impl Gate {
         else {
             return None;
         };
-        let Some((_, original)) = self.original_of.remove(&id_key(&id)) else {
-            self.land(&id);
+        let original = self.answered_id(&id)?;
+        rewrite(line, |message| message["id"] = original)
+    }
+
+    /// Takes the id of a response the server writes out of flight; the
+    /// client's own id when `id` is an alias (the response must go out
+    /// under it).
+    pub fn answered_id(&self, id: &Value) -> Option<Value> {
+        let Some((_, original)) = self.original_of.remove(&id_key(id)) else {
+            self.land(id);
             return None;
         };
         self.alias_of
-            .remove_if(&id_key(&original), |_, alias| *alias == id);
+            .remove_if(&id_key(&original), |_, alias| alias == id);
         self.land(&original);
-        rewrite(line, |message| message["id"] = original)
+        Some(original)
     }
 
     fn land(&self, id: &Value) {
@@ -457,7 +467,7 @@ impl LineSplitter {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     fn reply(verdict: Verdict) -> Vec<Value> {
@@ -500,20 +510,29 @@ mod tests {
         assert_eq!(gate.line(b"  "), Verdict::Skip);
     }
 
+    /// Request 700 called, cancelled and called again: the second runs in
+    /// rmcp under an alias, which is returned (with the request rmcp got).
+    pub(in crate::mcp) fn reused_under_alias(gate: &Gate) -> (Value, Value) {
+        let call = br#"{"jsonrpc":"2.0","id":700,"method":"tools/call","params":{"name":"a"}}"#;
+        let cancel =
+            br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":700}}"#;
+        assert_eq!(gate.line(call), Verdict::Pass);
+        assert_eq!(gate.line(cancel), Verdict::Pass);
+        let Verdict::PassAs(aliased) = gate.line(call) else {
+            panic!("not aliased")
+        };
+        let aliased: Value = serde_json::from_slice(&aliased).unwrap();
+        (aliased["id"].clone(), aliased)
+    }
+
     #[test]
     fn a_cancelled_id_reused_runs_under_an_alias_and_is_answered_under_its_own() {
         let gate = Gate::new(1 << 20);
         let call = br#"{"jsonrpc":"2.0","id":700,"method":"tools/call","params":{"name":"a"}}"#;
         let cancel =
             br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":700}}"#;
-        assert_eq!(gate.line(call), Verdict::Pass);
-        assert_eq!(gate.line(cancel), Verdict::Pass);
         // Reused at once: rmcp gets it under an alias, every other member kept.
-        let Verdict::PassAs(aliased) = gate.line(call) else {
-            panic!("not aliased")
-        };
-        let aliased: Value = serde_json::from_slice(&aliased).unwrap();
-        let alias = aliased["id"].clone();
+        let (alias, aliased) = reused_under_alias(&gate);
         assert_ne!(alias, json!(700));
         assert_eq!(aliased["params"]["name"], "a");
         // The first call's late answer (had rmcp sent it) keeps its id.

@@ -453,28 +453,19 @@ impl ToolpoolServer {
         report: CallReport,
         session: Option<&Session>,
     ) -> CallToolResult {
-        let structured = match (&report.result, &report.content) {
-            (Ok(value), None) => self
-                .function_of(name)
-                .and_then(|f| f.structured_result(value)),
-            _ => None,
-        };
         let store = match session {
             Some(session) => session.attachments(),
             None => self.inner.pool.attachments(),
         };
-        // With structuredContent the text block is the result's serialized
-        // JSON (as MCP suggests), compact: a large table is not sent a
-        // second time at its indented size.
-        // (Built here rather than indented by `call_result` and replaced.)
-        let mut result = match (&structured, &report.result) {
-            (Some(_), Ok(value)) if !value.is_string() => {
-                CallToolResult::success(vec![ContentBlock::text(value.to_string())])
-            }
-            _ => call_result(report.result, report.content.as_deref(), Some(store)),
-        };
-        result.structured_content = structured;
-        result
+        match (report.result, report.content) {
+            (Ok(value), None) => plain_result(
+                name,
+                value,
+                self.function_of(name).as_ref(),
+                self.inner.pool.limits().max_frame_bytes,
+            ),
+            (result, content) => call_result(result, content.as_deref(), Some(store)),
+        }
     }
 }
 

@@ -274,3 +274,133 @@ async fn a_fresh_worker_has_no_buffer_modules_loaded() {
     assert_eq!(loaded, json!([]));
     pool.shutdown().await;
 }
+
+/// `toolpool serve` on stdio over tests/fixtures/results: what one result
+/// costs the server, read from its /proc status (VmHWM reset through
+/// `clear_refs` before each call).
+mod over_mcp {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+
+    use serde_json::{json, Value};
+
+    struct Server {
+        child: Child,
+        stdin: ChildStdin,
+        stdout: BufReader<ChildStdout>,
+        _session: tempfile::TempDir,
+    }
+
+    impl Server {
+        fn start() -> Server {
+            let session = tempfile::tempdir().unwrap();
+            let functions = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/results");
+            let mut child = Command::new(env!("CARGO_BIN_EXE_toolpool"))
+                .arg("--session-dir")
+                .arg(session.path())
+                .args(["--workers", "1", "--functions-dir", functions, "serve"])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            let stdin = child.stdin.take().unwrap();
+            let stdout = BufReader::new(child.stdout.take().unwrap());
+            let mut server = Server {
+                child,
+                stdin,
+                stdout,
+                _session: session,
+            };
+            server.send(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                           "clientInfo": {"name": "results", "version": "0"}}}));
+            server.read();
+            server.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+            server
+        }
+
+        fn send(&mut self, message: Value) {
+            writeln!(self.stdin, "{message}").unwrap();
+        }
+
+        fn read(&mut self) -> Value {
+            let mut line = String::new();
+            self.stdout.read_line(&mut line).unwrap();
+            serde_json::from_str(&line).unwrap()
+        }
+
+        fn kib(&self, field: &str) -> u64 {
+            let status =
+                std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+            let line = status.lines().find(|l| l.starts_with(field)).unwrap();
+            line.split_whitespace().nth(1).unwrap().parse().unwrap()
+        }
+
+        /// The call's answer, and how many bytes the server's peak resident
+        /// memory rose above what it held before the call.
+        fn call(&mut self, tool: &str, character: &str, megabytes: u64) -> (Value, u64) {
+            std::fs::write(format!("/proc/{}/clear_refs", self.child.id()), "5").unwrap();
+            let before = self.kib("VmRSS:");
+            self.send(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                "params": {"name": tool, "arguments": {"character": character, "megabytes": megabytes}}}));
+            let answer = self.read();
+            (answer, self.kib("VmHWM:").saturating_sub(before) * 1024)
+        }
+    }
+
+    impl Drop for Server {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    /// A 60 MB result of U+0001 would be 360 MB as JSON, twice (text and
+    /// structuredContent): it is refused, naming the limit, without its
+    /// encoding ever being built; and the server serves on.
+    #[test]
+    fn a_result_of_control_characters_past_the_limit_is_refused_not_encoded() {
+        let mut server = Server::start();
+        let n = 60_000_000;
+        let (answer, rise) = server.call("text_of", "\u{1}", n / 1_000_000);
+        let text = answer["result"]["content"][0]["text"].as_str().unwrap();
+        assert_eq!(answer["result"]["isError"], true, "{text}");
+        assert!(
+            text.starts_with("Tool text_of error: ResultTooLarge: the result takes more than 67108864 bytes as MCP content (its text, and its structuredContent), the frame limit"),
+            "{text}"
+        );
+        assert!(
+            rise <= 4 * n,
+            "the server's peak rose {} MB for a {} MB result",
+            rise / 1_000_000,
+            n / 1_000_000
+        );
+        let (answer, _) = server.call("text_untyped", "x", 1);
+        assert_eq!(
+            answer["result"]["content"][0]["text"]
+                .as_str()
+                .map(str::len),
+            Some(1_000_000)
+        );
+    }
+
+    /// A 60 MB result that fits is delivered whole, and costs the server at
+    /// most 4 × its size: it is moved, not copied, into the message, and
+    /// copied to stdout as rmcp writes it rather than gathered into lines.
+    #[test]
+    fn a_large_result_is_delivered_at_most_four_times_its_size() {
+        let mut server = Server::start();
+        let n = 60_000_000;
+        let (answer, rise) = server.call("text_untyped", "a", n / 1_000_000);
+        let text = answer["result"]["content"][0]["text"].as_str().unwrap();
+        assert_eq!(text.len() as u64, n);
+        assert!(text.bytes().all(|b| b == b'a'));
+        assert!(
+            rise <= 4 * n,
+            "the server's peak rose {} MB for a {} MB result",
+            rise / 1_000_000,
+            n / 1_000_000
+        );
+    }
+}
