@@ -60,6 +60,10 @@ pub struct FunctionSpec {
     /// workflow file gives one, in place of the pool's default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<f64>,
+    /// Seconds its `finally` may take after a timeout, as it declares
+    /// them (`@toolpool.tool(timeout_grace=…)`): in place of the pool's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_grace: Option<f64>,
 }
 
 /// Whether a tool's calls run as MCP tasks (the tasks extension), as its
@@ -221,6 +225,12 @@ impl Catalog {
     /// The timeout function `name` gives itself, if it does.
     pub fn own_timeout(&self, name: &str) -> Option<std::time::Duration> {
         let seconds = self.get(name)?.timeout?;
+        std::time::Duration::try_from_secs_f64(seconds).ok()
+    }
+
+    /// The grace after its timeout function `name` gives itself, if it does.
+    pub fn own_timeout_grace(&self, name: &str) -> Option<std::time::Duration> {
+        let seconds = self.get(name)?.timeout_grace?;
         std::time::Duration::try_from_secs_f64(seconds).ok()
     }
 
@@ -493,6 +503,7 @@ mod tests {
             task_support: None,
             task_after: None,
             timeout: None,
+            timeout_grace: None,
         }
     }
 

@@ -61,6 +61,13 @@ pub fn report(pool: &Pool) -> String {
     let or = |value: Option<String>, none: &str| value.unwrap_or_else(|| none.to_string());
     lines.push(format!("workers: {}", limits.workers));
     lines.push(format!("timeout: {} s", secs(limits.timeout)));
+    lines.push(match limits.timeout_grace.is_zero() {
+        true => "timeout grace: none (killed at the deadline)".to_string(),
+        false => format!(
+            "timeout grace: {} s (TimeoutError in the tool, then the kill)",
+            secs(limits.timeout_grace)
+        ),
+    });
     lines.push(format!(
         "import timeout: {}",
         or(

@@ -46,6 +46,9 @@ impl NodeTools {
         if options.timeout.is_none() {
             options.timeout = tool.timeout;
         }
+        if options.timeout_grace.is_none() {
+            options.timeout_grace = tool.timeout_grace;
+        }
         if options.context.node_id.is_none() {
             options.context.node_id = Some(self.id.clone());
         }

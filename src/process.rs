@@ -295,6 +295,14 @@ impl WorkerProcesses {
         }
     }
 
+    /// Asks the worker's tool to clean up: the shim raises `TimeoutError` in
+    /// its main thread (SIGUSR2). Nothing else depends on it being heard.
+    pub fn ask_to_clean_up(&self) {
+        if let Some(worker) = &self.worker {
+            worker.signal(Signal::SIGUSR2);
+        }
+    }
+
     /// Asks the guardian to kill what its tree left and exit (SIGTERM), and
     /// resumes it in case a tool stopped it.
     pub fn ask_guardian_to_end(&self) {

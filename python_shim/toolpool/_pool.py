@@ -114,7 +114,7 @@ def _set_result(future, answer: dict) -> None:
 
 def _options(
     functions_dir, workers, timeout, session_dir, session_id, sandbox, python, pass_env, env_file,
-    max_calls_per_worker, memory_limit_mb, human_timeout,
+    max_calls_per_worker, memory_limit_mb, human_timeout, timeout_grace=None,
 ) -> list[str]:
     """The command line's global options for what was given; what was not
     is left to the command's defaults and environment variables."""
@@ -134,6 +134,7 @@ def _options(
     add("--max-calls-per-worker", max_calls_per_worker)
     add("--memory-limit", memory_limit_mb)
     add("--human-timeout", human_timeout)
+    add("--timeout-grace", timeout_grace)
     if isinstance(pass_env, str):
         pass_env = (pass_env,)
     for name in pass_env:
@@ -208,6 +209,7 @@ class Pool:
         max_calls_per_worker: int | None = None,
         memory_limit_mb: int | None = None,
         human_timeout: float | None = None,
+        timeout_grace: float | None = None,
     ) -> None:
         self._pid = os.getpid()
         self._closed = False
@@ -222,7 +224,7 @@ class Pool:
         command = [find_binary(), "--color", "never"]
         command += _options(
             functions_dir, workers, timeout, session_dir, session_id, sandbox, python, pass_env, env_file,
-            max_calls_per_worker, memory_limit_mb, human_timeout,
+            max_calls_per_worker, memory_limit_mb, human_timeout, timeout_grace,
         )
         command.append("host")
         env = dict(os.environ)

@@ -9,8 +9,10 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 __all__ = ["tool"]
 
-# Longest timeout a tool may set itself, as for `--timeout`: a day.
+# Longest timeout a tool may set itself, as for `--timeout`: a day; and
+# longest grace after it, as for `--timeout-grace`: an hour.
 _MAX_TIMEOUT = 86400.0
+_MAX_GRACE = 3600.0
 
 _HINTS = (
     ("read_only", "readOnlyHint"),
@@ -34,6 +36,7 @@ def tool(
     destructive: bool | None = None,
     idempotent: bool | None = None,
     open_world: bool | None = None,
+    timeout_grace: float | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -46,6 +49,7 @@ def tool(
     destructive=None,
     idempotent=None,
     open_world=None,
+    timeout_grace=None,
 ):
     """Gives a tool its own settings, and returns the function itself
     unchanged (only attributes are set on it), so that a runtime that knows
@@ -56,17 +60,23 @@ def tool(
 
     `timeout` (seconds): the tool's own timeout, which a caller's or a
     workflow file's wins over, and which wins over the pool's default.
+    `timeout_grace` (seconds): how long the tool may clean up after its
+    timeout — `TimeoutError` is raised in its main thread (an async tool's
+    task is cancelled), so `finally` and `with` run — before its worker is
+    killed; the same order of precedence.
     `title` and the behaviour hints (`read_only`, `destructive`,
     `idempotent`, `open_world`) are what MCP's `tools/list` shows; they are
     the `mcp_title` and `mcp_annotations` attributes a folder may also set
     by hand. A setting left None is not set.
     """
 
-    if timeout is not None:
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-            raise TypeError(f"tool(timeout=...): expected seconds as a number, got {type(timeout).__name__}")
-        if not (0 < timeout <= _MAX_TIMEOUT) or math.isnan(timeout):
-            raise ValueError(f"tool(timeout=...): expected more than 0 and at most {_MAX_TIMEOUT:g} seconds, got {timeout}")
+    for name, value, most in (("timeout", timeout, _MAX_TIMEOUT), ("timeout_grace", timeout_grace, _MAX_GRACE)):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"tool({name}=...): expected seconds as a number, got {type(value).__name__}")
+        if not (0 < value <= most) or math.isnan(value):
+            raise ValueError(f"tool({name}=...): expected more than 0 and at most {most:g} seconds, got {value}")
     if title is not None and (not isinstance(title, str) or not title.strip()):
         raise ValueError("tool(title=...): expected a non-empty string")
     hints = {}
@@ -80,6 +90,8 @@ def tool(
     def mark(function: F) -> F:
         if timeout is not None:
             function.mcp_timeout = float(timeout)
+        if timeout_grace is not None:
+            function.mcp_timeout_grace = float(timeout_grace)
         if title is not None:
             function.mcp_title = title.strip()
         if hints:

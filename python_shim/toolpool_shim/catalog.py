@@ -19,7 +19,8 @@ def _presentation(func) -> dict:
     any of the four MCP hints as booleans, `func.mcp_resource = "uri"` and
     `func.mcp_mime_type = "..."`, `func.mcp_execution = {"taskSupport":
     "optional"}`, toolpool's own `func.mcp_task_after = 1.5` and
-    `func.mcp_timeout = 300`, the tool's own timeout; `toolpool.tool(...)`
+    `func.mcp_timeout = 300`, the tool's own timeout, and
+    `func.mcp_timeout_grace = 5`, its grace after it; `toolpool.tool(...)`
     sets these): a folder sets
     them without depending on
     toolpool, and other runtimes ignore them. Anything else in them is left
@@ -39,6 +40,9 @@ def _presentation(func) -> dict:
     timeout = getattr(func, "mcp_timeout", None)
     if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and 0 < timeout <= 86400:
         found["timeout"] = float(timeout)
+    grace = getattr(func, "mcp_timeout_grace", None)
+    if isinstance(grace, (int, float)) and not isinstance(grace, bool) and 0 < grace <= 3600:
+        found["timeout_grace"] = float(grace)
     task_after = getattr(func, "mcp_task_after", None)
     if isinstance(task_after, (int, float)) and not isinstance(task_after, bool) and 0 <= task_after <= 3600:
         found["task_after"] = float(task_after)

@@ -27,6 +27,37 @@ class ToolFailure(Exception):
         return cls(type(exc).__name__, _safe_str(exc), text)
 
 
+class _Deadline:
+    """A call whose deadline passed, with a grace: the supervisor sends
+    SIGUSR2, and the tool's main thread gets TimeoutError (an async tool's
+    task is cancelled), so its `finally` and `with` run before the worker is
+    killed. Only while the tool's own code runs: never inside the shim."""
+
+    running = False
+    task = None  # an async tool's task
+
+
+_DEADLINE_MESSAGE = "the call's timeout passed: clean up now, the worker is killed when the grace ends"
+
+
+def _deadline_passed(signum, frame) -> None:
+    if not _Deadline.running:
+        return
+    _Deadline.running = False
+    task = _Deadline.task
+    if task is not None:
+        # Raised here, inside the event loop, it would leave the task
+        # unfinished and its `finally` unrun: the task is cancelled instead.
+        task.get_loop().call_soon_threadsafe(task.cancel, _DEADLINE_MESSAGE)
+        return
+    raise TimeoutError(_DEADLINE_MESSAGE)
+
+
+def hear_deadlines() -> None:
+    """Installs the handler of the supervisor's deadline signal (once, at start)."""
+    signal.signal(signal.SIGUSR2, _deadline_passed)
+
+
 def _safe_str(exc: BaseException) -> str:
     try:
         return str(exc)
@@ -68,9 +99,13 @@ class Invoker:
             keywords["_context"] = self._context(context, trace)
         try:
             with trace_env.exported(trace), call_logs.forwarded(self._transport, context.get("log_level")):
-                result = tool.func(*positional, **keywords)
-                if type(result) not in _PLAIN and inspect.isawaitable(result):
-                    result = self._run_to_completion(result)
+                _Deadline.running = True
+                try:
+                    result = tool.func(*positional, **keywords)
+                    if type(result) not in _PLAIN and inspect.isawaitable(result):
+                        result = self._run_to_completion(result)
+                finally:
+                    _Deadline.running = False
             blocks = content.blocks_of(result, self._classes)
             if blocks is not None:
                 return results.encode(content.value_of(result)), blocks
@@ -188,7 +223,12 @@ class Invoker:
         if self._loop is None:
             self._loop = asyncio.new_event_loop()
             asyncio.set_event_loop(self._loop)
-        return self._loop.run_until_complete(awaitable)
+        task = asyncio.ensure_future(awaitable, loop=self._loop)
+        _Deadline.task = task
+        try:
+            return self._loop.run_until_complete(task)
+        finally:
+            _Deadline.task = None
 
 
 # Results no coroutine hides behind (checked before inspect.isawaitable, per call).

@@ -14,7 +14,7 @@ from . import codec, discovery, minipack, standins, trace_env
 from .catalog import build_catalog
 from .channel import Channel
 from .frames import FrameTooLarge
-from .invoke import Invoker, ToolFailure
+from .invoke import Invoker, ToolFailure, hear_deadlines
 from .results import Encoded
 
 PROTOCOL_VERSION = 7
@@ -28,6 +28,7 @@ def main(config: dict) -> None:
     # away during a slow or hanging import still ends this process.
     channel.watch_for_hangup()
     _enable_stack_dumps(config.get("dump_fd"))
+    hear_deadlines()
     # Behind the project (whose own `utils` or `entity` wins over the compat
     # ones) but ahead of the session's installed packages, so that nothing a
     # session installs can shadow them.

@@ -58,6 +58,9 @@ pub struct Cli {
     /// Default per-call timeout in seconds
     #[arg(long, env = "TOOLPOOL_TIMEOUT", global = true, default_value = "60", value_parser = parse_seconds)]
     pub timeout: Duration,
+    /// Seconds a timed-out tool may clean up (TimeoutError in its main thread, so `finally` runs) before its worker is killed [default: 0]
+    #[arg(long, env = "TOOLPOOL_TIMEOUT_GRACE", global = true, value_name = "SECS", value_parser = parse_seconds)]
+    pub timeout_grace: Option<Duration>,
     /// Session directory [default: .toolpool/sessions/<session-id>]
     // The text is also the option's --help, where `<session-id>` must stay as it is.
     #[allow(rustdoc::invalid_html_tags)]
@@ -163,6 +166,7 @@ impl Cli {
 const CATALOG_ONLY_IDLE: &[&str] = &[
     "workers",
     "timeout",
+    "timeout_grace",
     "session_dir",
     "session_id",
     "max_calls_per_worker",

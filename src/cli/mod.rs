@@ -98,6 +98,7 @@ fn builder(cli: &Cli, one_shot_workers: Option<usize>) -> PoolBuilder {
         .spare_workers(spares)
         .python(cli.python.clone())
         .timeout(cli.timeout)
+        .timeout_grace(cli.timeout_grace.unwrap_or(Duration::ZERO))
         .session_id(cli.session_id.clone())
         .max_calls_per_worker(cli.max_calls_per_worker)
         .max_worker_rss_mb(cli.max_worker_rss)

@@ -15,7 +15,7 @@ use crate::catalog::ToolHints;
 /// the others are accepted and left to the runtime.
 const TOOLING_TYPES: &[&str] = &["function", "mcp_remote", "mcp_local"];
 const TOOLING_KEYS: &[&str] = &["type", "config", "prefix"];
-const FUNCTION_CONFIG_KEYS: &[&str] = &["tools", "timeout", "auto_load"];
+const FUNCTION_CONFIG_KEYS: &[&str] = &["tools", "timeout", "timeout_grace", "auto_load"];
 const ENTRY_KEYS: &[&str] = &[
     "name",
     "description",
@@ -281,6 +281,7 @@ impl Reader {
             line: raw.and_then(|r| r.line).or(tooling_line),
             tools: Vec::new(),
             timeout: None,
+            timeout_grace: None,
             auto_load: None,
         };
         let raw = match raw {
@@ -339,6 +340,9 @@ impl Reader {
         }
         if let Some(timeout) = raw.get("timeout") {
             config.timeout = self.read_timeout(timeout, &child(&path, "timeout"));
+        }
+        if let Some(grace) = raw.get("timeout_grace") {
+            config.timeout_grace = self.read_timeout(grace, &child(&path, "timeout_grace"));
         }
         if let Some(auto_load) = raw.get("auto_load") {
             config.auto_load = self.read_bool(auto_load, &child(&path, "auto_load"));

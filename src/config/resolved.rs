@@ -27,6 +27,10 @@ pub struct ToolSpec {
     /// From the tooling's `timeout`; `None` → the pool's default.
     #[serde(skip)]
     pub timeout: Option<Duration>,
+    /// From the tooling's `timeout_grace`, else the tool's own; `None` →
+    /// the pool's.
+    #[serde(skip)]
+    pub timeout_grace: Option<Duration>,
     /// The entry's MCP `title`; `None`: the function's own.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
@@ -215,6 +219,7 @@ mod tests {
             description: String::new(),
             parameters: json!({"type": "object"}),
             timeout: Some(Duration::from_secs(5)),
+            timeout_grace: None,
             title: None,
             annotations: None,
         };

@@ -1,3 +1,5 @@
+use std::time::Duration;
+
 use serde_json::json;
 
 use super::*;
@@ -145,5 +147,24 @@ fn bad_titles_and_hints_are_named_with_their_path() {
             .iter()
             .any(|e| e.contains("tools[1]") && e.contains("title")),
         "{all}"
+    );
+}
+
+#[test]
+fn a_tooling_gives_its_tools_a_grace_after_their_timeout() {
+    let resolved = check(
+            "nodes:\n- id: a\n  type: agent\n  config:\n    tooling:\n      type: function\n      config:\n        timeout: 3\n        timeout_grace: 1.5\n        tools:\n        - name: add\n",
+        )
+        .expect("valid");
+    let tool = &resolved.nodes[0].tools[0];
+    assert_eq!(tool.timeout, Some(Duration::from_secs(3)));
+    assert_eq!(tool.timeout_grace, Some(Duration::from_millis(1500)));
+    let errors = check(
+            "nodes:\n- id: a\n  type: agent\n  config:\n    tooling:\n      type: function\n      config:\n        timeout_grace: -1\n        tools:\n        - name: add\n",
+        )
+        .unwrap_err();
+    assert_eq!(
+        errors,
+        ["nodes[0].config.tooling.config.timeout_grace: must be a positive number of seconds, got -1 (line 8)"]
     );
 }

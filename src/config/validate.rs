@@ -98,6 +98,9 @@ fn resolve_node(
         let timeout = config
             .timeout
             .and_then(|s| Duration::try_from_secs_f64(s).ok());
+        let grace = config
+            .timeout_grace
+            .and_then(|s| Duration::try_from_secs_f64(s).ok());
         if first_function_tooling {
             node_timeout = timeout;
             first_function_tooling = false;
@@ -231,6 +234,7 @@ fn resolve_node(
                     parameters,
                     // The tooling's timeout, else the tool's own.
                     timeout: timeout.or_else(|| catalog.own_timeout(&spec.name)),
+                    timeout_grace: grace.or_else(|| catalog.own_timeout_grace(&spec.name)),
                     title: entry.title.clone(),
                     annotations: entry.annotations.clone(),
                 });

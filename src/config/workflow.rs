@@ -112,6 +112,9 @@ pub struct FunctionToolConfig {
     pub tools: Vec<FunctionToolEntryConfig>,
     /// Seconds; `None` (absent or null) → the pool's default.
     pub timeout: Option<f64>,
+    /// Seconds a timed-out tool may clean up; `None` → the tool's own, else
+    /// the pool's (`--timeout-grace`).
+    pub timeout_grace: Option<f64>,
     /// Accepted for compatibility with the original runtime; the catalog is
     /// always loaded.
     pub auto_load: Option<bool>,

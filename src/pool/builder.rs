@@ -29,6 +29,7 @@ pub struct PoolBuilder {
     python: String,
     workers: usize,
     timeout: Duration,
+    timeout_grace: Duration,
     session_id: String,
     session_dir: Option<PathBuf>,
     max_calls_per_worker: Option<u64>,
@@ -60,6 +61,7 @@ impl Default for PoolBuilder {
                 .map(|n| n.get())
                 .unwrap_or(2),
             timeout: Duration::from_secs(60),
+            timeout_grace: Duration::ZERO,
             session_id: "default".into(),
             session_dir: None,
             max_calls_per_worker: None,
@@ -106,6 +108,15 @@ impl PoolBuilder {
     /// Default per-call timeout.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
+        self
+    }
+
+    /// How long a timed-out tool may clean up (`TimeoutError` is raised in
+    /// its main thread, so `finally` and `with` run) before its worker is
+    /// killed; default zero: killed at the deadline. A call's own
+    /// ([`crate::InvokeOptions::timeout_grace`]) or its tool's wins.
+    pub fn timeout_grace(mut self, grace: Duration) -> Self {
+        self.timeout_grace = grace;
         self
     }
     /// The pool's session (`default` by default): `session_id` in the
@@ -429,6 +440,7 @@ impl PoolBuilder {
             workers: Dispatcher::new(self.parked_workers),
             draining: AtomicBool::new(false),
             default_timeout: self.timeout,
+            default_grace: self.timeout_grace,
             queue_wait: self.queue_wait,
             max_calls_per_worker: self.max_calls_per_worker,
             max_worker_rss: self

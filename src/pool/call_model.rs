@@ -24,8 +24,11 @@ enum Event {
     Reply {
         worker: u8,
     },
+    /// The call's deadline; `grace`: the call has one (its tool is asked
+    /// to clean up, and a later reply or deadline ends it).
     Deadline {
         worker: u8,
+        grace: bool,
     },
     /// The worker dies; `read`: after it read the request.
     Die {
@@ -45,7 +48,7 @@ fn event() -> impl Strategy<Value = Event> {
     prop_oneof![
         4 => (0u8..3).prop_map(|session| Event::Arrive { session }),
         4 => (0u8..3).prop_map(|worker| Event::Reply { worker }),
-        1 => (0u8..3).prop_map(|worker| Event::Deadline { worker }),
+        1 => (0u8..3, any::<bool>()).prop_map(|(worker, grace)| Event::Deadline { worker, grace }),
         2 => (0u8..3, any::<bool>()).prop_map(|(worker, read)| Event::Die { worker, read }),
         1 => (0u8..16).prop_map(|call| Event::Cancel { call }),
         1 => Just(Event::DieParked),
@@ -236,21 +239,36 @@ impl Model {
                 else {
                     return;
                 };
-                assert_eq!(running.request.reply(), Ok(Action::Deliver));
+                let in_grace = matches!(running.request, RequestState::Grace { .. });
+                let action = running.request.reply();
                 let call = running.call;
                 self.calls[call].executed += 1;
-                self.attempt_ended(w, AttemptEnd::Ran, false);
+                if in_grace {
+                    // The clean-up's end: the call timed out, its worker goes.
+                    assert_eq!(action, Ok(Action::Kill));
+                    self.attempt_ended(w, AttemptEnd::Ran, true);
+                } else {
+                    assert_eq!(action, Ok(Action::Deliver));
+                    self.attempt_ended(w, AttemptEnd::Ran, false);
+                }
             }
-            Event::Deadline { worker: w } => {
+            Event::Deadline { worker: w, grace } => {
                 let w = worker(w, self);
                 let Some(running) = self.workers[w].as_mut().and_then(|w| w.running.as_mut())
                 else {
                     return;
                 };
-                assert_eq!(running.request.timed_out(), Action::DumpAndKill);
+                let first = matches!(running.request, RequestState::Sent { .. });
                 let call = running.call;
-                self.calls[call].executed += 1;
-                self.attempt_ended(w, AttemptEnd::Ran, true);
+                match running.request.timed_out(grace) {
+                    // Cleaning up: the call is still in flight, on its worker.
+                    Action::AskToCleanUp => assert!(grace && first),
+                    action => {
+                        assert_eq!(action, Action::DumpAndKill);
+                        self.calls[call].executed += 1;
+                        self.attempt_ended(w, AttemptEnd::Ran, true);
+                    }
+                }
             }
             Event::Die { worker: w, read } => {
                 let w = worker(w, self);

@@ -14,6 +14,8 @@ pub struct Limits {
     pub parked_workers: usize,
     /// A call's timeout when it names none.
     pub timeout: Duration,
+    /// How long a timed-out tool may clean up, when it names none.
+    pub timeout_grace: Duration,
     /// How long importing one tool module may take.
     pub import_timeout: Option<Duration>,
     /// How long one wait for a human's answer may take.

@@ -49,7 +49,9 @@ use crate::pool_error::PoolError;
 use crate::protocol::{CallContext, SessionDirs, WireBlock};
 use crate::sandbox::Sandbox;
 use crate::trace_context::TraceContext;
-use crate::worker::{CallOutcome, Spawner, Termination, Worker, WorkerInfo, WorkerSpec};
+use crate::worker::{
+    CallOutcome, CallTime, Grace, Spawner, Termination, Worker, WorkerInfo, WorkerSpec,
+};
 
 /// The tracing target of the log line of each failed call (and, at debug
 /// level, its traceback).
@@ -71,6 +73,8 @@ const MAX_QUARANTINED: usize = 1000;
 pub struct InvokeOptions {
     /// Overrides the pool's default timeout.
     pub timeout: Option<Duration>,
+    /// Overrides the pool's grace after a timeout ([`PoolBuilder::timeout_grace`]).
+    pub timeout_grace: Option<Duration>,
     /// What the tool is told about its caller.
     pub context: InvokeContext,
     /// Who answers this call's human prompts, instead of the pool's
@@ -177,6 +181,7 @@ struct Shared {
     /// Set by [`Pool::drain`]: the pool is about to shut down.
     draining: AtomicBool,
     default_timeout: Duration,
+    default_grace: Duration,
     queue_wait: Option<Duration>,
     max_calls_per_worker: Option<u64>,
     /// `--max-worker-rss`, in bytes.
@@ -517,7 +522,7 @@ struct Call<'a> {
     args: &'a Value,
     context: &'a CallContext,
     callbacks: &'a Arc<dyn CallbackService>,
-    timeout: Duration,
+    time: CallTime,
 }
 
 /// How one attempt of a call on a worker ended.
@@ -676,13 +681,18 @@ impl Pool {
         let shared = &self.shared;
         // The caller's (a workflow file's) timeout, else the tool's own,
         // else the pool's.
-        let timeout = match options.timeout {
-            Some(timeout) => timeout,
-            None => self
-                .catalog()
-                .own_timeout(name)
+        let catalog = self.catalog();
+        let time = CallTime {
+            timeout: options
+                .timeout
+                .or_else(|| catalog.own_timeout(name))
                 .unwrap_or(shared.default_timeout),
+            grace: options
+                .timeout_grace
+                .or_else(|| catalog.own_timeout_grace(name))
+                .unwrap_or(shared.default_grace),
         };
+        drop(catalog);
         let services = match &options.session {
             Some(session) => session.services().clone(),
             None => shared.services.clone(),
@@ -746,7 +756,7 @@ impl Pool {
                 args,
                 context: &context,
                 callbacks: &callbacks,
-                timeout,
+                time,
             };
             let attempt = self.run_on(lease, call).await;
             let end = match &attempt {
@@ -787,7 +797,7 @@ impl Pool {
             args,
             context,
             callbacks,
-            timeout,
+            time,
         } = call;
         let shared = &self.shared;
         let worker = lease.worker();
@@ -801,7 +811,7 @@ impl Pool {
         }
         let busy = Gauge::up(&shared.counters.busy);
         let outcome = worker
-            .invoke(name, args, context, timeout, Some(callbacks))
+            .invoke(name, args, context, time, Some(callbacks))
             .await;
         drop(busy);
         let closing = shared.workers.is_closed();
@@ -828,14 +838,22 @@ impl Pool {
                     }
                 }
             }
-            CallOutcome::TimedOut { stuck_at } => {
+            CallOutcome::TimedOut { stuck_at, grace } => {
                 let place = match stuck_at {
                     Some(at) => format!("; it was at {at}"),
                     None => "; no stack dump was received".to_string(),
                 };
+                let ending = match grace {
+                    Grace::None => place,
+                    Grace::CleanedUp(took) => format!("; cleaned up in {} ms", took.as_millis()),
+                    Grace::RanOut => format!(
+                        "; killed after the {} s grace{place}",
+                        format_secs(time.grace)
+                    ),
+                };
                 let message = format!(
-                    "function '{name}' timed out after {} s; its worker (pid {pid}) was killed{place}",
-                    format_secs(timeout)
+                    "function '{name}' timed out after {} s; its worker (pid {pid}) was killed{ending}",
+                    format_secs(time.timeout)
                 );
                 (
                     Err(ToolError::new(name, ErrorKind::Timeout, message)),
@@ -956,6 +974,7 @@ impl Pool {
             workers: shared.size,
             parked_workers: shared.workers.park_limit(),
             timeout: shared.default_timeout,
+            timeout_grace: shared.default_grace,
             import_timeout: shared.import_timeout,
             human_timeout: shared.spec.human_timeout,
             start_timeout: shared.spec.start_timeout,

@@ -71,6 +71,8 @@ pub struct JobParts {
     pub(super) label: String,
     /// From the moment the request is written.
     pub(super) timeout: Duration,
+    /// After the timeout, for the tool to clean up.
+    pub(super) grace: Duration,
     pub(super) callbacks: Option<Arc<dyn CallbackService>>,
     /// Where the end goes; closed when the caller gave up.
     pub(super) end: oneshot::Sender<JobEnd>,
@@ -79,13 +81,14 @@ pub struct JobParts {
 impl JobParts {
     pub(super) fn new(
         label: &str,
-        timeout: Duration,
+        time: super::CallTime,
         callbacks: Option<Arc<dyn CallbackService>>,
     ) -> (JobParts, oneshot::Receiver<JobEnd>) {
         let (end, receiver) = oneshot::channel();
         let parts = JobParts {
             label: label.to_string(),
-            timeout,
+            timeout: time.timeout,
+            grace: time.grace,
             callbacks,
             end,
         };

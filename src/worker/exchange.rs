@@ -16,7 +16,8 @@ use super::actor::{Actor, JobParts};
 use super::deadline::{Deadline, Fired};
 use super::request::{unread_in_pipe, Action, RequestState};
 use super::{
-    CallOutcome, CallbackError, Termination, DEADLINE_DRAIN, HANGUP_EXIT_WAIT, MAX_OPEN_CALLBACKS,
+    CallOutcome, CallbackError, Grace, Termination, DEADLINE_DRAIN, HANGUP_EXIT_WAIT,
+    MAX_OPEN_CALLBACKS,
 };
 use crate::protocol::{
     encode_frame, next_message, write_frame, CallbackReply, Message, ProtocolError, RemoteError,
@@ -72,15 +73,28 @@ impl Actor {
                 self.kill_now();
                 return None;
             }
-            Exchange::Timeout => {
-                state.timed_out();
+            Exchange::Timeout { after_grace } => {
+                state.timed_out(false);
                 let stuck_at = self.stack_dump().await;
                 // Every process of the call dies now (the worker by pidfd,
                 // its group, and in a PID namespace everything in it); the
                 // guardian's clean-up and its reaping are finished by
                 // `kill`, which the pool awaits before it shuts down.
                 self.kill_now();
-                CallOutcome::TimedOut { stuck_at }
+                let grace = match after_grace {
+                    true => Grace::RanOut,
+                    false => Grace::None,
+                };
+                CallOutcome::TimedOut { stuck_at, grace }
+            }
+            Exchange::CleanedUp { took } => {
+                // Whatever the tool answered, it answered late: the worker
+                // (its whole tree) goes, as after any timeout.
+                self.kill_now();
+                CallOutcome::TimedOut {
+                    stuck_at: None,
+                    grace: Grace::CleanedUp(took),
+                }
             }
             Exchange::Broken(e) => {
                 // Every process of the worker is dead once this returns:
@@ -146,7 +160,7 @@ impl Actor {
         // still running, a human prompt say, is aborted with it. Otherwise
         // they are over (aborted if need be) before the call returns.
         let mut pending = JoinSet::new();
-        let mut deadline = Deadline::new(written_at + job.timeout);
+        let mut deadline = Deadline::new(written_at + job.timeout, job.grace);
         let outcome = self
             .exchange_serving(id, frame, state, stdin, &mut deadline, job, &mut pending)
             .await;
@@ -183,7 +197,7 @@ impl Actor {
         while state.unwritten() > 0 {
             let rest = &frame[frame.len() - state.unwritten()..];
             match timeout_at(deadline.at(), stdin.write(rest)).await {
-                Err(_) => return Exchange::Timeout,
+                Err(_) => return Exchange::Timeout { after_grace: false },
                 Ok(Ok(0)) => return Exchange::Broken(ProtocolError::Closed),
                 Ok(Ok(n)) => state.wrote(n),
                 Ok(Err(e)) => return Exchange::Broken(e.into()),
@@ -208,7 +222,21 @@ impl Actor {
             let (call_id, result) = match event {
                 Event::Abandoned => return Exchange::Abandoned,
                 Event::Deadline => match deadline.fire(DEADLINE_DRAIN) {
-                    Fired::Expired => return Exchange::Timeout,
+                    Fired::Expired => {
+                        return Exchange::Timeout {
+                            after_grace: deadline.grace_asked().is_some(),
+                        }
+                    }
+                    Fired::Grace => match state.timed_out(true) {
+                        Action::AskToCleanUp => {
+                            // TimeoutError in the tool's main thread, so its
+                            // `finally` and `with` run; its reply now is its
+                            // clean-up's end, and the hard end is `at`.
+                            self.processes.ask_to_clean_up();
+                            continue;
+                        }
+                        _ => return Exchange::Timeout { after_grace: false },
+                    },
                     // A reply already in the pipe is the call's result: the
                     // worker finished in time even if this process (stopped,
                     // or starved of CPU) reads it late.
@@ -224,8 +252,17 @@ impl Actor {
                     value_marshal,
                     content,
                 })) if got == id => {
-                    if let Err(refused) = state.reply() {
-                        return Exchange::Broken(ProtocolError::Malformed(refused.to_string()));
+                    match state.reply() {
+                        Err(refused) => {
+                            return Exchange::Broken(ProtocolError::Malformed(refused.to_string()))
+                        }
+                        Ok(Action::Deliver) => {}
+                        Ok(_) => {
+                            let asked = deadline.grace_asked().unwrap_or_else(Instant::now);
+                            return Exchange::CleanedUp {
+                                took: asked.elapsed(),
+                            };
+                        }
                     }
                     return match (ok, error) {
                         (true, _) => Exchange::Reply(ReplyValue::decode(
@@ -364,7 +401,11 @@ impl Actor {
                 Ok(write_frame(stdin, &frame).await)
             };
             match written {
-                Err(_) => return Exchange::Timeout,
+                Err(_) => {
+                    return Exchange::Timeout {
+                        after_grace: deadline.grace_asked().is_some(),
+                    }
+                }
                 Ok(Err(e)) => return Exchange::Broken(e),
                 Ok(Ok(())) => {}
             }
@@ -374,7 +415,15 @@ impl Actor {
 
 enum Exchange {
     Reply(Result<ReplyValue, RemoteError>),
-    Timeout,
+    /// Past the deadline (and its grace, if the tool was given one).
+    Timeout {
+        after_grace: bool,
+    },
+    /// Past the deadline, the tool answered within its grace, `took` after
+    /// it was asked to clean up.
+    CleanedUp {
+        took: std::time::Duration,
+    },
     Broken(ProtocolError),
     /// The caller gave up.
     Abandoned,

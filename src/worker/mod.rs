@@ -154,6 +154,8 @@ pub enum CallOutcome {
     TimedOut {
         /// Where the code was, from the stack dump (`file:line in function`).
         stuck_at: Option<String>,
+        /// What the tool did with a grace after its deadline.
+        grace: Grace,
     },
     /// The worker died or broke the protocol, and may have run the request
     /// (it read some of it): it is gone, and the call must not run again.
@@ -162,6 +164,26 @@ pub enum CallOutcome {
     /// kernel counted every byte still in the pipe): an earlier call damaged
     /// it. It is gone; the request may run elsewhere.
     NotStarted(Termination),
+}
+
+/// A timed-out call's grace: how long its tool may clean up after the
+/// deadline (`TimeoutError` raised in its main thread) before it is killed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Grace {
+    /// It had none: killed at the deadline.
+    None,
+    /// It answered this long after it was asked to clean up.
+    CleanedUp(Duration),
+    /// It was still running when the grace ran out.
+    RanOut,
+}
+
+/// How long a call may run: its timeout, then (for a tool asked to clean
+/// up) its grace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallTime {
+    pub timeout: Duration,
+    pub grace: Duration,
 }
 
 /// What a worker said about itself in its hello, and how it is killed.
@@ -350,7 +372,11 @@ impl Worker {
     /// Asks the worker for the catalog it built when importing the tools.
     pub async fn catalog(&mut self) -> CallOutcome {
         let id = self.take_id();
-        let (run, answer) = JobParts::new("catalog", self.spec.start_timeout, None);
+        let time = CallTime {
+            timeout: self.spec.start_timeout,
+            grace: Duration::ZERO,
+        };
+        let (run, answer) = JobParts::new("catalog", time, None);
         let frame = encode_frame(&Request::Catalog { id }, self.spec.max_frame);
         self.run(frame, id, run, answer).await
     }
@@ -360,7 +386,11 @@ impl Worker {
     /// ones; a spare is pinged before it waits, so the call it takes over is not.
     pub async fn ping(&mut self) -> CallOutcome {
         let id = self.take_id();
-        let (run, answer) = JobParts::new("ping", self.spec.start_timeout, None);
+        let time = CallTime {
+            timeout: self.spec.start_timeout,
+            grace: Duration::ZERO,
+        };
+        let (run, answer) = JobParts::new("ping", time, None);
         let frame = encode_frame(&Request::Ping { id }, self.spec.max_frame);
         self.run(frame, id, run, answer).await
     }
@@ -375,12 +405,12 @@ impl Worker {
         name: &str,
         args: &Value,
         context: &CallContext,
-        timeout: Duration,
+        time: CallTime,
         callbacks: Option<&Arc<dyn CallbackService>>,
     ) -> CallOutcome {
         let id = self.take_id();
         let frame = encode_invoke_frame(id, name, args, context, self.spec.max_frame);
-        let (run, answer) = JobParts::new(name, timeout, callbacks.cloned());
+        let (run, answer) = JobParts::new(name, time, callbacks.cloned());
         let outcome = self.run(frame, id, run, answer).await;
         if !matches!(outcome, CallOutcome::NotStarted(_)) {
             self.calls_served += 1;

@@ -6,11 +6,17 @@
 //! ```text
 //!            wrote(n)                  reply()
 //!  Writing ───────────▶ Sent ───────────────────▶ Answered
-//!     │                  │
+//!     │                  │  │
+//!     │                  │  │ timed_out(grace)            reply(), timed_out()
+//!     │                  │  └──────────────────▶ Grace ─────────▶ Ended(TimedOut)
 //!     │ timed_out()      │ timed_out()            ──▶ Ended(TimedOut)
 //!     │ abandoned()      │ abandoned()            ──▶ Ended(Abandoned)
 //!     │ lost(unread)     │ lost(unread)           ──▶ Ended(Lost(fate))
 //! ```
+//!
+//! (`Grace` ends as `Sent` does when abandoned or lost.) A reply in the
+//! grace is the end of the tool's clean-up, never a result: the call timed
+//! out.
 //!
 //! The one question that decides exactly-once is what happens when the
 //! worker is lost: the call may move to another worker only when not one
@@ -32,6 +38,10 @@ pub(crate) enum RequestState {
     },
     /// The whole frame is in the pipe; the worker may have read it.
     Sent {
+        len: usize,
+    },
+    /// Past its deadline, the tool was asked to clean up.
+    Grace {
         len: usize,
     },
     /// Its reply was read.
@@ -66,6 +76,8 @@ pub(crate) enum Action {
     Deliver,
     /// Ask for a stack dump, then kill every process of the worker.
     DumpAndKill,
+    /// Ask the tool to clean up (it has a grace), and wait on.
+    AskToCleanUp,
     /// Kill every process of the worker now.
     Kill,
     /// The worker is gone and the request never started: run it elsewhere.
@@ -125,17 +137,22 @@ impl RequestState {
     fn written(&self) -> usize {
         match *self {
             RequestState::Writing { written, .. } => written,
-            RequestState::Sent { len } => len,
+            RequestState::Sent { len } | RequestState::Grace { len } => len,
             _ => 0,
         }
     }
 
-    /// Its reply arrived.
+    /// Its reply arrived: the result, or in the grace the end of the
+    /// tool's clean-up ([`Action::Kill`]: the call timed out).
     pub(crate) fn reply(&mut self) -> Result<Action, Refused> {
         match *self {
             RequestState::Sent { .. } => {
                 *self = RequestState::Answered;
                 Ok(Action::Deliver)
+            }
+            RequestState::Grace { .. } => {
+                *self = RequestState::Ended(Ending::TimedOut);
+                Ok(Action::Kill)
             }
             RequestState::Writing { .. } => Err(Refused::ReplyBeforeSent),
             RequestState::Answered | RequestState::Ended(_) => Err(Refused::Ended),
@@ -143,10 +160,20 @@ impl RequestState {
     }
 
     /// Its deadline passed with no reply readable (a readable one is the
-    /// result: the exchange reads it before it calls this).
-    pub(crate) fn timed_out(&mut self) -> Action {
-        self.end(Ending::TimedOut);
-        Action::DumpAndKill
+    /// result: the exchange reads it before it calls this). `grace`: the
+    /// tool may clean up first — once, and only a tool that has its whole
+    /// request; its grace ending is this again, without.
+    pub(crate) fn timed_out(&mut self, grace: bool) -> Action {
+        match *self {
+            RequestState::Sent { len } if grace => {
+                *self = RequestState::Grace { len };
+                Action::AskToCleanUp
+            }
+            _ => {
+                self.end(Ending::TimedOut);
+                Action::DumpAndKill
+            }
+        }
     }
 
     /// Its caller gave up: the worker is in an unknown state.
@@ -259,9 +286,36 @@ mod tests {
         assert_eq!(answered.lost(Some(0)), Action::FailWorkerDied);
         let mut timed_out = RequestState::start(4, Some(0)).unwrap();
         timed_out.wrote(4);
-        assert_eq!(timed_out.timed_out(), Action::DumpAndKill);
+        assert_eq!(timed_out.timed_out(false), Action::DumpAndKill);
         assert_eq!(timed_out.lost(Some(4)), Action::FailWorkerDied);
         assert_eq!(timed_out, RequestState::Ended(Ending::TimedOut));
+    }
+
+    #[test]
+    fn a_grace_is_given_once_and_a_reply_in_it_is_a_timeout_not_a_result() {
+        let mut request = RequestState::start(4, Some(0)).unwrap();
+        request.wrote(2);
+        // Not all of it written: no tool is running to clean up.
+        assert_eq!(request.timed_out(true), Action::DumpAndKill);
+        let mut request = RequestState::start(4, Some(0)).unwrap();
+        request.wrote(4);
+        assert_eq!(request.timed_out(true), Action::AskToCleanUp);
+        assert_eq!(request, RequestState::Grace { len: 4 });
+        // The reply is the clean-up's end: the worker is killed, nothing delivered.
+        assert_eq!(request.reply(), Ok(Action::Kill));
+        assert_eq!(request, RequestState::Ended(Ending::TimedOut));
+        assert_eq!(request.reply(), Err(Refused::Ended));
+        // The grace running out ends it, however often a grace is asked for.
+        let mut request = RequestState::start(4, Some(0)).unwrap();
+        request.wrote(4);
+        assert_eq!(request.timed_out(true), Action::AskToCleanUp);
+        assert_eq!(request.timed_out(true), Action::DumpAndKill);
+        assert_eq!(request, RequestState::Ended(Ending::TimedOut));
+        // A worker lost in its grace read the request: it never moves.
+        let mut request = RequestState::start(4, Some(0)).unwrap();
+        request.wrote(4);
+        request.timed_out(true);
+        assert_eq!(request.lost(Some(0)), Action::FailWorkerDied);
     }
 
     #[test]

@@ -48,6 +48,7 @@ mod startup_failures;
 mod subreaper;
 mod supervisor_death;
 mod template;
+mod timeout_grace;
 mod timeouts;
 mod tool_settings;
 mod wheel;
