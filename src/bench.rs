@@ -72,6 +72,38 @@ pub struct BenchRow {
     pub p99_ms: f64,
     pub queue_wait_p50_ms: f64,
     pub queue_wait_p99_ms: f64,
+    /// Workers retired in good health during the measured calls, by cause.
+    pub retired: Retired,
+}
+
+/// Workers retired while a bench ran, by cause (`pool.stats()`).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Retired {
+    /// After `--max-calls-per-worker` calls (or a reload).
+    pub max_calls: u64,
+    /// Over `--max-worker-rss` after a call.
+    pub over_rss: u64,
+    /// Idle past `--worker-idle`.
+    pub idle: u64,
+    /// A call left something running in them.
+    pub left_running: u64,
+}
+
+impl Retired {
+    fn since(before: &crate::PoolStats, after: &crate::PoolStats) -> Retired {
+        let left = |stats: &crate::PoolStats| stats.left_running.values().sum::<u64>();
+        Retired {
+            max_calls: (after.recycled - after.retired_over_rss)
+                .saturating_sub(before.recycled - before.retired_over_rss),
+            over_rss: after.retired_over_rss - before.retired_over_rss,
+            idle: after.retired_idle - before.retired_idle,
+            left_running: left(after).saturating_sub(left(before)),
+        }
+    }
+
+    fn total(&self) -> u64 {
+        self.max_calls + self.over_rss + self.idle + self.left_running
+    }
 }
 
 /// A functions directory holding only the built-in no-op tool.
@@ -105,6 +137,7 @@ pub async fn run(
             workers,
             calls: plan.calls,
         });
+        let before = pool.stats();
         let limit = Arc::new(Semaphore::new(plan.concurrency.max(1)));
         let mut calls = JoinSet::new();
         let started = Instant::now();
@@ -146,6 +179,7 @@ pub async fn run(
             record(done);
         }
         let elapsed = started.elapsed();
+        let retired = Retired::since(&before, &pool.stats());
         progress(Progress::Measured { workers });
         pool.shutdown().await;
         rows.push(BenchRow {
@@ -157,6 +191,7 @@ pub async fn run(
             p99_ms: percentile_ms(&mut latencies, 0.99),
             queue_wait_p50_ms: percentile_ms(&mut waits, 0.5),
             queue_wait_p99_ms: percentile_ms(&mut waits, 0.99),
+            retired,
         });
     }
     Ok(rows)
@@ -174,17 +209,33 @@ fn percentile_ms(samples: &mut [Duration], p: f64) -> f64 {
 /// The table `toolpool bench` prints.
 pub fn table(tool: &str, concurrency: usize, rows: &[BenchRow]) -> String {
     let mut out = format!("tool {tool}, {concurrency} calls in flight\n");
-    out.push_str("workers  calls/s    p50 ms   p99 ms   queue p50 ms  queue p99 ms  failed\n");
+    out.push_str(
+        "workers  calls/s    p50 ms   p99 ms   queue p50 ms  queue p99 ms  failed  retired\n",
+    );
     for r in rows {
         out.push_str(&format!(
-            "{:<8} {:<10.0} {:<8.2} {:<8.2} {:<13.2} {:<13.2} {}\n",
+            "{:<8} {:<10.0} {:<8.2} {:<8.2} {:<13.2} {:<13.2} {:<7} {}\n",
             r.workers,
             r.calls_per_s,
             r.p50_ms,
             r.p99_ms,
             r.queue_wait_p50_ms,
             r.queue_wait_p99_ms,
-            r.failed
+            r.failed,
+            r.retired.total()
+        ));
+    }
+    // Why, where any was: each retirement costs a worker's start.
+    for r in rows.iter().filter(|r| r.retired.total() > 0) {
+        let Retired {
+            max_calls,
+            over_rss,
+            idle,
+            left_running,
+        } = &r.retired;
+        out.push_str(&format!(
+            "{} workers retired: {max_calls} after --max-calls-per-worker, {over_rss} over --max-worker-rss, {idle} idle past --worker-idle, {left_running} left something running\n",
+            r.workers
         ));
     }
     out

@@ -111,6 +111,15 @@ pub fn report(pool: &Pool) -> String {
             "none"
         )
     ));
+    lines.push(match limits.worker_idle {
+        Some(idle) => format!(
+            "pool size: {} to {} workers (one idle {} s beyond the minimum is retired; calls that wait start it again)",
+            limits.min_workers,
+            limits.workers,
+            secs(idle)
+        ),
+        None => format!("pool size: {} workers, kept however long they are idle", limits.workers),
+    });
     lines.push(format!("max frame: {} bytes", limits.max_frame_bytes));
     lines.push(format!(
         "shim: installed afresh for this pool in {} (mode 0700, removed with it; nothing is reused from an earlier run)",

@@ -55,6 +55,12 @@ pub struct Cli {
     /// Number of workers [default: number of CPUs]
     #[arg(long, env = "TOOLPOOL_WORKERS", global = true, value_name = "N", value_parser = crate::bench::parse_pool_sizes)]
     pub workers: Option<crate::bench::PoolSizes>,
+    /// Workers kept however long they are idle (with --worker-idle) [default: --workers]
+    #[arg(long, global = true, value_name = "N")]
+    pub min_workers: Option<usize>,
+    /// Retire a worker beyond --min-workers after it has been idle this long; calls that wait start it again [default: never]
+    #[arg(long, global = true, value_name = "SECS", value_parser = parse_seconds)]
+    pub worker_idle: Option<Duration>,
     /// Default per-call timeout in seconds
     #[arg(long, env = "TOOLPOOL_TIMEOUT", global = true, default_value = "60", value_parser = parse_seconds)]
     pub timeout: Duration,
@@ -167,6 +173,8 @@ const CATALOG_ONLY_IDLE: &[&str] = &[
     "workers",
     "timeout",
     "timeout_grace",
+    "min_workers",
+    "worker_idle",
     "session_dir",
     "session_id",
     "max_calls_per_worker",

@@ -55,6 +55,14 @@ pub(super) async fn run_command(cli: &Cli) -> Result<ExitCode, CliError> {
             "--workers takes one number (a list of pool sizes is for bench)".into(),
         ));
     }
+    let most = cli.workers.as_ref().and_then(|w| w.0.iter().min().copied());
+    if let (Some(min), Some(most)) = (cli.min_workers, most) {
+        if min > most {
+            return Err(CliError::Usage(format!(
+                "--min-workers {min} is more than --workers {most}"
+            )));
+        }
+    }
     let mut run = Invocation {
         cli,
         signals: stop_signals(&cli.command),

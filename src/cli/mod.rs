@@ -104,6 +104,7 @@ fn builder(cli: &Cli, one_shot_workers: Option<usize>) -> PoolBuilder {
         .max_worker_rss_mb(cli.max_worker_rss)
         .memory_limit_mb(cli.memory_limit)
         .human_timeout(cli.human_timeout)
+        .worker_idle(cli.worker_idle)
         .sandbox(match cli.sandbox {
             None => crate::sandbox::SandboxMode::Off,
             Some(SandboxArg::Strict) => crate::sandbox::SandboxMode::Strict,
@@ -115,6 +116,9 @@ fn builder(cli: &Cli, one_shot_workers: Option<usize>) -> PoolBuilder {
         .set_env(cli.env_file.iter().flat_map(|file| file.0.iter().cloned()));
     if let Some(limit) = cli.import_timeout {
         builder = builder.import_timeout(Some(limit));
+    }
+    if let Some(min) = cli.min_workers {
+        builder = builder.min_workers(min);
     }
     if let Some(dir) = &cli.functions_dir {
         builder = builder.functions_dir(dir);

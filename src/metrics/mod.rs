@@ -79,6 +79,11 @@ pub fn render(stats: &PoolStats) -> String {
         stats.retired_over_rss,
     );
     counter(
+        "retired_idle_total",
+        "Workers retired after being idle past --worker-idle (the pool shrinking).",
+        stats.retired_idle,
+    );
+    counter(
         "session_recycles_total",
         "Workers recycled before serving another session (--session-isolation process).",
         stats.session_recycles,

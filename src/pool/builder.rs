@@ -30,6 +30,8 @@ pub struct PoolBuilder {
     workers: usize,
     timeout: Duration,
     timeout_grace: Duration,
+    min_workers: Option<usize>,
+    worker_idle: Option<Duration>,
     session_id: String,
     session_dir: Option<PathBuf>,
     max_calls_per_worker: Option<u64>,
@@ -62,6 +64,8 @@ impl Default for PoolBuilder {
                 .unwrap_or(2),
             timeout: Duration::from_secs(60),
             timeout_grace: Duration::ZERO,
+            min_workers: None,
+            worker_idle: None,
             session_id: "default".into(),
             session_dir: None,
             max_calls_per_worker: None,
@@ -108,6 +112,22 @@ impl PoolBuilder {
     /// Default per-call timeout.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
+        self
+    }
+
+    /// Workers kept however long they are idle (default: all of
+    /// [`Self::workers`]); with [`Self::worker_idle`], the pool shrinks to
+    /// this many and grows back as calls wait. More than `workers` is
+    /// taken as `workers`.
+    pub fn min_workers(mut self, n: usize) -> Self {
+        self.min_workers = Some(n);
+        self
+    }
+
+    /// How long a worker beyond [`Self::min_workers`] may be idle before it
+    /// is retired; default: forever.
+    pub fn worker_idle(mut self, idle: Option<Duration>) -> Self {
+        self.worker_idle = idle;
         self
     }
 
@@ -447,6 +467,10 @@ impl PoolBuilder {
                 .max_worker_rss_mb
                 .map(|mb| mb.saturating_mul(1024 * 1024)),
             size: self.workers,
+            sizing: super::sizing::Sizing::new(
+                self.min_workers.unwrap_or(self.workers).min(self.workers),
+                self.worker_idle,
+            ),
             catalog: RwLock::new(Arc::new(catalog)),
             counters: Counters::default(),
             start_failure: Mutex::new(None),
@@ -468,6 +492,7 @@ impl PoolBuilder {
         for _ in 0..missing {
             shared.replace();
         }
+        shared.watch_idle_workers();
         // Spares start after the pool is ready, so they never delay it.
         for _ in 0..self.spare_workers {
             shared.start_worker(Destination::Spare, Duration::ZERO);

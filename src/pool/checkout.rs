@@ -65,6 +65,7 @@ impl Shared {
         if let Some(worker) = self.workers.try_take_idle(placement, session) {
             return Ok(Some(worker));
         }
+        self.grow_for_a_waiting_call();
         let queued = Gauge::up(&self.counters.queued);
         // In line for the next idle worker (the place is kept while this waits).
         let take = self.workers.take_idle(placement, session);

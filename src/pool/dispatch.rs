@@ -41,9 +41,15 @@ pub(super) enum Waiting {
     Parked,
 }
 
+/// An idle worker, and since when it is.
+struct Idle {
+    worker: Worker,
+    since: Instant,
+}
+
 pub(super) struct Dispatcher {
     /// Idle workers, the longest idle first.
-    idle: Mutex<VecDeque<Worker>>,
+    idle: Mutex<VecDeque<Idle>>,
     /// As many permits as `idle` holds workers; FIFO, so the first caller
     /// in line gets the next worker that comes back.
     idle_permits: Semaphore,
@@ -115,10 +121,28 @@ impl Dispatcher {
         if self.is_closed() {
             return Some(worker);
         }
-        idle.push_back(worker);
+        idle.push_back(Idle {
+            worker,
+            since: Instant::now(),
+        });
         drop(idle);
         self.idle_permits.add_permits(1);
         None
+    }
+
+    /// The worker idle longest, if it has been idle `limit` at least and no
+    /// caller is waiting for a worker (one would hold every permit).
+    pub(super) fn take_idle_for(&self, limit: std::time::Duration) -> Option<Worker> {
+        let permit = self.idle_permits.try_acquire().ok()?;
+        let mut idle = locked(&self.idle);
+        if idle
+            .front()
+            .is_none_or(|first| first.since.elapsed() < limit)
+        {
+            return None; // the permit goes back as it drops
+        }
+        permit.forget();
+        idle.pop_front().map(|idle| idle.worker)
     }
 
     /// An idle worker now, if one is idle and nobody is waiting for it;
@@ -148,15 +172,15 @@ impl Dispatcher {
         let index = if placement == Placement::PerSession {
             let parked_here = locked(&self.parked).holds(session);
             let live = locked(&self.live);
-            let served = idle.iter().map(|worker| {
-                live.get(&worker.id())
+            let served = idle.iter().map(|idle| {
+                live.get(&idle.worker.id())
                     .and_then(|entry| entry.session.as_deref())
             });
             placement.choose(served, session, parked_here)
         } else {
             0
         };
-        idle.remove(index)
+        idle.remove(index).map(|idle| idle.worker)
     }
 
     /// Every idle worker, taken out of the pool's queue.
@@ -178,11 +202,11 @@ impl Dispatcher {
             return Some((worker, Waiting::Parked));
         }
         let mut idle = locked(&self.idle);
-        let index = idle.iter().position(|w| w.id() == id)?;
+        let index = idle.iter().position(|idle| idle.worker.id() == id)?;
         // One permit fewer for the one worker fewer (never blocks: under
         // the queue's lock, as put_idle adds them after it).
         self.idle_permits.try_acquire().ok()?.forget();
-        idle.remove(index).map(|worker| (worker, Waiting::Idle))
+        idle.remove(index).map(|idle| (idle.worker, Waiting::Idle))
     }
 
     /// Parks `worker` for `session` (see `parking`); gives back what is to
@@ -302,7 +326,7 @@ impl Dispatcher {
     pub(super) fn take_all_waiting(&self) -> Vec<Worker> {
         let mut waiting = self.take_spares();
         waiting.extend(self.take_parked());
-        waiting.extend(locked(&self.idle).drain(..));
+        waiting.extend(locked(&self.idle).drain(..).map(|idle| idle.worker));
         waiting
     }
 

@@ -16,6 +16,10 @@ pub struct Limits {
     pub timeout: Duration,
     /// How long a timed-out tool may clean up, when it names none.
     pub timeout_grace: Duration,
+    /// Workers kept however long they are idle (`--min-workers`).
+    pub min_workers: usize,
+    /// How long a worker beyond the minimum may be idle (`--worker-idle`).
+    pub worker_idle: Option<Duration>,
     /// How long importing one tool module may take.
     pub import_timeout: Option<Duration>,
     /// How long one wait for a human's answer may take.

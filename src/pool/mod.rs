@@ -27,6 +27,7 @@ mod lease;
 mod limits;
 mod parking;
 mod sandboxed;
+mod sizing;
 mod stats;
 
 use self::builder::{catalog_from, start_quarantining, warm};
@@ -187,6 +188,8 @@ struct Shared {
     /// `--max-worker-rss`, in bytes.
     max_worker_rss: Option<u64>,
     size: usize,
+    /// `--min-workers`, `--worker-idle`, and how far the pool has shrunk.
+    sizing: sizing::Sizing,
     /// Replaced as a whole by [`Pool::reload`].
     catalog: RwLock<Arc<Catalog>>,
     counters: Counters,
@@ -363,6 +366,12 @@ impl Shared {
     /// else a newly started worker.
     fn replace(self: &Arc<Self>) {
         self.counters.respawns.fetch_add(1, Ordering::Relaxed);
+        self.add_worker();
+    }
+
+    /// One more idle worker: the warm spare if there is one (and a new
+    /// spare started), else a new start.
+    fn add_worker(self: &Arc<Self>) {
         match self.workers.pop_spare() {
             Some(worker) => {
                 self.make_idle(worker);
@@ -975,6 +984,8 @@ impl Pool {
             parked_workers: shared.workers.park_limit(),
             timeout: shared.default_timeout,
             timeout_grace: shared.default_grace,
+            min_workers: shared.sizing.min,
+            worker_idle: shared.sizing.idle,
             import_timeout: shared.import_timeout,
             human_timeout: shared.spec.human_timeout,
             start_timeout: shared.spec.start_timeout,

@@ -22,6 +22,8 @@ pub(super) struct Counters {
     /// Of those, workers retired for their resident memory
     /// (`--max-worker-rss`).
     pub(super) over_rss: AtomicU64,
+    /// Workers retired for being idle past `--worker-idle`.
+    pub(super) retired_idle: AtomicU64,
     /// Workers recycled because a call of another session came to them.
     pub(super) session_recycles: AtomicU64,
     /// Calls that resumed a worker parked for their session.
@@ -140,6 +142,13 @@ pub struct PoolStats {
     /// resident memory than
     /// [`max_worker_rss_mb`](crate::PoolBuilder::max_worker_rss_mb).
     pub retired_over_rss: u64,
+    /// Workers retired for being idle longer than
+    /// [`worker_idle`](crate::PoolBuilder::worker_idle) beyond
+    /// [`min_workers`](crate::PoolBuilder::min_workers) (not in `recycled`).
+    pub retired_idle: u64,
+    /// Workers the pool runs now, of [`size`](Self::size): fewer after idle
+    /// ones were retired, until calls wait and it grows back.
+    pub target_workers: usize,
     /// Workers recycled before serving another session
     /// ([`SessionIsolation::Process`](crate::SessionIsolation::Process)):
     /// parked ones that no longer fit
@@ -228,6 +237,8 @@ impl Pool {
             respawns: c.respawns.load(Ordering::Relaxed),
             recycled: c.recycled.load(Ordering::Relaxed),
             retired_over_rss: c.over_rss.load(Ordering::Relaxed),
+            retired_idle: c.retired_idle.load(Ordering::Relaxed),
+            target_workers: self.shared.size - self.shared.sizing.shrunk(),
             session_recycles: c.session_recycles.load(Ordering::Relaxed),
             parked,
             parked_resumes: c.parked_resumes.load(Ordering::Relaxed),

@@ -34,6 +34,7 @@ mod metrics;
 mod operators;
 mod output_protection;
 mod package_installs;
+mod pool_sizing;
 mod progress_heartbeat;
 mod python_api;
 mod python_shim;
