@@ -300,6 +300,88 @@ async fn timeouts(session: &Path, rounds: usize) -> (Vec<f64>, Vec<f64>, Vec<f64
     (late, next, next_sandboxed)
 }
 
+/// G1: on a 1-worker pool with a 1 s grace, how late a 200 ms timeout is
+/// answered for a tool whose `finally` takes 10 ms, and how late one that
+/// catches the TimeoutError and goes on is killed past timeout + grace (ms).
+async fn graced_timeouts(session: &Path, rounds: usize) -> (Vec<f64>, Vec<f64>) {
+    let pool = Pool::builder()
+        .functions_dir(tools_dir())
+        .workers(1)
+        .session_dir(session)
+        .timeout(Duration::from_millis(200))
+        .timeout_grace(Duration::from_secs(1))
+        .build()
+        .await
+        .expect("pool starts");
+    noop(&pool).await;
+    let (mut cleaned, mut killed) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        for (tool, args, end, into) in [
+            (
+                "tidy",
+                json!({"seconds": 10, "cleanup_ms": 10}),
+                0.2,
+                &mut cleaned,
+            ),
+            ("stubborn", json!({"seconds": 10}), 1.2, &mut killed),
+        ] {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let started = Instant::now();
+            let error = pool
+                .invoke(tool, args, InvokeOptions::default())
+                .await
+                .expect_err("times out");
+            assert!(error.is_timeout(), "{error}");
+            into.push((started.elapsed().as_secs_f64() - end) * 1e3);
+        }
+    }
+    pool.shutdown().await;
+    (cleaned, killed)
+}
+
+/// G2: a pool of 4 shrunk to 1 (`--min-workers 1 --worker-idle 0.2`): from
+/// 4 calls at once until 4 workers are busy (ms).
+async fn regrowth(session: &Path) -> f64 {
+    let pool = Pool::builder()
+        .functions_dir(tools_dir())
+        .workers(4)
+        .min_workers(1)
+        .worker_idle(Some(Duration::from_millis(200)))
+        .session_dir(session)
+        .build()
+        .await
+        .expect("pool starts");
+    while pool.stats().target_workers > 1 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The spare refilled, as a quiet pool has it.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Each call says when it began, by the wall clock: the last of them is
+    // when the pool was back to 4 busy workers.
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    let calls: Vec<_> = (0..4)
+        .map(|_| {
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                pool.invoke("hold", json!({"seconds": 1}), InvokeOptions::default())
+                    .await
+                    .ok()
+                    .and_then(|began| began.as_f64())
+            })
+        })
+        .collect();
+    let mut last = 0.0f64;
+    for call in calls {
+        let began = call.await.ok().flatten().expect("the call ran");
+        last = last.max(began);
+    }
+    let busy_after = (last - started) * 1e3;
+    pool.shutdown().await;
+    busy_after
+}
+
 /// P5 (and P10 sandboxed): time until a pool of `workers` is ready, from cold (ms).
 async fn cold_start(session: &Path, workers: usize, sandbox: SandboxMode) -> f64 {
     let started = Instant::now();
@@ -417,13 +499,16 @@ async fn main() {
         _ => 1,
     };
     let (mut late, next, next_sandboxed) = timeouts(session, timeout_rounds).await;
+    let (mut cleaned, mut killed) = graced_timeouts(session, timeout_rounds).await;
     let mut one = Vec::new();
     let mut four = Vec::new();
     let mut four_sandboxed = Vec::new();
+    let mut regrown = Vec::new();
     for _ in 0..(5 / scale).max(1) {
         one.push(cold_start(session, 1, SandboxMode::Off).await);
         four.push(cold_start(session, 4, SandboxMode::Off).await);
         four_sandboxed.push(cold_start(session, 4, SandboxMode::Strict).await);
+        regrown.push(regrowth(session).await);
     }
     let p7 = big_catalog(session).await;
     let payload_calls = (50 / scale).max(3);
@@ -439,6 +524,7 @@ async fn main() {
     }
 
     let (one, four) = (median(one), median(four));
+    let regrown = median(regrown);
     let four_sandboxed = median(four_sandboxed);
     let (next, next_sandboxed) = (median(next), median(next_sandboxed));
     let figures = json!({
@@ -454,6 +540,9 @@ async fn main() {
         "P7": {"toolpool_s": p7},
         "P8": payload_figure(&plain, c_ext.as_ref(), |p| p.p8, |pebble| pebble.0),
         "P9": payload_figure(&plain, c_ext.as_ref(), |p| p.p9, |pebble| pebble.1),
+        "G1": {"cleaned_up_late_p99_ms": percentile(&mut cleaned, 0.99),
+               "killed_late_p99_ms": percentile(&mut killed, 0.99)},
+        "G2": {"busy_4_ms": regrown, "cold_4_ms": four, "ratio_vs_cold": regrown / four},
         "P10": {"cold_4_ms": four_sandboxed, "cold_4_unsandboxed_ms": four,
                 "cold_ratio": four_sandboxed / four,
                 "next_after_kill_p50_ms": next_sandboxed, "next_after_kill_unsandboxed_p50_ms": next,

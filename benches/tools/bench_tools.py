@@ -53,3 +53,30 @@ def text_of(character: str, megabytes: int) -> str:
     """A result of `megabytes` MB, all one character (the result-memory rows:
     a letter costs one byte as JSON, U+0001 six)."""
     return character * (megabytes * 1_000_000)
+
+
+def tidy(seconds: float, cleanup_ms: float) -> str:
+    """Sleep; a `finally` that takes `cleanup_ms` (G1: a timeout with a grace)."""
+    try:
+        time.sleep(seconds)
+    finally:
+        time.sleep(cleanup_ms / 1000)
+    return "slept"
+
+
+def stubborn(seconds: float) -> str:
+    """Catch the deadline's TimeoutError and sleep on (G1: killed at the grace's end)."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            time.sleep(max(0.0, end - time.monotonic()))
+        except TimeoutError:
+            pass
+    return "slept"
+
+
+def hold(seconds: float) -> float:
+    """Hold a worker `seconds`; returns when it started (time.time(), G2)."""
+    started = time.time()
+    time.sleep(seconds)
+    return started
