@@ -89,7 +89,7 @@ def test_chatdevs_own_loader_still_runs_a_decorated_function_in_process(tmp_path
 
     (tmp_path / "marked.py").write_text(
         "from toolpool import tool\n\n"
-        "@tool(timeout=300, title='Twice', read_only=True)\n"
+        "@tool(timeout=300, title='Twice', read_only=True, timeout_grace=5)\n"
         "def twice(x: int) -> int:\n"
         '    """Doubles x."""\n'
         "    return 2 * x\n"
@@ -98,4 +98,4 @@ def test_chatdevs_own_loader_still_runs_a_decorated_function_in_process(tmp_path
     manager.load_functions()
     twice = manager.get_function("twice")
     assert twice(x=21) == 42
-    assert twice.mcp_timeout == 300.0
+    assert (twice.mcp_timeout, twice.mcp_timeout_grace) == (300.0, 5.0)

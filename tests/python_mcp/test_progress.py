@@ -1,7 +1,8 @@
 """Progress: a tool's `_context["progress"]` reports reach a client that sent a
 `progressToken` as `notifications/progress`, in order and going up, over stdio
 and HTTP in both protocol versions; a client that asked for none gets none;
-a call waiting for a human sends heartbeats."""
+a call waiting for a human sends heartbeats, and so does a silent call under
+`serve --progress-heartbeat`, only to a client that gave a `progressToken`."""
 
 import json
 import unittest
@@ -59,6 +60,26 @@ class Progress(unittest.IsolatedAsyncioTestCase):
         for progress, total, message in heartbeats:
             self.assertEqual((total, message), (2, "waiting for a human's answer"))
             self.assertTrue(1 < progress < 1.000001, progress)
+        values = [progress for progress, _, _ in seen]
+        self.assertEqual(values, sorted(set(values)), "progress only goes up")
+
+    async def test_a_silent_call_beats_under_progress_heartbeat(self):
+        seen = []
+
+        async def on_progress(progress, total, message):
+            seen.append((progress, total, message))
+
+        async with served("--workers", "2", "serve", "--progress-heartbeat", "0.3", mode="legacy") as client:
+            result = await client.call_tool("sleep", {"seconds": 1.4}, progress_callback=on_progress)
+            self.assertEqual(ok(result), "slept 1.4")
+            # No progressToken: no notification, and the call answers all the same.
+            before = len(seen)
+            result = await client.call_tool("sleep", {"seconds": 0.7})
+            self.assertEqual(ok(result), "slept 0.7")
+            self.assertEqual(len(seen), before)
+        self.assertGreaterEqual(len(seen), 3, seen)
+        for progress, total, message in seen:
+            self.assertRegex(message, r"^still running after \d+(\.\d+)? s$")
         values = [progress for progress, _, _ in seen]
         self.assertEqual(values, sorted(set(values)), "progress only goes up")
 

@@ -40,6 +40,9 @@ async fn a_grace_lets_finally_remove_what_the_tool_made() {
     for (grace, tool) in [
         (Duration::from_secs(2), "holds_a_directory"),
         (Duration::from_secs(2), "holds_a_directory_async"),
+        (Duration::from_secs(2), "waits_on_a_lock"),
+        (Duration::from_secs(2), "waits_in_select"),
+        (Duration::from_secs(2), "waits_in_a_c_sleep"),
         (Duration::ZERO, "holds_a_directory"),
     ] {
         let pool = pool_with(&session, grace).await;
