@@ -34,6 +34,7 @@
 //! `resolved` (the result and how `resolve` prints it), `error`.
 
 mod error;
+mod load;
 mod reader;
 mod resolved;
 mod validate;

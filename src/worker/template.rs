@@ -28,7 +28,7 @@ use tokio::io::AsyncBufReadExt;
 use tokio::net::unix::pipe;
 
 use super::guardian::{ClonedGuardian, GuardianProcess};
-use super::spawn::{guardian_command, worker_cgroup, Spawned};
+use super::launch::{guardian_command, worker_cgroup, Spawned};
 use super::WorkerSpec;
 use crate::process::{pidfd_open, ProcessId};
 use crate::sandbox::{ProcessLimit, WorkerCgroup};

@@ -1,6 +1,7 @@
 //! The module graph has no cycles: in the crate (`crate::` paths in code,
-//! not in comments or unit tests) and in the Python shim (its relative
-//! imports). A cycle is printed as the path that closes it.
+//! not in comments or unit tests), inside each of its folders (between the
+//! files and folders a `mod.rs` declares), and in the Python shim (its
+//! relative imports). A cycle is printed as the path that closes it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -109,6 +110,94 @@ fn rust_graph() -> Graph {
     graph
 }
 
+/// The names a piece of code reaches in `folder` (whose path from `src/` is
+/// `path`, e.g. `config` or `context::attachments`): `super::NAME` when
+/// written `depth` levels below it, and `crate::PATH::NAME` anywhere.
+fn reached_in(code: &str, path: &str, depth: usize, names: &BTreeSet<String>) -> BTreeSet<String> {
+    let mut reached = BTreeSet::new();
+    let prefixes = ["super::".repeat(depth), format!("crate::{path}::")];
+    for prefix in prefixes {
+        for (at, _) in code.match_indices(&prefix) {
+            // Not the tail of a longer `super::super::`.
+            if code[..at].ends_with("super::") {
+                continue;
+            }
+            let rest = &code[at + prefix.len()..];
+            let parts: Vec<&str> = match rest.strip_prefix('{') {
+                Some(group) => group[..group.find('}').unwrap_or(group.len())]
+                    .split(',')
+                    .map(str::trim)
+                    .collect(),
+                None => vec![rest],
+            };
+            for part in parts {
+                let name: String = part
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                if names.contains(&name) {
+                    reached.insert(name);
+                }
+            }
+        }
+    }
+    reached
+}
+
+/// For each folder of `src/` (at any depth), the graph between its files
+/// and folders (`mod.rs`, which declares them, left out).
+fn folder_graphs() -> BTreeMap<String, Graph> {
+    fn walk(dir: &Path, path: &str, graphs: &mut BTreeMap<String, Graph>) {
+        let mut children: BTreeMap<String, (PathBuf, bool)> = BTreeMap::new();
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let child = entry.unwrap().path();
+            let name = child.file_stem().unwrap().to_string_lossy().to_string();
+            if child.is_dir() {
+                children.insert(name, (child, true));
+            } else if child.extension().is_some_and(|e| e == "rs") && name != "mod" {
+                children.insert(name, (child, false));
+            }
+        }
+        let names: BTreeSet<String> = children.keys().cloned().collect();
+        let mut graph = Graph::new();
+        for (name, (child, is_dir)) in &children {
+            let mut sources = Vec::new();
+            if *is_dir {
+                files(child, "rs", &mut sources);
+                walk(child, &format!("{path}::{name}"), graphs);
+            } else {
+                sources.push(child.clone());
+            }
+            let edges = graph.entry(name.clone()).or_default();
+            for source in &sources {
+                // How far below the folder the file's own module is.
+                let below = source.strip_prefix(dir).unwrap().components().count();
+                let depth = match source.file_stem().is_some_and(|s| s == "mod") {
+                    true => below - 1,
+                    false => below,
+                };
+                let code = code_of(&std::fs::read_to_string(source).unwrap());
+                edges.extend(
+                    reached_in(&code, path, depth, &names)
+                        .into_iter()
+                        .filter(|reached| reached != name),
+                );
+            }
+        }
+        graphs.insert(path.to_string(), graph);
+    }
+    let src = root().join("src");
+    let mut graphs = BTreeMap::new();
+    for entry in std::fs::read_dir(&src).unwrap() {
+        let dir = entry.unwrap().path();
+        if dir.is_dir() {
+            let name = dir.file_name().unwrap().to_string_lossy().to_string();
+            walk(&dir, &name, &mut graphs);
+        }
+    }
+    graphs
+}
+
 fn python_graph() -> Graph {
     let shim = root().join("python_shim/toolpool_shim");
     let mut sources = Vec::new();
@@ -182,6 +271,41 @@ fn the_crate_has_no_module_cycles() {
     if let Some(cycle) = cycle(&graph) {
         panic!("module cycle: {}", cycle.join(" -> "));
     }
+}
+
+#[test]
+fn no_folder_has_a_cycle_inside() {
+    let graphs = folder_graphs();
+    // The graphs were read: edges the code is known to have are there.
+    assert!(
+        graphs["worker"]["spawn"].contains("launch"),
+        "{:?}",
+        graphs["worker"]
+    );
+    assert!(
+        graphs["config"]["load"].contains("reader"),
+        "{:?}",
+        graphs["config"]
+    );
+    for (folder, graph) in &graphs {
+        if let Some(cycle) = cycle(graph) {
+            panic!("module cycle in src/{folder}: {}", cycle.join(" -> "));
+        }
+    }
+}
+
+#[test]
+fn names_reached_in_a_folder_are_read_at_their_depth() {
+    let names: BTreeSet<String> = ["a", "b", "c"].map(String::from).into();
+    let code = "use super::a::X;\nuse super::super::b;\nuse crate::f::{c, z};\n";
+    assert_eq!(
+        reached_in(code, "f", 1, &names),
+        BTreeSet::from(["a".into(), "c".into()])
+    );
+    assert_eq!(
+        reached_in(code, "f", 2, &names),
+        BTreeSet::from(["b".into(), "c".into()])
+    );
 }
 
 #[test]
