@@ -197,7 +197,30 @@ struct WorkerCatalog {
 }
 
 impl Catalog {
-    /// Builds the catalog from a worker's `catalog` reply.
+    /// Builds the catalog from a worker's `catalog` reply (a pool builds its
+    /// own: [`crate::Pool::catalog`]); the functions come sorted by module,
+    /// then name.
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use toolpool::Catalog;
+    ///
+    /// let reply = json!({
+    ///     "functions": [{
+    ///         "name": "wait", "module": "utils", "file": "utils.py", "line": 15,
+    ///         "description": "Wait for the given number of seconds.",
+    ///         "parameters": {"type": "object", "properties": {"seconds": {"type": "number"}},
+    ///                        "required": ["seconds"]},
+    ///         "timeout": 120.0
+    ///     }],
+    ///     "errors": []
+    /// });
+    /// let catalog = Catalog::from_worker("functions".into(), reply)?;
+    /// assert_eq!(catalog.own_timeout("wait"), Some(std::time::Duration::from_secs(120)));
+    /// assert_eq!(catalog.to_openai()[0]["function"]["name"], "wait");
+    /// assert_eq!(catalog.close_matches("waits"), ["wait"]);
+    /// # Ok::<(), String>(())
+    /// ```
     pub fn from_worker(functions_dir: PathBuf, reply: Value) -> Result<Catalog, String> {
         let WorkerCatalog {
             mut functions,

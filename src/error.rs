@@ -64,7 +64,21 @@ impl ErrorKind {
     }
 }
 
-/// A failed call, as the agent sees it.
+/// A failed call, as the agent sees it: its `Display` is the text every
+/// front end gives the agent.
+///
+/// ```
+/// use toolpool::{ErrorKind, ToolError};
+///
+/// let error = ToolError::new("fetch", ErrorKind::Timeout, "function 'fetch' timed out after 30 s");
+/// assert_eq!(
+///     error.to_string(),
+///     "Tool fetch error: TimeoutError: function 'fetch' timed out after 30 s"
+/// );
+/// assert!(error.is_timeout());
+/// let raised = ToolError::new("fetch", ErrorKind::Raised("ValueError".into()), "no such page");
+/// assert_eq!(raised.to_string(), "Tool fetch error: ValueError: no such page");
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToolError {
     /// The tool's name as the agent called it (a workflow node's tool: the

@@ -38,7 +38,34 @@ impl Workflow {
         Workflow::parse(&text, &file)
     }
 
-    /// Parses a workflow from text; `source` names it in messages.
+    /// Parses a workflow from text; `source` names it in messages. Problems
+    /// of shape are kept, every one with its path and line, and reported
+    /// with the catalog's by [`Workflow::resolve`]; only text that is not
+    /// YAML fails here.
+    ///
+    /// ```
+    /// use toolpool::Workflow;
+    ///
+    /// let text = "nodes:
+    /// - id: writer
+    ///   type: agent
+    ///   config:
+    ///     tooling:
+    ///     - type: function
+    ///       config:
+    ///         timeout: 30
+    ///         tools:
+    ///         - name: wait
+    /// ";
+    /// let workflow = Workflow::parse(text, "graph.yaml")?;
+    /// assert_eq!(workflow.nodes.len(), 1);
+    /// assert!(workflow.nodes[0].has_function_tooling());
+    /// assert!(workflow.problems.is_empty());
+    ///
+    /// let error = Workflow::parse("nodes: [", "bad.yaml").unwrap_err();
+    /// assert!(error.to_string().starts_with("bad.yaml: not valid YAML at line 1"), "{error}");
+    /// # Ok::<(), toolpool::WorkflowError>(())
+    /// ```
     pub fn parse(text: &str, source: &str) -> Result<Workflow, WorkflowError> {
         let root = parse_yaml(text).map_err(|(line, column, message)| WorkflowError::Yaml {
             file: source.to_string(),

@@ -160,6 +160,21 @@ impl SessionsRoot {
     /// The session `name`, its directories created if they are not there
     /// yet. A name must be 1 to 128 ASCII letters, digits, `-`, `_` and `.`,
     /// not starting with `.` (else [`PoolError::Setting`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use toolpool::SessionsRoot;
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let sessions = SessionsRoot::new(dir.path(), Duration::from_secs(3600), &[])?;
+    /// let alice = sessions.open("alice")?;
+    /// assert_eq!(alice.id(), "alice");
+    /// assert!(alice.paths.workspace.starts_with(sessions.root()));
+    /// // The same session again, not a second one.
+    /// assert!(std::sync::Arc::ptr_eq(&alice, &sessions.open("alice")?));
+    /// assert!(sessions.open("../bob").is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn open(&self, name: &str) -> Result<Arc<Session>, PoolError> {
         check_session_name(name).map_err(PoolError::Setting)?;
         if let Some(session) = self.open.lock().ok().and_then(|o| o.get(name).cloned()) {

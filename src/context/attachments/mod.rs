@@ -69,6 +69,25 @@ impl std::fmt::Debug for AttachmentStore {
 impl AttachmentStore {
     /// The store of `workspace` (canonical), locking through a file in
     /// `session_dir`; reads the manifest when there is one.
+    ///
+    /// ```
+    /// use toolpool::{AttachmentStore, RegisterOptions};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let workspace = dir.path().canonicalize()?;
+    /// let store = AttachmentStore::open(&workspace, &workspace);
+    /// let options = RegisterOptions {
+    ///     display_name: Some("notes.txt".into()),
+    ///     ..RegisterOptions::default()
+    /// };
+    /// let record = store.register_bytes(b"hello", options)?;
+    /// let id = &record.reference.attachment_id;
+    /// assert_eq!(store.get(id).map(|r| r.reference.size), Some(Some(5)));
+    /// assert_eq!(record.reference.mime_type.as_deref(), Some("text/plain"));
+    /// // Kept in the session's manifest, for the next pool on this workspace.
+    /// assert!(AttachmentStore::open(&workspace, &workspace).get(id).is_some());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn open(workspace: &Path, session_dir: &Path) -> AttachmentStore {
         let store = AttachmentStore {
             workspace: workspace.to_path_buf(),
