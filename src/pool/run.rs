@@ -1,0 +1,353 @@
+//! One call through the pool: its options resolved (timeout, grace,
+//! context), a worker checked out and the call run on it — again elsewhere
+//! only when the kernel says the worker never read it — and the outcome
+//! made the agent's result.
+
+use super::call::{AttemptEnd, CallNext, CallState};
+use super::lease::Lease;
+use super::stats::Gauge;
+use super::{CallReport, InvokeOptions, Pool, Shared, CALL_LOG_TARGET};
+use crate::content::ContentBlock;
+use crate::context::{AttachmentStore, CallbackHandler, CallbackService};
+use crate::duration_text::format_secs;
+use crate::error::{ErrorKind, ToolError};
+use crate::protocol::{CallContext, SessionDirs, WireBlock};
+use crate::worker::{CallOutcome, CallTime, Grace, Termination};
+use serde_json::Value;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// One call, as [`Pool::run_on`] runs it.
+struct Call<'a> {
+    name: &'a str,
+    args: &'a Value,
+    context: &'a CallContext,
+    callbacks: &'a Arc<dyn CallbackService>,
+    time: CallTime,
+}
+
+/// How one attempt of a call on a worker ended.
+enum Attempt {
+    /// The call's result, an attachment result's blocks, the worker's pid.
+    Done(Result<Value, ToolError>, Option<Vec<WireBlock>>, i32),
+    /// The worker was broken before it started the call.
+    NotStarted { pid: i32, how: Termination },
+}
+
+/// The error of a call whose state machine refused a transition: a bug in
+/// the pool, never a reason to run the call again.
+fn illegal(name: &str) -> ToolError {
+    ToolError::new(
+        name,
+        ErrorKind::WorkerDied,
+        "the pool lost track of the call (a bug in toolpool); it was not run again",
+    )
+}
+
+impl Shared {
+    /// An attachment result's blocks as the session's store knows them (the
+    /// store reads files: on a blocking thread).
+    pub(super) async fn check_content(
+        &self,
+        blocks: Vec<WireBlock>,
+        store: Arc<AttachmentStore>,
+    ) -> Vec<ContentBlock> {
+        tokio::task::spawn_blocking(move || {
+            blocks
+                .into_iter()
+                .map(|block| ContentBlock::from_wire(block, &store))
+                .collect()
+        })
+        .await
+        .unwrap_or_default()
+    }
+
+    pub(super) fn count_error(&self, error: &ToolError) {
+        match error.kind {
+            ErrorKind::Timeout => self.counters.timeouts.fetch_add(1, Ordering::Relaxed),
+            ErrorKind::WorkerDied => self.counters.worker_deaths.fetch_add(1, Ordering::Relaxed),
+            _ => 0,
+        };
+        if let Ok(mut by_type) = self.counters.errors_by_type.lock() {
+            *by_type
+                .entry(error.kind.type_name().to_string())
+                .or_default() += 1;
+        }
+    }
+}
+
+impl Pool {
+    /// Calls a tool; the error's `Display` is the agent-facing text.
+    pub async fn invoke(
+        &self,
+        name: &str,
+        args: Value,
+        options: InvokeOptions,
+    ) -> Result<Value, ToolError> {
+        self.invoke_report(name, args, options).await.result
+    }
+
+    /// Like [`Pool::invoke`], with the elapsed time and the worker's pid.
+    pub async fn invoke_report(
+        &self,
+        name: &str,
+        args: Value,
+        options: InvokeOptions,
+    ) -> CallReport {
+        let shared = &self.shared;
+        shared.counters.calls.fetch_add(1, Ordering::Relaxed);
+        let started = Instant::now();
+        let (result, content, worker_pid, queue_wait) = self.run_call(name, &args, options).await;
+        match &result {
+            Ok(_) => {
+                shared.counters.succeeded.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(error) => {
+                shared.count_error(error);
+                // Under their own target, so that `toolpool call`, which prints
+                // the text itself, can leave it out of the log; the traceback
+                // only at debug level (`-v`).
+                tracing::warn!(target: CALL_LOG_TARGET, tool = name, "{error}");
+                if let Some(traceback) = &error.traceback {
+                    tracing::debug!(target: CALL_LOG_TARGET, tool = name, "{traceback}");
+                }
+            }
+        }
+        let elapsed = started.elapsed();
+        if let Ok(mut latency) = shared.counters.latency.lock() {
+            latency.record(elapsed);
+        }
+        CallReport {
+            result,
+            content,
+            elapsed,
+            queue_wait,
+            worker_pid,
+        }
+    }
+
+    async fn run_call(
+        &self,
+        name: &str,
+        args: &Value,
+        options: InvokeOptions,
+    ) -> (
+        Result<Value, ToolError>,
+        Option<Vec<ContentBlock>>,
+        Option<i32>,
+        Duration,
+    ) {
+        let shared = &self.shared;
+        // The caller's (a workflow file's) timeout, else the tool's own,
+        // else the pool's.
+        let catalog = self.catalog();
+        let time = CallTime {
+            timeout: options
+                .timeout
+                .or_else(|| catalog.own_timeout(name))
+                .unwrap_or(shared.default_timeout),
+            grace: options
+                .timeout_grace
+                .or_else(|| catalog.own_timeout_grace(name))
+                .unwrap_or(shared.default_grace),
+        };
+        drop(catalog);
+        let services = match &options.session {
+            Some(session) => session.services().clone(),
+            None => shared.services.clone(),
+        };
+        let handler = CallbackHandler::new(
+            services.clone(),
+            options.human_prompt,
+            options.progress,
+            options.logs,
+        );
+        let human_prompt = handler.has_human_prompt();
+        let progress = handler.has_progress();
+        let log_level = handler.log_threshold();
+        let callbacks: Arc<dyn CallbackService> = Arc::new(handler);
+        let context = CallContext {
+            session_id: services.session_id.clone(),
+            node_id: options.context.node_id,
+            vars: options.context.vars,
+            host: options.context.host,
+            human_prompt,
+            progress,
+            log_level,
+            session: options.session.as_ref().map(|session| SessionDirs {
+                dir: session.paths.dir.clone(),
+                workspace: session.paths.workspace.clone(),
+                packages_dir: session.paths.site_packages.clone(),
+            }),
+            trace: options.trace,
+        };
+        let queued = Instant::now();
+        let mut state = CallState::new();
+        loop {
+            let checkout = shared.checkout(name, &services.session_id).await;
+            let queue_wait = queued.elapsed();
+            let mut lease = match checkout {
+                Ok(lease) => lease,
+                Err(e) => {
+                    state.abandoned();
+                    return (Err(e), None, None, queue_wait);
+                }
+            };
+            if state.got_worker().is_err() {
+                return (Err(illegal(name)), None, None, queue_wait);
+            }
+            if shared.spec.sandbox.is_some() {
+                lease = match shared
+                    .sandboxed_lease(lease, options.session.as_deref(), name)
+                    .await
+                {
+                    Ok(lease) => lease,
+                    Err(e) => return (Err(e), None, None, queued.elapsed()),
+                };
+            } else if !shared.admits(&mut lease, &services.session_id) {
+                if state.refused_by_worker().is_err() {
+                    return (Err(illegal(name)), None, None, queue_wait);
+                }
+                continue;
+            }
+            let call = Call {
+                name,
+                args,
+                context: &context,
+                callbacks: &callbacks,
+                time,
+            };
+            let attempt = self.run_on(lease, call).await;
+            let end = match &attempt {
+                Attempt::NotStarted { .. } => AttemptEnd::NeverStarted,
+                Attempt::Done(..) => AttemptEnd::Ran,
+            };
+            match (state.attempt_ended(&end), attempt) {
+                (Err(_), _) => return (Err(illegal(name)), None, None, queue_wait),
+                // An earlier call broke that worker before it read this
+                // call's request: the call moves to a fresh worker, once.
+                (Ok(CallNext::CheckOutAgain), _) => {}
+                (Ok(_), Attempt::NotStarted { pid, how }) => {
+                    let message = format!(
+                        "the worker (pid {pid}) was found broken before it read '{name}', twice: it {how}"
+                    );
+                    let error = ToolError::new(name, ErrorKind::WorkerDied, message);
+                    return (Err(error), None, Some(pid), queue_wait);
+                }
+                (Ok(_), Attempt::Done(result, content, pid)) => {
+                    let content = match content {
+                        Some(blocks) => Some(
+                            shared
+                                .check_content(blocks, services.attachments.clone())
+                                .await,
+                        ),
+                        None => None,
+                    };
+                    return (result, content, Some(pid), queue_wait);
+                }
+            }
+        }
+    }
+
+    /// One attempt of a call on the worker of `lease`.
+    async fn run_on(&self, mut lease: Lease, call: Call<'_>) -> Attempt {
+        let Call {
+            name,
+            args,
+            context,
+            callbacks,
+            time,
+        } = call;
+        let shared = &self.shared;
+        let worker = lease.worker();
+        let pid = worker.pid();
+        if shared
+            .max_calls_per_worker
+            .is_some_and(|max| worker.calls_served() + 1 == max)
+        {
+            // Start the successor now so capacity does not dip when this one retires.
+            shared.replace();
+        }
+        let busy = Gauge::up(&shared.counters.busy);
+        let outcome = worker
+            .invoke(name, args, context, time, Some(callbacks))
+            .await;
+        drop(busy);
+        let closing = shared.workers.is_closed();
+        let mut content = None;
+        // `ended`: how the worker ended, when the call ended it.
+        let (result, ended) = match outcome {
+            CallOutcome::Reply {
+                result,
+                left_running,
+            } => {
+                let ended = left_running.map(|left| {
+                    shared.counters.count_left_behind(left.cause);
+                    Termination::LeftRunning { what: left.what }
+                });
+                match result {
+                    Ok(reply) => {
+                        content = reply.content;
+                        (Ok(reply.value), ended)
+                    }
+                    Err(remote) => {
+                        let mut error = ToolError::new(name, remote.kind, remote.message);
+                        error.traceback = remote.traceback;
+                        (Err(error), ended)
+                    }
+                }
+            }
+            CallOutcome::TimedOut { stuck_at, grace } => {
+                let place = match stuck_at {
+                    Some(at) => format!("; it was at {at}"),
+                    None => "; no stack dump was received".to_string(),
+                };
+                let ending = match grace {
+                    Grace::None => place,
+                    Grace::CleanedUp(took) => format!("; cleaned up in {} ms", took.as_millis()),
+                    Grace::RanOut => format!(
+                        "; killed after the {} s grace{place}",
+                        format_secs(time.grace)
+                    ),
+                };
+                let message = format!(
+                    "function '{name}' timed out after {} s; its worker (pid {pid}) was killed{ending}",
+                    format_secs(time.timeout)
+                );
+                (
+                    Err(ToolError::new(name, ErrorKind::Timeout, message)),
+                    Some(Termination::TimedOut),
+                )
+            }
+            CallOutcome::Died(_) if closing => (
+                Err(ToolError::new(
+                    name,
+                    ErrorKind::PoolClosed,
+                    "the pool shut down before the call finished; its worker was killed",
+                )),
+                Some(Termination::ShutDown),
+            ),
+            CallOutcome::NotStarted(how) => {
+                lease.finish(Some(how.clone()));
+                return Attempt::NotStarted { pid, how };
+            }
+            CallOutcome::Died(how) => {
+                let mut message = format!("the worker (pid {pid}) running '{name}' {how}");
+                if let Some(bytes) = shared.spec.memory_limit_bytes {
+                    message.push_str(&format!(
+                        " (workers may use {} MB of address space: --memory-limit)",
+                        bytes / (1024 * 1024)
+                    ));
+                }
+                (
+                    Err(ToolError::new(name, ErrorKind::WorkerDied, message)),
+                    Some(how),
+                )
+            }
+        };
+        lease.finish(ended);
+        Attempt::Done(result, content, pid)
+    }
+}
