@@ -92,7 +92,7 @@ pub struct FunctionTooling {
     pub prefix: Option<Located<String>>,
 }
 
-/// `config` of a function tooling: `{tools: [...], timeout?, auto_load?}`.
+/// `config` of a function tooling: `{tools: [...], timeout?, timeout_grace?, auto_load?}`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FunctionToolConfig {
     /// e.g. `nodes[0].config.tooling[0].config`.
