@@ -14,11 +14,12 @@
 
 use base64::Engine as _;
 use rmcp::model::{CallToolResult, ContentBlock as McpContent, Resource};
+use serde::Serialize;
 use serde_json::Value;
 
 use super::resources;
 use crate::catalog::FunctionSpec;
-use crate::content::{encoded_len, result_text, BlockKind, ContentBlock};
+use crate::content::{result_text, BlockKind, ContentBlock};
 use crate::context::AttachmentStore;
 use crate::error::{ErrorKind, ToolError};
 
@@ -116,6 +117,38 @@ pub fn plain_result(
     let mut result = CallToolResult::success(vec![McpContent::text(text)]);
     result.structured_content = structured;
     result
+}
+
+/// Bytes `value` takes as JSON (indented by 2 when `pretty`, as
+/// [`result_text`] has it), or `None` once past `limit`: the count stops
+/// there, so a 60 MB string of control characters (360 MB as JSON) costs a
+/// scan of its first `limit` bytes' worth, and no allocation.
+fn encoded_len<T: Serialize + ?Sized>(value: &T, pretty: bool, limit: usize) -> Option<usize> {
+    struct Counter {
+        count: usize,
+        limit: usize,
+    }
+    impl std::io::Write for Counter {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.count += bytes.len();
+            if self.count > self.limit {
+                return Err(std::io::Error::other("past the limit"));
+            }
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter { count: 0, limit };
+    if pretty {
+        let formatter = serde_json::ser::PrettyFormatter::with_indent(b"  ");
+        let mut serializer = serde_json::Serializer::with_formatter(&mut counter, formatter);
+        value.serialize(&mut serializer).ok()?;
+    } else {
+        serde_json::to_writer(&mut counter, value).ok()?;
+    }
+    Some(counter.count)
 }
 
 fn mcp_block(block: &ContentBlock, store: Option<&AttachmentStore>) -> McpContent {

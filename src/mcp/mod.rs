@@ -47,6 +47,10 @@ mod http;
 mod http_access;
 #[cfg(feature = "http")]
 mod http_answers;
+#[cfg(feature = "http")]
+mod http_requests;
+#[cfg(feature = "http")]
+mod http_sessions;
 mod listeners;
 mod mrtr;
 // MCP deprecates logging (SEP-2577, rmcp marks its types so); 2025-11-25

@@ -1,0 +1,154 @@
+//! A request's body read within the frame limit, the least rate and the
+//! budget of bodies held at once; a task method given its `Mcp-Name`; and
+//! the front end's own plain answers.
+
+use std::sync::Arc;
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{HeaderValue, WWW_AUTHENTICATE};
+use hyper::{Method, Request, Response, StatusCode};
+
+use super::http::{Body, RequestBody};
+use super::http_access::Refusal;
+use super::BODIES_IN_FLIGHT;
+use crate::http_conn::{read_body, BodyError};
+
+/// The methods whose `Mcp-Name` rmcp takes from `params.taskId`.
+pub(super) const TASK_METHODS: [&str; 3] = ["tasks/get", "tasks/update", "tasks/cancel"];
+
+/// `request` with its body read whole, if it is a POST: within the frame
+/// limit and the least rate of [`crate::http_conn::read_body`] (a client
+/// that trickles a body is cut off, as one that trickles a header is), and
+/// within `bodies`, the budget of bodies held at once, whose share it holds
+/// until dropped; a JSON text of more than `MAX_VALUES` values is refused.
+/// A task method's POST (by its `Mcp-Method` header) without an `Mcp-Name`
+/// gets one from its body's `params.taskId` (see the module's
+/// documentation). Other requests are passed on unread.
+pub(super) async fn read_request(
+    request: Request<Incoming>,
+    bodies: &Arc<tokio::sync::Semaphore>,
+) -> Result<
+    (
+        Request<RequestBody>,
+        Option<tokio::sync::OwnedSemaphorePermit>,
+    ),
+    Response<Body>,
+> {
+    if request.method() != Method::POST {
+        return Ok((request.map(BodyExt::boxed_unsync), None));
+    }
+    let names_task = request
+        .headers()
+        .get("mcp-method")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|method| TASK_METHODS.contains(&method))
+        && !request.headers().contains_key("mcp-name");
+    let expected = request
+        .headers()
+        .get(hyper::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse().ok());
+    let busy = || {
+        tracing::warn!("refused a request: the bodies in flight are at the budget");
+        text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "too many request bodies in flight: this server holds at most {} MiB of them at once; retry\n",
+                BODIES_IN_FLIGHT >> 20
+            ),
+        )
+    };
+    let held = |bytes: u64| {
+        let kib = u32::try_from(bytes.div_ceil(1024))
+            .unwrap_or(u32::MAX)
+            .max(1);
+        bodies.clone().try_acquire_many_owned(kib).ok()
+    };
+    // Known ahead: held before the body is read. Else (chunked): once read.
+    let mut permit = match expected {
+        Some(length) if length <= crate::protocol::DEFAULT_MAX_FRAME as u64 => {
+            Some(held(length).ok_or_else(busy)?)
+        }
+        _ => None,
+    };
+    let (mut parts, body) = request.into_parts();
+    let bytes = match read_body(body, crate::protocol::DEFAULT_MAX_FRAME, expected).await {
+        Ok(bytes) => bytes,
+        Err(error) => {
+            let status = match error {
+                BodyError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+                BodyError::TooSlow { .. } => StatusCode::REQUEST_TIMEOUT,
+                BodyError::Broken(_) => StatusCode::BAD_REQUEST,
+            };
+            tracing::info!("refused a request: {error}");
+            return Err(text(status, format!("{error}\n")));
+        }
+    };
+    if permit.is_none() {
+        permit = Some(held(bytes.len() as u64).ok_or_else(busy)?);
+    }
+    let values = crate::protocol::count_values(&bytes);
+    if values > crate::protocol::MAX_VALUES {
+        tracing::info!(values, "refused a request holding too many JSON values");
+        return Err(text(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("{}\n", crate::protocol::json_values::too_many(values)),
+        ));
+    }
+    if names_task {
+        if let Some(value) = task_name(&bytes) {
+            parts.headers.insert("mcp-name", value);
+        }
+    }
+    let body = Full::new(bytes)
+        .map_err(|never| match never {})
+        .boxed_unsync();
+    Ok((Request::from_parts(parts, body), permit))
+}
+
+/// The `Mcp-Name` a task request's body names (`params.taskId`), when it
+/// is a header as it is (a task id this server made is hex); any other is
+/// left for rmcp to refuse as a missing header.
+pub(super) fn task_name(body: &[u8]) -> Option<HeaderValue> {
+    let message = serde_json::from_slice::<serde_json::Value>(body).ok()?;
+    let id = message.pointer("/params/taskId")?.as_str()?;
+    let plain = !id.starts_with("=?base64?")
+        && id.trim() == id
+        && id.bytes().all(|b| (0x20..0x7f).contains(&b));
+    plain.then(|| HeaderValue::from_str(id).ok()).flatten()
+}
+
+pub(super) fn text(status: StatusCode, body: String) -> Response<Body> {
+    let mut response = Response::new(Full::new(Bytes::from(body)).boxed());
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}
+
+pub(super) fn refused(refusal: Refusal) -> Response<Body> {
+    match refusal {
+        Refusal::Forbidden(message) => {
+            tracing::warn!("refused a request: {message}");
+            text(StatusCode::FORBIDDEN, format!("forbidden: {message}\n"))
+        }
+        Refusal::Unauthorized { message, invalid } => {
+            tracing::info!("refused a request: {message}");
+            let mut response = text(
+                StatusCode::UNAUTHORIZED,
+                format!("unauthorized: {message}\n"),
+            );
+            let challenge = if invalid {
+                r#"Bearer realm="toolpool", error="invalid_token""#
+            } else {
+                r#"Bearer realm="toolpool""#
+            };
+            response
+                .headers_mut()
+                .insert(WWW_AUTHENTICATE, HeaderValue::from_static(challenge));
+            response
+        }
+    }
+}
