@@ -47,7 +47,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http_body_util::BodyExt;
-use hyper::body::{Bytes, Incoming};
+use hyper::body::Incoming;
 use hyper::header::{HeaderValue, AUTHORIZATION};
 use hyper::{Method, Request, Response, StatusCode};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -59,32 +59,16 @@ use tokio_util::sync::CancellationToken;
 use super::http_access::{authority_and_origin, Access, HttpOptions, Refusal};
 use super::http_answers::AnswersInFlight;
 use super::http_requests::{read_request, refused, text};
+pub(super) use super::http_requests::{Body, McpService, RequestBody};
 pub(super) use super::http_sessions::SessionCalls;
 use super::http_sessions::Sessions;
+use super::http_sessions::SESSION_HEADER;
 use super::{ServeError, ToolpoolServer};
 use crate::context::SessionsRoot;
 use crate::http_conn::{serve_connection, ConnectionCap};
 
 /// The path the MCP endpoint is served at.
 pub const ENDPOINT: &str = "/mcp";
-
-/// The header that names a request's MCP session (whose calls a DELETE
-/// cancels; it never names a toolpool session).
-pub(super) const SESSION_HEADER: &str = "mcp-session-id";
-
-/// The header a client names its toolpool session with (instead of its
-/// credential's: to keep the files of agents sharing a token apart).
-pub const SESSION_NAME_HEADER: &str = "toolpool-session";
-
-/// The same, as a key of a request's `_meta` (2026-07-28 clients, which may
-/// send no session header at all).
-pub const SESSION_NAME_META: &str = "toolpool/session";
-
-pub(super) type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
-/// A request's body as rmcp's handler is given it: a POST's as the front end
-/// read it, whole (any other's as it arrives).
-pub(super) type RequestBody = http_body_util::combinators::UnsyncBoxBody<Bytes, hyper::Error>;
-pub(super) type McpService = StreamableHttpService<ToolpoolServer, LocalSessionManager>;
 
 /// How long a stopping server waits at least for the answers still being
 /// sent, and then for the connections to flush.

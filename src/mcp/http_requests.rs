@@ -2,6 +2,7 @@
 //! budget of bodies held at once; a task method given its `Mcp-Name`; and
 //! the front end's own plain answers.
 
+use std::convert::Infallible;
 use std::sync::Arc;
 
 use http_body_util::{BodyExt, Full};
@@ -9,10 +10,19 @@ use hyper::body::{Bytes, Incoming};
 use hyper::header::{HeaderValue, WWW_AUTHENTICATE};
 use hyper::{Method, Request, Response, StatusCode};
 
-use super::http::{Body, RequestBody};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::StreamableHttpService;
+
 use super::http_access::Refusal;
-use super::BODIES_IN_FLIGHT;
+use super::{ToolpoolServer, BODIES_IN_FLIGHT};
 use crate::http_conn::{read_body, BodyError};
+
+/// A response's body, as the front end hands it to hyper.
+pub(super) type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
+/// A request's body as rmcp's handler is given it: a POST's as the front end
+/// read it, whole (any other's as it arrives).
+pub(super) type RequestBody = http_body_util::combinators::UnsyncBoxBody<Bytes, hyper::Error>;
+pub(super) type McpService = StreamableHttpService<ToolpoolServer, LocalSessionManager>;
 
 /// The methods whose `Mcp-Name` rmcp takes from `params.taskId`.
 pub(super) const TASK_METHODS: [&str; 3] = ["tasks/get", "tasks/update", "tasks/cancel"];

@@ -10,11 +10,20 @@ use hyper::{Request, Response, StatusCode};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use tokio_util::sync::CancellationToken;
 
-use super::http::{
-    Body, McpService, RequestBody, SESSION_HEADER, SESSION_NAME_HEADER, SESSION_NAME_META,
-};
-use super::http_requests::text;
+use super::http_requests::{text, Body, McpService, RequestBody};
 use crate::context::{Session, SessionsRoot};
+
+/// The header that names a request's MCP session (whose calls a DELETE
+/// cancels; it never names a toolpool session).
+pub(super) const SESSION_HEADER: &str = "mcp-session-id";
+
+/// The header a client names its toolpool session with (instead of its
+/// credential's: to keep the files of agents sharing a token apart).
+pub(super) const SESSION_NAME_HEADER: &str = "toolpool-session";
+
+/// The same, as a key of a request's `_meta` (2026-07-28 clients, which may
+/// send no session header at all).
+pub(super) const SESSION_NAME_META: &str = "toolpool/session";
 
 /// Each live session's calls, by session id: cancelling the token cancels
 /// them. A session's handler registers its token the first time it runs a
