@@ -17,10 +17,17 @@ fn files(dir: &Path, extension: &str, found: &mut Vec<PathBuf>) {
         let path = entry.unwrap().path();
         if path.is_dir() {
             files(&path, extension, found);
-        } else if path.extension().is_some_and(|e| e == extension) {
+        } else if path.extension().is_some_and(|e| e == extension) && !is_test_file(&path) {
             found.push(path);
         }
     }
+}
+
+/// A file of unit tests (`tests.rs`, `*_tests.rs`): declared under
+/// `#[cfg(test)]`, so not part of the layering.
+fn is_test_file(path: &Path) -> bool {
+    let name = path.file_stem().unwrap_or_default().to_string_lossy();
+    name == "tests" || name.ends_with("_tests")
 }
 
 /// Code without `//` comments, and without what is compiled for unit tests
@@ -148,28 +155,27 @@ fn reached_in(code: &str, path: &str, depth: usize, names: &BTreeSet<String>) ->
 /// and folders (`mod.rs`, which declares them, left out).
 fn folder_graphs() -> BTreeMap<String, Graph> {
     fn walk(dir: &Path, path: &str, graphs: &mut BTreeMap<String, Graph>) {
-        let mut children: BTreeMap<String, (PathBuf, bool)> = BTreeMap::new();
+        // A child module's files: `name.rs` and what is under `name/` (or
+        // `name/mod.rs` and the rest of `name/`).
+        let mut children: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
         for entry in std::fs::read_dir(dir).unwrap() {
             let child = entry.unwrap().path();
             let name = child.file_stem().unwrap().to_string_lossy().to_string();
             if child.is_dir() {
-                children.insert(name, (child, true));
-            } else if child.extension().is_some_and(|e| e == "rs") && name != "mod" {
-                children.insert(name, (child, false));
+                walk(&child, &format!("{path}::{name}"), graphs);
+                files(&child, "rs", children.entry(name).or_default());
+            } else if child.extension().is_some_and(|e| e == "rs")
+                && name != "mod"
+                && !is_test_file(&child)
+            {
+                children.entry(name).or_default().push(child);
             }
         }
         let names: BTreeSet<String> = children.keys().cloned().collect();
         let mut graph = Graph::new();
-        for (name, (child, is_dir)) in &children {
-            let mut sources = Vec::new();
-            if *is_dir {
-                files(child, "rs", &mut sources);
-                walk(child, &format!("{path}::{name}"), graphs);
-            } else {
-                sources.push(child.clone());
-            }
+        for (name, sources) in &children {
             let edges = graph.entry(name.clone()).or_default();
-            for source in &sources {
+            for source in sources {
                 // How far below the folder the file's own module is.
                 let below = source.strip_prefix(dir).unwrap().components().count();
                 let depth = match source.file_stem().is_some_and(|s| s == "mod") {
