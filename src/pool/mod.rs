@@ -15,6 +15,7 @@ use std::time::Duration;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+mod build;
 mod builder;
 mod call;
 #[cfg(test)]
@@ -32,8 +33,9 @@ mod sizing;
 mod starts;
 mod stats;
 
-use self::builder::{catalog_from, start_quarantining};
-pub use self::builder::{resolve_interpreter, PoolBuilder};
+pub use self::build::resolve_interpreter;
+use self::build::{catalog_from, start_quarantining};
+pub use self::builder::PoolBuilder;
 use self::call::Placement;
 use self::dispatch::Dispatcher;
 use self::lease::Lease;

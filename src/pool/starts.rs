@@ -2,7 +2,7 @@
 //! goes ([`Destination`]), the warm spare, and the back-off of failing
 //! starts.
 
-use super::builder::warm;
+use super::build::warm;
 use super::{Shared, MAX_RESTART_BACKOFF, SPARE_REFILL_DELAY};
 use crate::worker::{Termination, Worker, WorkerSpec};
 use std::sync::atomic::Ordering;
