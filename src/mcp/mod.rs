@@ -53,6 +53,7 @@ mod http_requests;
 mod http_sessions;
 mod listeners;
 mod mrtr;
+mod reloads;
 // MCP deprecates logging (SEP-2577, rmcp marks its types so); 2025-11-25
 // clients and the conformance suite still use it.
 #[allow(deprecated)]
@@ -60,6 +61,7 @@ mod call_notices;
 mod handler;
 mod resource_functions;
 mod resources;
+mod shutdown;
 mod stdio;
 mod stdio_gate;
 mod stdio_writer;
@@ -407,97 +409,6 @@ impl ToolpoolServer {
             .cloned()
     }
 
-    /// After each reload: re-resolves the node (in node mode) and, when the
-    /// tool list changed, tells every listener. Runs until the watcher ends.
-    fn follow_reloads(
-        &self,
-        mut reloads: tokio::sync::watch::Receiver<u64>,
-        workflow: Option<Workflow>,
-    ) {
-        self.inner.list_changes.store(true, Ordering::Release);
-        let server = self.clone();
-        tokio::spawn(async move {
-            let mut listed = server.tools();
-            let mut resources = server.resource_uris();
-            while reloads.changed().await.is_ok() {
-                listed = server.reloaded(workflow.as_ref(), listed).await;
-                resources = server.resources_reloaded(resources).await;
-            }
-        });
-    }
-
-    /// The URIs and URI templates the functions serve.
-    fn resource_uris(&self) -> Vec<String> {
-        let catalog = self.inner.pool.catalog();
-        let listed = resource_functions::listed(&catalog)
-            .into_iter()
-            .map(|r| r.uri);
-        let templates = resource_functions::templates(&catalog)
-            .into_iter()
-            .map(|t| t.uri_template);
-        listed.chain(templates).collect()
-    }
-
-    /// After a reload: each subscription to a resource a function serves is
-    /// told that it may have changed (its code was reloaded), then a changed
-    /// resource list (`before`: its URIs before it) is told to every
-    /// listener of lists. Returns the URIs after it.
-    async fn resources_reloaded(&self, before: Vec<String>) -> Vec<String> {
-        let catalog = self.inner.pool.catalog();
-        let told = self
-            .inner
-            .listeners
-            .notify_updated(|uri| resource_functions::find(&catalog, uri).is_some())
-            .await;
-        if told > 0 {
-            tracing::info!(
-                notices = told,
-                "subscribed resources reloaded; clients told"
-            );
-        }
-        let after = self.resource_uris();
-        if after != before {
-            let told = self
-                .inner
-                .listeners
-                .notify_list_changed(listeners::Change::Resources)
-                .await;
-            tracing::info!(clients = told, "the resource list changed; clients told");
-        }
-        after
-    }
-
-    /// `before`: the list before the reload; returns the list after it.
-    async fn reloaded(&self, workflow: Option<&Workflow>, before: Vec<Tool>) -> Vec<Tool> {
-        if let (Some(workflow), ToolSet::Node(node)) = (workflow, self.tool_set()) {
-            let resolved = workflow
-                .resolve(&self.inner.pool.catalog())
-                .and_then(|resolved| resolved.node_tools(&node.id).cloned());
-            match resolved {
-                Ok(resolved) => match self.inner.tools.write() {
-                    Ok(mut tools) => *tools = ToolSet::Node(resolved),
-                    Err(poisoned) => *poisoned.into_inner() = ToolSet::Node(resolved),
-                },
-                Err(error) => tracing::warn!(
-                    node = %node.id,
-                    "after the reload the workflow no longer resolves, so the node keeps its tools: {error}"
-                ),
-            }
-        }
-        let after = self.tools();
-        if after == before {
-            tracing::debug!("reloaded; the tool list is unchanged");
-        } else {
-            let told = self
-                .inner
-                .listeners
-                .notify_list_changed(listeners::Change::Tools)
-                .await;
-            tracing::info!(clients = told, "the tool list changed; clients told");
-        }
-        after
-    }
-
     /// Calls one tool by the name the client sees, in `session` (`None`:
     /// the pool's); its human prompts go to `human`, its progress reports and
     /// log records to `listeners`; it continues `trace`, on whose span its
@@ -526,70 +437,6 @@ impl ToolpoolServer {
         };
         trace.call_ended(&report);
         report
-    }
-
-    /// [`Self::shut_down`] once stdin has ended. Nothing new can arrive then,
-    /// but requests read just before the end may still be on their way from
-    /// rmcp's read loop to their handlers: refusing them would fail calls the
-    /// client sent in time. So this first waits until no call has run for
-    /// [`EOF_SETTLE`] (within `grace`).
-    async fn shut_down_after_eof(&self, grace: Duration) {
-        let started = tokio::time::Instant::now();
-        loop {
-            let left = grace.saturating_sub(started.elapsed());
-            if !self.inner.calls.wait_idle(left).await {
-                break;
-            }
-            tokio::time::sleep(EOF_SETTLE).await;
-            if self.inner.calls.count() == 0 || started.elapsed() >= grace {
-                break;
-            }
-        }
-        self.shut_down(grace.saturating_sub(started.elapsed()))
-            .await;
-    }
-
-    /// Stops taking calls, lets those already received (running or queued)
-    /// finish within `grace`, kills the rest, reaps every worker, and waits
-    /// until every call has been answered (handed to the transport).
-    async fn shut_down(&self, grace: Duration) {
-        let inner = &self.inner;
-        let started = tokio::time::Instant::now();
-        // `/readyz` (on `--metrics` too) says so from now on.
-        inner.pool.drain();
-        inner.closing.store(true, Ordering::Release);
-        tracing::info!(
-            in_flight = inner.calls.count(),
-            grace_secs = grace.as_secs_f64(),
-            "shutting down: finishing the calls received"
-        );
-        let mut left_now = false;
-        tokio::select! {
-            _ = inner.calls.wait_idle(grace) => {}
-            _ = inner.stop.again() => {
-                tracing::warn!("asked to stop again: killing the calls in flight");
-                left_now = true;
-            }
-        }
-        // Whatever still runs is killed now and answered as shut down.
-        let left = if left_now {
-            Duration::ZERO
-        } else {
-            grace.saturating_sub(started.elapsed())
-        };
-        inner.pool.shutdown_with_grace(left).await;
-        // Killed calls return at once; this bound only guards against a
-        // handler that never returns.
-        if !inner.calls.wait_idle(Duration::from_secs(5)).await {
-            tracing::warn!(
-                in_flight = inner.calls.count(),
-                "calls still unanswered after the pool shut down"
-            );
-        }
-        tracing::info!(
-            elapsed_ms = started.elapsed().as_millis() as u64,
-            "pool shut down"
-        );
     }
 }
 

@@ -347,6 +347,34 @@ fn trace_context_and_telemetry_are_leaves() {
     assert!(graph["protocol"].contains("trace_context"), "{graph:?}");
 }
 
+/// Every source file can be read in one sitting.
+#[test]
+fn no_source_file_is_over_600_lines() {
+    // Unit-test files too (`files` leaves them out of the layering).
+    fn every_file(dir: &Path, found: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            match path.is_dir() {
+                true => every_file(&path, found),
+                false => found.push(path),
+            }
+        }
+    }
+    let mut sources = Vec::new();
+    every_file(&root().join("src"), &mut sources);
+    let mut long: Vec<String> = Vec::new();
+    for file in sources
+        .iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "rs"))
+    {
+        let lines = std::fs::read_to_string(file).unwrap().lines().count();
+        if lines > 600 {
+            long.push(format!("{} ({lines} lines)", file.display()));
+        }
+    }
+    assert!(long.is_empty(), "over 600 lines: {long:?}");
+}
+
 #[test]
 fn the_shim_has_no_import_cycles() {
     let graph = python_graph();
