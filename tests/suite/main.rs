@@ -14,6 +14,7 @@ mod context_packages;
 mod context_prompts;
 mod context_reports;
 mod dropin;
+mod history;
 mod hostile_leftovers;
 mod hostile_tools;
 mod hostile_workers;
