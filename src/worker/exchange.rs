@@ -186,22 +186,8 @@ impl Actor {
         job: &mut JobParts,
         pending: &mut JoinSet<Result<Value, CallbackError>>,
     ) -> Exchange {
-        let JobParts {
-            label,
-            callbacks,
-            end: answer,
-            ..
-        } = job;
-        // What the handle did not write, counted byte by byte: a worker lost
-        // during the write is judged by how much of it reached the pipe.
-        while state.unwritten() > 0 {
-            let rest = &frame[frame.len() - state.unwritten()..];
-            match timeout_at(deadline.at(), stdin.write(rest)).await {
-                Err(_) => return Exchange::Timeout { after_grace: false },
-                Ok(Ok(0)) => return Exchange::Broken(ProtocolError::Closed),
-                Ok(Ok(n)) => state.wrote(n),
-                Ok(Err(e)) => return Exchange::Broken(e.into()),
-            }
+        if let Err(ended) = write_rest(frame, state, stdin, deadline).await {
+            return ended;
         }
         // The worker's callback id, and whether it waits for a human, per task.
         let mut in_flight: HashMap<tokio::task::Id, (u64, bool)> = HashMap::new();
@@ -217,65 +203,17 @@ impl Actor {
                 () = tokio::time::sleep_until(deadline.at()), if deadline.is_running() => {
                     Event::Deadline
                 }
-                () = answer.closed() => Event::Abandoned,
+                () = job.end.closed() => Event::Abandoned,
             };
             let (call_id, result) = match event {
                 Event::Abandoned => return Exchange::Abandoned,
-                Event::Deadline => match deadline.fire(DEADLINE_DRAIN) {
-                    Fired::Expired => {
-                        return Exchange::Timeout {
-                            after_grace: deadline.grace_asked().is_some(),
-                        }
-                    }
-                    Fired::Grace => match state.timed_out(true) {
-                        Action::AskToCleanUp => {
-                            // TimeoutError in the tool's main thread, so its
-                            // `finally` and `with` run; its reply now is its
-                            // clean-up's end, and the hard end is `at`.
-                            self.processes.ask_to_clean_up();
-                            continue;
-                        }
-                        _ => return Exchange::Timeout { after_grace: false },
-                    },
-                    // A reply already in the pipe is the call's result: the
-                    // worker finished in time even if this process (stopped,
-                    // or starved of CPU) reads it late.
-                    Fired::Draining => continue,
+                Event::Deadline => match self.deadline_fired(state, deadline) {
+                    Some(ended) => return ended,
+                    None => continue,
                 },
                 Event::Message(Err(e)) => return Exchange::Broken(e),
-                Event::Message(Ok(Message::Reply {
-                    id: got,
-                    ok,
-                    value,
-                    error,
-                    value_json,
-                    value_marshal,
-                    content,
-                })) if got == id => {
-                    match state.reply() {
-                        Err(refused) => {
-                            return Exchange::Broken(ProtocolError::Malformed(refused.to_string()))
-                        }
-                        Ok(Action::Deliver) => {}
-                        Ok(_) => {
-                            let asked = deadline.grace_asked().unwrap_or_else(Instant::now);
-                            return Exchange::CleanedUp {
-                                took: asked.elapsed(),
-                            };
-                        }
-                    }
-                    return match (ok, error) {
-                        (true, _) => Exchange::Reply(ReplyValue::decode(
-                            value,
-                            value_json,
-                            value_marshal,
-                            content,
-                        )),
-                        (false, Some(error)) => Exchange::Reply(Err(error)),
-                        (false, None) => Exchange::Broken(ProtocolError::Unexpected(
-                            "a failed reply without an error",
-                        )),
-                    };
+                Event::Message(Ok(reply @ Message::Reply { id: got, .. })) if got == id => {
+                    return replied(state, deadline, reply);
                 }
                 Event::Message(Ok(Message::Reply { id: got, .. })) => {
                     tracing::warn!(
@@ -297,64 +235,16 @@ impl Actor {
                     id: call_id,
                     method,
                     params,
-                })) => match callbacks.as_ref() {
-                    None => {
-                        let error = CallbackError::new(
-                            "NotImplementedError",
-                            format!("context services are not available here ('{method}')"),
-                        );
-                        (call_id, Err(error))
-                    }
-                    Some(_) if pending.len() >= MAX_OPEN_CALLBACKS => {
-                        let error = CallbackError::new(
-                            "RuntimeError",
-                            format!(
-                                "more than {MAX_OPEN_CALLBACKS} context service calls open at once"
-                            ),
-                        );
-                        (call_id, Err(error))
-                    }
-                    Some(handler) => {
-                        tracing::debug!(worker = self.pid(), call_id, %method, "callback");
-                        let human = handler.waits_for_human(&method);
-                        if human && deadline.prompt_opened() {
-                            // The whole frame has arrived: the tool's
-                            // processes are frozen here, and its timer
-                            // stops only once the kernel says every one
-                            // of them is, so nothing of the tool runs
-                            // while its timer is stopped.
-                            if self.freeze().await {
-                                deadline.frozen();
-                            } else {
-                                self.thaw();
-                                tracing::warn!(
-                                    worker = self.pid(),
-                                    "{label}: its processes could not all be stopped for the human \
-                                     prompt; its timer runs on while the human is asked"
-                                );
-                            }
+                })) => {
+                    let call = (call_id, method, params);
+                    match self.start_callback(call, job, deadline, pending).await {
+                        Started::Running(task, human) => {
+                            in_flight.insert(task, (call_id, human));
+                            continue;
                         }
-                        let (handler, tool) = (handler.clone(), label.to_string());
-                        let limit = self.spec.human_timeout.filter(|_| human);
-                        let task = pending.spawn(async move {
-                            let answer = handler.handle(&tool, &method, params);
-                            match limit {
-                                None => answer.await,
-                                Some(limit) => timeout(limit, answer).await.unwrap_or_else(|_| {
-                                    Err(CallbackError::new(
-                                        "HumanPromptUnavailable",
-                                        format!(
-                                            "no answer within {} s (--human-timeout)",
-                                            crate::duration_text::format_secs(limit)
-                                        ),
-                                    ))
-                                }),
-                            }
-                        });
-                        in_flight.insert(task.id(), (call_id, human));
-                        continue;
+                        Started::Refused(error) => (call_id, Err(error)),
                     }
-                },
+                }
                 Event::Answered(done) => {
                     let (task, result) = match done {
                         Ok((task, result)) => (task, result),
@@ -377,38 +267,198 @@ impl Actor {
                     (call_id, result)
                 }
             };
-            let reply = match result {
-                Ok(value) => CallbackReply::value(call_id, value),
-                Err(error) => CallbackReply::error(call_id, &error.kind, &error.message),
-            };
-            let frame = match encode_frame(&reply, self.spec.max_frame) {
-                Ok(frame) => frame,
-                Err(e) => {
-                    let message = format!("the answer cannot be sent to the worker: {e}");
-                    match encode_frame(
-                        &CallbackReply::error(call_id, "OverflowError", &message),
-                        self.spec.max_frame,
-                    ) {
-                        Ok(frame) => frame,
-                        Err(e) => return Exchange::Broken(e),
-                    }
-                }
-            };
-            // While a human is being asked the deadline is suspended.
-            let written = if deadline.is_running() {
-                timeout_at(deadline.at(), write_frame(stdin, &frame)).await
-            } else {
-                Ok(write_frame(stdin, &frame).await)
-            };
-            match written {
-                Err(_) => {
-                    return Exchange::Timeout {
-                        after_grace: deadline.grace_asked().is_some(),
-                    }
-                }
-                Ok(Err(e)) => return Exchange::Broken(e),
-                Ok(Ok(())) => {}
+            if let Err(ended) = self.answer_callback(call_id, result, stdin, deadline).await {
+                return ended;
             }
+        }
+    }
+
+    /// The deadline's timer fired: `Some` ends the exchange, `None` reads
+    /// on (the drain, or the grace the tool was just asked to clean up in).
+    fn deadline_fired(
+        &mut self,
+        state: &mut RequestState,
+        deadline: &mut Deadline,
+    ) -> Option<Exchange> {
+        match deadline.fire(DEADLINE_DRAIN) {
+            Fired::Expired => Some(Exchange::Timeout {
+                after_grace: deadline.grace_asked().is_some(),
+            }),
+            Fired::Grace => match state.timed_out(true) {
+                Action::AskToCleanUp => {
+                    // TimeoutError in the tool's main thread, so its
+                    // `finally` and `with` run; its reply now is its
+                    // clean-up's end, and the hard end is `at`.
+                    self.processes.ask_to_clean_up();
+                    None
+                }
+                _ => Some(Exchange::Timeout { after_grace: false }),
+            },
+            // A reply already in the pipe is the call's result: the worker
+            // finished in time even if this process (stopped, or starved of
+            // CPU) reads it late.
+            Fired::Draining => None,
+        }
+    }
+
+    /// A callback of the tool's: refused at once, or started as a task of
+    /// `pending` (a human prompt first freezing the tool's processes, its
+    /// timer stopped only once the kernel says they all are).
+    async fn start_callback(
+        &mut self,
+        (call_id, method, params): (u64, String, Value),
+        job: &JobParts,
+        deadline: &mut Deadline,
+        pending: &mut JoinSet<Result<Value, CallbackError>>,
+    ) -> Started {
+        let Some(handler) = job.callbacks.as_ref() else {
+            return Started::Refused(CallbackError::new(
+                "NotImplementedError",
+                format!("context services are not available here ('{method}')"),
+            ));
+        };
+        if pending.len() >= MAX_OPEN_CALLBACKS {
+            return Started::Refused(CallbackError::new(
+                "RuntimeError",
+                format!("more than {MAX_OPEN_CALLBACKS} context service calls open at once"),
+            ));
+        }
+        tracing::debug!(worker = self.pid(), call_id, %method, "callback");
+        let human = handler.waits_for_human(&method);
+        if human && deadline.prompt_opened() {
+            // The whole frame has arrived: the tool's processes are frozen
+            // here, and its timer stops only once the kernel says every
+            // one of them is, so nothing of the tool runs while its timer
+            // is stopped.
+            if self.freeze().await {
+                deadline.frozen();
+            } else {
+                self.thaw();
+                tracing::warn!(
+                    worker = self.pid(),
+                    "{}: its processes could not all be stopped for the human prompt; \
+                     its timer runs on while the human is asked",
+                    job.label
+                );
+            }
+        }
+        let (handler, tool) = (handler.clone(), job.label.clone());
+        let limit = self.spec.human_timeout.filter(|_| human);
+        let task = pending.spawn(async move {
+            let answer = handler.handle(&tool, &method, params);
+            match limit {
+                None => answer.await,
+                Some(limit) => timeout(limit, answer).await.unwrap_or_else(|_| {
+                    Err(CallbackError::new(
+                        "HumanPromptUnavailable",
+                        format!(
+                            "no answer within {} s (--human-timeout)",
+                            crate::duration_text::format_secs(limit)
+                        ),
+                    ))
+                }),
+            }
+        });
+        Started::Running(task.id(), human)
+    }
+
+    /// Writes a callback's answer to the worker, within the deadline unless
+    /// a human is being asked (then it is suspended).
+    async fn answer_callback(
+        &mut self,
+        call_id: u64,
+        result: Result<Value, CallbackError>,
+        stdin: &mut pipe::Sender,
+        deadline: &Deadline,
+    ) -> Result<(), Exchange> {
+        let reply = match result {
+            Ok(value) => CallbackReply::value(call_id, value),
+            Err(error) => CallbackReply::error(call_id, &error.kind, &error.message),
+        };
+        let frame = match encode_frame(&reply, self.spec.max_frame) {
+            Ok(frame) => frame,
+            Err(e) => {
+                let message = format!("the answer cannot be sent to the worker: {e}");
+                let refusal = CallbackReply::error(call_id, "OverflowError", &message);
+                encode_frame(&refusal, self.spec.max_frame).map_err(Exchange::Broken)?
+            }
+        };
+        let written = if deadline.is_running() {
+            timeout_at(deadline.at(), write_frame(stdin, &frame)).await
+        } else {
+            Ok(write_frame(stdin, &frame).await)
+        };
+        match written {
+            Err(_) => Err(Exchange::Timeout {
+                after_grace: deadline.grace_asked().is_some(),
+            }),
+            Ok(Err(e)) => Err(Exchange::Broken(e)),
+            Ok(Ok(())) => Ok(()),
+        }
+    }
+}
+
+/// A callback started, or refused at once.
+enum Started {
+    Running(tokio::task::Id, bool),
+    Refused(CallbackError),
+}
+
+/// What the handle did not write of the request, counted byte by byte: a
+/// worker lost during the write is judged by how much of it reached the pipe.
+async fn write_rest(
+    frame: &[u8],
+    state: &mut RequestState,
+    stdin: &mut pipe::Sender,
+    deadline: &Deadline,
+) -> Result<(), Exchange> {
+    while state.unwritten() > 0 {
+        let rest = &frame[frame.len() - state.unwritten()..];
+        match timeout_at(deadline.at(), stdin.write(rest)).await {
+            Err(_) => return Err(Exchange::Timeout { after_grace: false }),
+            Ok(Ok(0)) => return Err(Exchange::Broken(ProtocolError::Closed)),
+            Ok(Ok(n)) => state.wrote(n),
+            Ok(Err(e)) => return Err(Exchange::Broken(e.into())),
+        }
+    }
+    Ok(())
+}
+
+/// The request's reply: its result; in the grace, the end of the tool's
+/// clean-up (the call timed out).
+fn replied(state: &mut RequestState, deadline: &Deadline, reply: Message) -> Exchange {
+    match state.reply() {
+        Err(refused) => return Exchange::Broken(ProtocolError::Malformed(refused.to_string())),
+        Ok(Action::Deliver) => {}
+        Ok(_) => {
+            let asked = deadline.grace_asked().unwrap_or_else(Instant::now);
+            return Exchange::CleanedUp {
+                took: asked.elapsed(),
+            };
+        }
+    }
+    let Message::Reply {
+        ok,
+        value,
+        error,
+        value_json,
+        value_marshal,
+        content,
+        ..
+    } = reply
+    else {
+        return Exchange::Broken(ProtocolError::Unexpected("a reply that is not one"));
+    };
+    match (ok, error) {
+        (true, _) => Exchange::Reply(ReplyValue::decode(
+            value,
+            value_json,
+            value_marshal,
+            content,
+        )),
+        (false, Some(error)) => Exchange::Reply(Err(error)),
+        (false, None) => {
+            Exchange::Broken(ProtocolError::Unexpected("a failed reply without an error"))
         }
     }
 }
