@@ -8,7 +8,7 @@ use super::lease::Lease;
 use super::stats::Gauge;
 use super::{CallReport, InvokeOptions, Pool, Shared, CALL_LOG_TARGET};
 use crate::content::ContentBlock;
-use crate::context::{AttachmentStore, CallbackHandler, CallbackService};
+use crate::context::{AttachmentStore, CallbackHandler, CallbackService, SessionServices};
 use crate::duration_text::format_secs;
 use crate::error::{ErrorKind, ToolError};
 use crate::protocol::{CallContext, SessionDirs, WireBlock};
@@ -18,6 +18,14 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
+
+/// A call made ready to run ([`Pool::prepare`]).
+struct Prepared {
+    time: CallTime,
+    services: Arc<SessionServices>,
+    callbacks: Arc<dyn CallbackService>,
+    context: CallContext,
+}
 
 /// One call, as [`Pool::run_on`] runs it.
 struct Call<'a> {
@@ -140,49 +148,13 @@ impl Pool {
         Duration,
     ) {
         let shared = &self.shared;
-        // The caller's (a workflow file's) timeout, else the tool's own,
-        // else the pool's.
-        let catalog = self.catalog();
-        let time = CallTime {
-            timeout: options
-                .timeout
-                .or_else(|| catalog.own_timeout(name))
-                .unwrap_or(shared.default_timeout),
-            grace: options
-                .timeout_grace
-                .or_else(|| catalog.own_timeout_grace(name))
-                .unwrap_or(shared.default_grace),
-        };
-        drop(catalog);
-        let services = match &options.session {
-            Some(session) => session.services().clone(),
-            None => shared.services.clone(),
-        };
-        let handler = CallbackHandler::new(
-            services.clone(),
-            options.human_prompt,
-            options.progress,
-            options.logs,
-        );
-        let human_prompt = handler.has_human_prompt();
-        let progress = handler.has_progress();
-        let log_level = handler.log_threshold();
-        let callbacks: Arc<dyn CallbackService> = Arc::new(handler);
-        let context = CallContext {
-            session_id: services.session_id.clone(),
-            node_id: options.context.node_id,
-            vars: options.context.vars,
-            host: options.context.host,
-            human_prompt,
-            progress,
-            log_level,
-            session: options.session.as_ref().map(|session| SessionDirs {
-                dir: session.paths.dir.clone(),
-                workspace: session.paths.workspace.clone(),
-                packages_dir: session.paths.site_packages.clone(),
-            }),
-            trace: options.trace,
-        };
+        let session = options.session.clone();
+        let Prepared {
+            time,
+            services,
+            callbacks,
+            context,
+        } = self.prepare(name, options);
         let queued = Instant::now();
         let mut state = CallState::new();
         loop {
@@ -200,7 +172,7 @@ impl Pool {
             }
             if shared.spec.sandbox.is_some() {
                 lease = match shared
-                    .sandboxed_lease(lease, options.session.as_deref(), name)
+                    .sandboxed_lease(lease, session.as_deref(), name)
                     .await
                 {
                     Ok(lease) => lease,
@@ -248,6 +220,63 @@ impl Pool {
                     return (result, content, Some(pid), queue_wait);
                 }
             }
+        }
+    }
+
+    /// What a call takes to each attempt: its timeout and grace (the
+    /// caller's or a workflow file's, else the tool's own, else the
+    /// pool's), its session's services, the handler of its callbacks, and
+    /// the context the tool is told.
+    fn prepare(&self, name: &str, options: InvokeOptions) -> Prepared {
+        let shared = &self.shared;
+        // The caller's (a workflow file's) timeout, else the tool's own,
+        // else the pool's.
+        let catalog = self.catalog();
+        let time = CallTime {
+            timeout: options
+                .timeout
+                .or_else(|| catalog.own_timeout(name))
+                .unwrap_or(shared.default_timeout),
+            grace: options
+                .timeout_grace
+                .or_else(|| catalog.own_timeout_grace(name))
+                .unwrap_or(shared.default_grace),
+        };
+        drop(catalog);
+        let services = match &options.session {
+            Some(session) => session.services().clone(),
+            None => shared.services.clone(),
+        };
+        let handler = CallbackHandler::new(
+            services.clone(),
+            options.human_prompt,
+            options.progress,
+            options.logs,
+        );
+        let human_prompt = handler.has_human_prompt();
+        let progress = handler.has_progress();
+        let log_level = handler.log_threshold();
+        let callbacks: Arc<dyn CallbackService> = Arc::new(handler);
+        let context = CallContext {
+            session_id: services.session_id.clone(),
+            node_id: options.context.node_id,
+            vars: options.context.vars,
+            host: options.context.host,
+            human_prompt,
+            progress,
+            log_level,
+            session: options.session.as_ref().map(|session| SessionDirs {
+                dir: session.paths.dir.clone(),
+                workspace: session.paths.workspace.clone(),
+                packages_dir: session.paths.site_packages.clone(),
+            }),
+            trace: options.trace,
+        };
+        Prepared {
+            time,
+            services,
+            callbacks,
+            context,
         }
     }
 
