@@ -1,16 +1,16 @@
 //! Validation against the catalog: a pure function, no Python involved,
 //! that returns a [`ResolvedWorkflow`] or every problem of the file.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::error::{push_did_you_mean, ConfigError};
 use super::resolved::{NodeTools, OtherNode, ResolvedWorkflow, ToolSpec};
-use super::workflow::{NodeConfig, ToolingKind, Workflow};
+use super::workflow::{FunctionToolEntryConfig, Located, NodeConfig, ToolingKind, Workflow};
 use super::yaml::{child, shorten};
-use crate::catalog::Catalog;
+use crate::catalog::{Catalog, FunctionSpec};
 
 const ALL_SUFFIX: &str = ":All";
 
@@ -116,47 +116,7 @@ fn resolve_node(
                 .strip_prefix(&format!("{}.", config.path))
                 .unwrap_or(&entry.path)
                 .to_string();
-            // (function, whether it came through `:All`)
-            let functions: Vec<String> = if let Some(module) = name.value.strip_suffix(ALL_SUFFIX) {
-                let module = module.trim();
-                if !entry.overrides_present.is_empty() {
-                    errors.push(ConfigError::new(
-                        &entry.path,
-                        entry.line,
-                        format!(
-                            "'{}' loads every function of the module as it is and cannot carry {}; \
-                             list the functions one by one to override them",
-                            name.value,
-                            entry.overrides_present.join(", ")
-                        ),
-                    ));
-                }
-                match modules.get(module) {
-                    Some(functions) if !module.is_empty() => {
-                        functions.iter().map(|f| f.name.clone()).collect()
-                    }
-                    _ => {
-                        errors.push(ConfigError::new(
-                            &name_path,
-                            name.line,
-                            missing_module_message(module, catalog),
-                        ));
-                        Vec::new()
-                    }
-                }
-            } else {
-                match catalog.get(&name.value) {
-                    Some(_) => vec![name.value.clone()],
-                    None => {
-                        errors.push(ConfigError::new(
-                            &name_path,
-                            name.line,
-                            missing_function_message(&name.value, catalog),
-                        ));
-                        Vec::new()
-                    }
-                }
-            };
+            let functions = entry_functions(entry, name, &name_path, &modules, catalog, errors);
             let via_all = name.value.ends_with(ALL_SUFFIX);
             // (function, where it was declared first)
             let mut duplicates: Vec<(String, String)> = Vec::new();
@@ -202,31 +162,7 @@ fn resolve_node(
                         function: function.clone(),
                     },
                 );
-                let (description, parameters) = if via_all {
-                    (spec.description.clone(), spec.parameters.clone())
-                } else if entry.auto_fill.unwrap_or(true) {
-                    // Fill only what the entry lacks (an empty description or
-                    // empty schema counts as lacking, as in the original runtime).
-                    let description = entry
-                        .description
-                        .clone()
-                        .filter(|d| !d.is_empty())
-                        .unwrap_or_else(|| spec.description.clone());
-                    let parameters = entry
-                        .parameters
-                        .clone()
-                        .filter(|p| p.as_object().is_some_and(|o| !o.is_empty()))
-                        .unwrap_or_else(|| spec.parameters.clone());
-                    (description, parameters)
-                } else {
-                    (
-                        entry.description.clone().unwrap_or_default(),
-                        entry
-                            .parameters
-                            .clone()
-                            .unwrap_or_else(|| json!({"type": "object", "properties": {}})),
-                    )
-                };
+                let (description, parameters) = described(entry, spec, via_all);
                 tools.push(ToolSpec {
                     name: tool_name,
                     function,
@@ -239,21 +175,7 @@ fn resolve_node(
                     annotations: entry.annotations.clone(),
                 });
             }
-            let message = match duplicates.as_slice() {
-                [] => None,
-                [(function, first)] if !via_all => Some(format!(
-                    "function '{function}' is declared more than once in this tooling (first at {first})"
-                )),
-                _ => Some(format!(
-                    "'{}' includes functions already declared in this tooling: {}",
-                    name.value,
-                    duplicates
-                        .iter()
-                        .map(|(function, first)| format!("'{function}' (at {first})"))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )),
-            };
+            let message = duplicates_message(&name.value, via_all, &duplicates);
             if let Some(message) = message {
                 errors.push(ConfigError::new(&name_path, name.line, message));
             }
@@ -263,6 +185,119 @@ fn resolve_node(
         id,
         timeout: node_timeout,
         tools,
+    }
+}
+
+/// The functions an entry names: one, or every function of a module
+/// (`module:All`, which may carry no overrides); none, with the error
+/// recorded, for a name the catalog lacks.
+fn entry_functions(
+    entry: &FunctionToolEntryConfig,
+    name: &Located<String>,
+    name_path: &str,
+    modules: &BTreeMap<&str, Vec<&FunctionSpec>>,
+    catalog: &Catalog,
+    errors: &mut Vec<ConfigError>,
+) -> Vec<String> {
+    if let Some(module) = name.value.strip_suffix(ALL_SUFFIX) {
+        let module = module.trim();
+        if !entry.overrides_present.is_empty() {
+            errors.push(ConfigError::new(
+                &entry.path,
+                entry.line,
+                format!(
+                    "'{}' loads every function of the module as it is and cannot carry {}; \
+                     list the functions one by one to override them",
+                    name.value,
+                    entry.overrides_present.join(", ")
+                ),
+            ));
+        }
+        match modules.get(module) {
+            Some(functions) if !module.is_empty() => {
+                functions.iter().map(|f| f.name.clone()).collect()
+            }
+            _ => {
+                errors.push(ConfigError::new(
+                    name_path,
+                    name.line,
+                    missing_module_message(module, catalog),
+                ));
+                Vec::new()
+            }
+        }
+    } else {
+        match catalog.get(&name.value) {
+            Some(_) => vec![name.value.clone()],
+            None => {
+                errors.push(ConfigError::new(
+                    name_path,
+                    name.line,
+                    missing_function_message(&name.value, catalog),
+                ));
+                Vec::new()
+            }
+        }
+    }
+}
+
+/// The description and parameters the model sees for `spec` through
+/// `entry`: the function's own through `:All`; with `auto_fill`, the
+/// entry's where it has them (an empty one counts as none); else the
+/// entry's as written.
+fn described(
+    entry: &FunctionToolEntryConfig,
+    spec: &FunctionSpec,
+    via_all: bool,
+) -> (String, Value) {
+    if via_all {
+        (spec.description.clone(), spec.parameters.clone())
+    } else if entry.auto_fill.unwrap_or(true) {
+        // Fill only what the entry lacks (an empty description or
+        // empty schema counts as lacking, as in the original runtime).
+        let description = entry
+            .description
+            .clone()
+            .filter(|d| !d.is_empty())
+            .unwrap_or_else(|| spec.description.clone());
+        let parameters = entry
+            .parameters
+            .clone()
+            .filter(|p| p.as_object().is_some_and(|o| !o.is_empty()))
+            .unwrap_or_else(|| spec.parameters.clone());
+        (description, parameters)
+    } else {
+        (
+            entry.description.clone().unwrap_or_default(),
+            entry
+                .parameters
+                .clone()
+                .unwrap_or_else(|| json!({"type": "object", "properties": {}})),
+        )
+    }
+}
+
+/// The error for the functions of entry `name` declared before in the same
+/// tooling, if any.
+fn duplicates_message(
+    name: &str,
+    via_all: bool,
+    duplicates: &[(String, String)],
+) -> Option<String> {
+    match duplicates {
+        [] => None,
+        [(function, first)] if !via_all => Some(format!(
+            "function '{function}' is declared more than once in this tooling (first at {first})"
+        )),
+        _ => Some(format!(
+            "'{}' includes functions already declared in this tooling: {}",
+            name,
+            duplicates
+                .iter()
+                .map(|(function, first)| format!("'{function}' (at {first})"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
     }
 }
 
