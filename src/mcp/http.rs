@@ -135,52 +135,8 @@ pub(super) async fn serve(
     };
     let sweeper = tokio_util::task::AbortOnDropHandle::new(root.sweep_periodically());
     let sessions_ct = CancellationToken::new();
-    // Host and Origin are checked by `Access`, before rmcp sees a request.
-    let config = StreamableHttpServerConfig::default()
-        .with_cancellation_token(sessions_ct.clone())
-        .disable_allowed_hosts()
-        .disable_allowed_origins()
-        .with_max_request_body_bytes(crate::protocol::DEFAULT_MAX_FRAME);
-    let mut manager = LocalSessionManager::default();
-    manager.session_config.keep_alive = Some(options.session_idle);
-    let manager = Arc::new(manager);
-    let sessions = Arc::new(Sessions {
-        manager: manager.clone(),
-        max: options.max_sessions,
-        opening: Mutex::new(0),
-        calls: Arc::default(),
-    });
-    let registry = sessions.calls.clone();
-    let by_credential = options.access.requires_token();
-    let handler = server.clone();
-    let handler_root = root.clone();
-    // rmcp makes one handler for each new session.
-    let service = StreamableHttpService::new(
-        move || {
-            Ok(handler.for_session(SessionCalls::new(
-                registry.clone(),
-                handler_root.clone(),
-                by_credential,
-            )))
-        },
-        manager,
-        config,
-    );
-    if options.session_idle < server.pool().default_timeout() {
-        tracing::warn!(
-            "--session-idle {} s is shorter than the tools' timeout: a session whose only call runs longer ends, and the call is cancelled",
-            options.session_idle.as_secs_f64()
-        );
-    }
     let answers = AnswersInFlight::new();
-    let front = Arc::new(Front {
-        service,
-        access: options.access,
-        sessions,
-        pool: server.pool().clone(),
-        bodies: Arc::new(tokio::sync::Semaphore::new(BODIES_IN_FLIGHT / 1024)),
-        answers: answers.clone(),
-    });
+    let front = make_front(&server, options.clone(), &root, &sessions_ct, &answers);
     let cap = ConnectionCap::new(options.max_connections, "--max-connections");
     if !local.ip().is_loopback() {
         tracing::warn!(
@@ -253,34 +209,116 @@ pub(super) async fn serve(
     }
     drop(listener);
     drop(sweeper);
-    // Every call has been answered to rmcp; the answers may still be on
-    // their way to the clients (in a session's worker, in an SSE stream's
-    // buffer, in a socket a client reads slowly). Each is sent before the
-    // sessions end, within the rest of the grace (at least ANSWER_FLUSH).
-    // A second stop request ends the wait.
-    closing.cancel();
     let spent = drain_started.map_or(Duration::ZERO, |started| started.elapsed());
-    let sent = tokio::select! {
-        sent = answers.wait_none(grace.saturating_sub(spent).max(ANSWER_FLUSH)) => sent,
-        () = requests.again() => answers.count() == 0,
+    let unsent = Unsent {
+        answers,
+        requests: requests.clone(),
+        sessions_ct,
     };
-    if !sent {
+    unsent
+        .flush(closing, connections, grace.saturating_sub(spent))
+        .await;
+    Ok(())
+}
+
+/// What a stopped server still owes its clients.
+struct Unsent {
+    answers: AnswersInFlight,
+    requests: crate::stop::StopRequests,
+    sessions_ct: CancellationToken,
+}
+
+impl Unsent {
+    /// Every call has been answered to rmcp; the answers may still be on
+    /// their way to the clients (in a session's worker, in an SSE
+    /// stream's buffer, in a socket a client reads slowly). Each is sent
+    /// before the sessions end, within `left` of the grace (at least
+    /// [`ANSWER_FLUSH`]); a second stop request ends the wait.
+    async fn flush(self, closing: CancellationToken, mut connections: JoinSet<()>, left: Duration) {
+        // Every call has been answered to rmcp; the answers may still be on
+        // their way to the clients (in a session's worker, in an SSE stream's
+        // buffer, in a socket a client reads slowly). Each is sent before the
+        // sessions end, within the rest of the grace (at least ANSWER_FLUSH).
+        // A second stop request ends the wait.
+        closing.cancel();
+        let sent = tokio::select! {
+            sent = self.answers.wait_none(left.max(ANSWER_FLUSH)) => sent,
+            () = self.requests.again() => self.answers.count() == 0,
+        };
+        if !sent {
+            tracing::warn!(
+                unsent = self.answers.count(),
+                "answers still unsent at the end of the grace period: their connections are closed"
+            );
+        }
+        // Ends every session (and so the SSE streams of their GETs); give the
+        // connections a moment to flush what they were sending.
+        self.sessions_ct.cancel();
+        let flushed = tokio::time::timeout(ANSWER_FLUSH, async {
+            while connections.join_next().await.is_some() {}
+        })
+        .await;
+        if flushed.is_err() {
+            connections.abort_all();
+        }
+    }
+}
+
+/// The front end in front of rmcp: its session manager (each session's
+/// handler kept in `root`'s sessions), the access checks of `options`, and
+/// the answers still being sent.
+fn make_front(
+    server: &ToolpoolServer,
+    options: HttpOptions,
+    root: &Arc<SessionsRoot>,
+    sessions_ct: &CancellationToken,
+    answers: &AnswersInFlight,
+) -> Arc<Front> {
+    // Host and Origin are checked by `Access`, before rmcp sees a request.
+    let config = StreamableHttpServerConfig::default()
+        .with_cancellation_token(sessions_ct.clone())
+        .disable_allowed_hosts()
+        .disable_allowed_origins()
+        .with_max_request_body_bytes(crate::protocol::DEFAULT_MAX_FRAME);
+    let mut manager = LocalSessionManager::default();
+    manager.session_config.keep_alive = Some(options.session_idle);
+    let manager = Arc::new(manager);
+    let sessions = Arc::new(Sessions {
+        manager: manager.clone(),
+        max: options.max_sessions,
+        opening: Mutex::new(0),
+        calls: Arc::default(),
+    });
+    let registry = sessions.calls.clone();
+    let by_credential = options.access.requires_token();
+    let handler = server.clone();
+    let handler_root = root.clone();
+    // rmcp makes one handler for each new session.
+    let service = StreamableHttpService::new(
+        move || {
+            Ok(handler.for_session(SessionCalls::new(
+                registry.clone(),
+                handler_root.clone(),
+                by_credential,
+            )))
+        },
+        manager,
+        config,
+    );
+    if options.session_idle < server.pool().default_timeout() {
         tracing::warn!(
-            unsent = answers.count(),
-            "answers still unsent at the end of the grace period: their connections are closed"
+            "--session-idle {} s is shorter than the tools' timeout: a session whose only call runs longer ends, and the call is cancelled",
+            options.session_idle.as_secs_f64()
         );
     }
-    // Ends every session (and so the SSE streams of their GETs); give the
-    // connections a moment to flush what they were sending.
-    sessions_ct.cancel();
-    let flushed = tokio::time::timeout(ANSWER_FLUSH, async {
-        while connections.join_next().await.is_some() {}
+    Arc::new(Front {
+        service,
+        access: options.access,
+        sessions,
+        pool: server.pool().clone(),
+        bodies: Arc::new(tokio::sync::Semaphore::new(BODIES_IN_FLIGHT / 1024)),
+        answers: answers.clone(),
     })
-    .await;
-    if flushed.is_err() {
-        connections.abort_all();
-    }
-    Ok(())
 }
 
 /// What stands in front of rmcp's handler.
