@@ -1,4 +1,6 @@
 #![warn(missing_docs)]
+// docs.rs shows which feature each gated item needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 //! toolpool: runs Python function tools for LLM agents in a pool of isolated
 //! `python3` workers, with timeouts that are enforced by killing the worker.
 //!
@@ -66,6 +68,7 @@ mod http_conn;
 #[doc(hidden)]
 pub mod logging;
 #[cfg(feature = "mcp")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
 pub mod mcp;
 pub mod metrics;
 mod node_calls;
@@ -78,9 +81,11 @@ mod reaper;
 mod sandbox;
 pub mod stop;
 #[cfg(feature = "otel")]
+#[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
 pub mod telemetry;
 mod trace_context;
 #[cfg(feature = "watch")]
+#[cfg_attr(docsrs, doc(cfg(feature = "watch")))]
 pub mod watch;
 mod worker;
 

@@ -107,10 +107,12 @@ use tasks::TaskEnd;
 use tracing_spans::{CallTrace, Outcome, RequestSpan};
 
 #[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub use http::parse_http_addr;
 #[cfg(feature = "metrics")]
 pub(crate) use http_access::{authority_and_origin, is_loopback_host};
 #[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub use http_access::{HttpArgs, HttpOptions, TOKEN_ENV as AUTH_TOKEN_ENV};
 
 /// The most bytes of request bodies the server holds at once, across every
