@@ -82,38 +82,40 @@ pub fn plain_result(
     };
     // `{"result":…}` around a wrapped value.
     const WRAPPER: usize = 11;
-    let structured_len = match function {
-        Some(_) => match encoded_len(&value, false, limit) {
-            Some(len) => len + WRAPPER,
-            None => return too_large(),
-        },
-        None => 0,
-    };
-    let left = limit.saturating_sub(structured_len);
-    // The text, built only once it is known to fit.
-    let fits = match &value {
-        Value::String(_) => encoded_len(&value, false, left).is_some(),
-        _ => encoded_len(&value, function.is_none(), left).is_some(),
-    };
-    if !fits {
-        return too_large();
-    }
-    let structured = function.and_then(|f| match &value {
-        Value::String(_) => f.structured_result(value.clone()),
-        _ => None,
-    });
+    // What the structured copy adds to a message whose value takes `len`.
+    let structured_len = |len: usize| function.map_or(0, |_| len + WRAPPER);
     let (text, structured) = match value {
-        Value::String(text) => (text, structured),
-        other => match function {
-            Some(f) => (other.to_string(), f.structured_result(other)),
-            None => (result_text(&other, None), None),
-        },
+        Value::String(text) => {
+            // The text is the string: as JSON, the same bytes as the
+            // structured copy, so it is counted once.
+            let Some(len) = encoded_len(&text, false, limit) else {
+                return too_large();
+            };
+            if len + structured_len(len) > limit {
+                return too_large();
+            }
+            let structured =
+                function.and_then(|f| f.structured_result(Value::String(text.clone())));
+            (text, structured)
+        }
+        other => {
+            // Built only once its JSON is known to fit (indented when the
+            // text is the only copy).
+            let Some(len) = encoded_len(&other, function.is_none(), limit) else {
+                return too_large();
+            };
+            let left = limit.saturating_sub(structured_len(len));
+            let (text, structured) = match function {
+                Some(f) => (other.to_string(), f.structured_result(other)),
+                None => (result_text(&other, None), None),
+            };
+            // As a JSON string, the text's own quotes and newlines are escaped.
+            if encoded_len(&text, false, left).is_none() {
+                return too_large();
+            }
+            (text, structured)
+        }
     };
-    // Indented or compact, a value's text has quotes and newlines that its
-    // JSON string escapes.
-    if encoded_len(&text, false, left).is_none() {
-        return too_large();
-    }
     let mut result = CallToolResult::success(vec![McpContent::text(text)]);
     result.structured_content = structured;
     result
