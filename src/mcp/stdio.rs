@@ -12,11 +12,12 @@
 //!
 //! Every line read is judged by a [`Gate`] before rmcp gets it: bad input is
 //! answered with a JSON-RPC error there (rmcp would drop it silently), and a
-//! line over the frame limit (64 MiB) is never held in memory. rmcp writes
-//! into a pipe; a writer task ([`super::stdio_writer`]) copies it to stdout,
-//! interleaved only at line boundaries with the gate's answers, and tells the
-//! gate which ids got their response. When stdout goes away (the client closed it, or a write
-//! fails), the server shuts down and exits even if stdin stays open.
+//! line over the frame limit (64 MiB) is never held in memory. A writer
+//! thread ([`super::stdio_writer`]) serializes rmcp's messages to stdout a
+//! buffer at a time, the gate's answers between them, and tells the gate
+//! which ids got their response. When stdout goes away (the client closed
+//! it, or a write fails), the server shuts down and exits even if stdin
+//! stays open.
 
 use std::future::Future;
 use std::io::Read;
@@ -24,14 +25,13 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::ServiceExt;
 use tokio::io::{AsyncRead, ReadBuf};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::stdio_gate::{Gate, LineSplitter, Piece, Verdict};
-use super::stdio_writer::write_stdout;
+use super::stdio_writer::{spawn_writer, Out, StdioTransport};
 use super::{ServeError, ToolpoolServer};
 use crate::protocol::DEFAULT_MAX_FRAME;
 
@@ -40,18 +40,11 @@ const TRANSPORT_DRAIN: Duration = Duration::from_secs(10);
 
 pub(super) async fn serve(server: ToolpoolServer, grace: Duration) -> Result<(), ServeError> {
     let gate = Gate::new(DEFAULT_MAX_FRAME);
-    let (replies, replies_rx) = mpsc::channel::<Vec<u8>>(64);
-    let (reader, mut stdin_closed, release_eof) = StdinReader::spawn(gate.clone(), replies);
-    let mut release_eof = Some(release_eof);
     let stdout_gone = CancellationToken::new();
     watch_stdout(stdout_gone.clone());
-    let (rmcp_out, from_rmcp) = tokio::io::duplex(64 * 1024);
-    let writer = tokio::spawn(write_stdout(
-        from_rmcp,
-        replies_rx,
-        gate.clone(),
-        stdout_gone.clone(),
-    ));
+    let (out, written) = spawn_writer(gate.clone(), stdout_gone.clone());
+    let (reader, mut stdin_closed, release_eof) = StdinReader::spawn(gate.clone(), out.clone());
+    let mut release_eof = Some(release_eof);
     let ct = CancellationToken::new();
     let requests = server.inner.stop.clone();
     let stop = requests.first();
@@ -59,8 +52,7 @@ pub(super) async fn serve(server: ToolpoolServer, grace: Duration) -> Result<(),
 
     // The gate already refused longer lines; rmcp's own cap (16 MiB by
     // default) must not drop the ones it let through.
-    let transport =
-        AsyncRwTransport::new_server(reader, rmcp_out).with_max_line_length(gate.limit() + 2);
+    let transport = StdioTransport::new(reader, out, gate.limit() + 2);
     let init = server.clone().serve_with_ct(transport, ct.clone());
     tokio::pin!(init);
     let running = loop {
@@ -126,9 +118,12 @@ pub(super) async fn serve(server: ToolpoolServer, grace: Duration) -> Result<(),
         Ok(quit) => tracing::debug!("MCP transport ended: {quit:?}"),
         Err(_) => tracing::warn!("the MCP transport did not finish flushing in time"),
     }
-    // rmcp has let go of its end of the pipe: the writer copies what is
-    // left to stdout and ends.
-    if tokio::time::timeout(TRANSPORT_DRAIN, writer).await.is_err() {
+    // rmcp has let go of its sender: the writer writes what is left to
+    // stdout and ends.
+    if tokio::time::timeout(TRANSPORT_DRAIN, written)
+        .await
+        .is_err()
+    {
         tracing::warn!("stdout did not take the last messages in time");
     }
     Ok(())
@@ -192,7 +187,7 @@ impl StdinReader {
     /// Lines the gate refuses are answered through `replies`.
     fn spawn(
         gate: Gate,
-        replies: mpsc::Sender<Vec<u8>>,
+        replies: mpsc::Sender<Out>,
     ) -> (StdinReader, oneshot::Receiver<()>, oneshot::Sender<()>) {
         let (tx, chunks) = mpsc::channel::<Vec<u8>>(16);
         let spawned = std::thread::Builder::new()
@@ -212,7 +207,9 @@ impl StdinReader {
                                 tx.blocking_send(line).is_ok()
                             }
                             Verdict::PassAs(instead) => tx.blocking_send(instead).is_ok(),
-                            Verdict::Reply(reply) => replies.blocking_send(reply).is_ok(),
+                            Verdict::Reply(reply) => {
+                                replies.blocking_send(Out::Line(reply)).is_ok()
+                            }
                             Verdict::Skip => true,
                         },
                         Piece::Oversized(prefix) => {
@@ -220,7 +217,9 @@ impl StdinReader {
                                 limit = gate.limit(),
                                 "refused a message over the size limit"
                             );
-                            replies.blocking_send(gate.oversized(&prefix)).is_ok()
+                            replies
+                                .blocking_send(Out::Line(gate.oversized(&prefix)))
+                                .is_ok()
                         }
                     };
                     open.set(open.get() && sent);

@@ -1,305 +1,328 @@
-//! rmcp's output copied to stdout a chunk at a time, never a whole line: a
-//! result of tens of MiB is on its way out while rmcp still writes it, and
-//! is not held a second time here. Only a line's head is looked at — enough
-//! to see that it is a response and to which id ([`Gate::answered_id`] takes
-//! it out of flight, and gives back the client's id for an alias). The gate's
-//! own answers go out between lines, never inside one.
+//! What the server sends on stdio, written by a thread of its own: each of
+//! rmcp's messages is serialized straight into a 64 KiB buffer that goes to
+//! stdout as it fills, so a result of tens of MiB is never encoded whole in
+//! memory (a control character takes 6 bytes as JSON, and a typed result is
+//! there twice: as text and as `structuredContent`). Each response takes its
+//! id out of flight at the [`Gate`] as it is written, and goes out under the
+//! client's own id where the gate gave its request an alias. The gate's own
+//! answers, and the few rmcp writes as bytes, come as whole lines, and go
+//! out between messages.
 
+use std::future::Future;
+use std::io::Write;
+use std::os::fd::AsFd;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use rmcp::model::{ErrorData, JsonRpcMessage};
+use rmcp::service::{RoleServer, RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::transport::async_rw::AsyncRwTransport;
+use rmcp::transport::Transport;
+use serde::Serialize;
 use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::{CancellationToken, PollSender};
 
 use super::stdio_gate::Gate;
 
-/// What rmcp writes first on every message (serde_json, compact).
-const VERSION: &[u8] = br#"{"jsonrpc":"2.0","#;
-const ID: &[u8] = br#""id":"#;
-
-/// What the first bytes of a line rmcp writes say about it.
-#[derive(Debug, PartialEq)]
-enum Head {
-    /// Not enough bytes yet to tell.
-    Partial,
-    /// A response to `id`, whose value is at `span` of the line.
-    Response {
-        id: Value,
-        span: std::ops::Range<usize>,
-    },
-    /// A request or notification of the server's: nothing to do.
-    Message,
-    /// Not the shape rmcp writes: the whole line is read, and judged whole.
-    Unknown,
+/// One thing to write to stdout.
+pub(super) enum Out {
+    /// A message of rmcp's, serialized as it is written.
+    Message(Box<TxJsonRpcMessage<RoleServer>>),
+    /// A whole line, its `\n` included: the gate's answer to a line it
+    /// refused, or a protocol error rmcp wrote as bytes.
+    Line(Vec<u8>),
 }
 
-/// Where `prefix` ends when `bytes` start with it; else the verdict.
-fn expect(bytes: &[u8], prefix: &[u8]) -> Result<usize, Head> {
-    if bytes.len() < prefix.len() {
-        return Err(match prefix.starts_with(bytes) {
-            true => Head::Partial,
-            false => Head::Unknown,
-        });
-    }
-    match bytes.starts_with(prefix) {
-        true => Ok(prefix.len()),
-        false => Err(Head::Unknown),
-    }
-}
+/// How many messages may wait for stdout before rmcp waits in turn.
+const QUEUED: usize = 64;
+/// The write buffer: a message larger than this goes out in pieces of it.
+const BUFFER: usize = 64 * 1024;
 
-fn head_of(line: &[u8]) -> Head {
-    let after_version = match expect(line, VERSION) {
-        Ok(at) => at,
-        Err(verdict) => return verdict,
-    };
-    let rest = &line[after_version..];
-    if rest.starts_with(br#""method""#) {
-        return Head::Message;
-    }
-    let id_at = match expect(rest, ID) {
-        Ok(at) => after_version + at,
-        Err(verdict) => return verdict,
-    };
-    let mut values = serde_json::Deserializer::from_slice(&line[id_at..]).into_iter::<Value>();
-    let id = match values.next() {
-        Some(Ok(id)) => id,
-        Some(Err(e)) if e.is_eof() => return Head::Partial,
-        None => return Head::Partial,
-        Some(Err(_)) => return Head::Unknown,
-    };
-    let id_end = id_at + values.byte_offset();
-    let tail = &line[id_end..];
-    for (member, response) in [
-        (&br#","result""#[..], true),
-        (&br#","error""#[..], true),
-        (&br#","method""#[..], false),
-    ] {
-        if tail.starts_with(member) {
-            return match response {
-                true => Head::Response {
-                    id,
-                    span: id_at..id_end,
-                },
-                false => Head::Message,
-            };
-        }
-        if tail.len() < member.len() && member.starts_with(tail) {
-            // A number id may go on in the next chunk, too.
-            return Head::Partial;
-        }
-    }
-    Head::Unknown
-}
-
-/// Where the copy is in rmcp's stream.
-enum Place {
-    /// At a line's start, its first bytes read (not yet written).
-    Head(Vec<u8>),
-    /// Inside a line whose head is written: bytes go straight out.
-    Body,
-    /// Inside a line whose head could not be read: kept until its end, and
-    /// judged whole.
-    Whole(Vec<u8>),
-}
-
-/// The longest head looked at: past it (an id of many KiB) the line is
-/// read whole, rather than its head parsed again at every chunk.
-const LONGEST_HEAD: usize = 64 * 1024;
-
-/// Copies rmcp's output and the gate's answers to stdout; each response
-/// written takes its id out of flight. Ends when rmcp's side is closed, or
-/// when stdout fails (then `stdout_gone` is cancelled).
-pub(super) async fn write_stdout(
-    mut from_rmcp: tokio::io::DuplexStream,
-    mut replies: mpsc::Receiver<Vec<u8>>,
+/// The channel to stdout, and the thread that writes it: `done` is told
+/// once everything sent before every sender was dropped is written (or
+/// stdout failed; then `stdout_gone` is cancelled).
+pub(super) fn spawn_writer(
     gate: Gate,
     stdout_gone: CancellationToken,
-) {
-    let mut stdout = tokio::io::stdout();
-    let mut chunk = vec![0u8; 64 * 1024];
-    let mut place = Place::Head(Vec::new());
-    let mut replies_open = true;
-    loop {
-        let between_lines = matches!(&place, Place::Head(head) if head.is_empty());
-        let out: Vec<u8> = tokio::select! {
-            // `read` is cancel-safe: a lost race reads nothing.
-            read = from_rmcp.read(&mut chunk) => match read {
-                Ok(0) | Err(_) => break,
-                Ok(n) => copy(&mut place, &chunk[..n], &gate),
-            },
-            reply = replies.recv(), if replies_open && between_lines => match reply {
-                Some(reply) => reply,
-                None => {
-                    replies_open = false;
-                    continue;
-                }
-            },
-        };
-        if out.is_empty() {
-            continue;
+) -> (mpsc::Sender<Out>, oneshot::Receiver<()>) {
+    let (out, queue) = mpsc::channel(QUEUED);
+    let (done_tx, done) = oneshot::channel();
+    let spawned = std::thread::Builder::new()
+        .name("toolpool-stdout".into())
+        .spawn(move || {
+            write_stdout(queue, &gate, &stdout_gone);
+            let _ = done_tx.send(());
+        });
+    if let Err(e) = spawned {
+        // The queue went with the closure: every send fails, as with a
+        // stdout that is gone.
+        tracing::error!("cannot start the stdout thread: {e}");
+    }
+    (out, done)
+}
+
+fn write_stdout(mut queue: mpsc::Receiver<Out>, gate: &Gate, stdout_gone: &CancellationToken) {
+    let mut stdout = std::io::BufWriter::with_capacity(BUFFER, Stdout);
+    while let Some(item) = queue.blocking_recv() {
+        let mut written = write_one(&mut stdout, item, gate);
+        // Flushed once nothing else is waiting: a burst goes out together.
+        if written.is_ok() && queue.is_empty() {
+            written = stdout.flush();
         }
-        let written = async {
-            stdout.write_all(&out).await?;
-            stdout.flush().await
-        };
-        if let Err(e) = written.await {
+        if let Err(e) = written {
             tracing::info!("cannot write to stdout: {e}");
             stdout_gone.cancel();
             return;
         }
     }
-    // The gate's last answers, if stdin ended after rmcp (it does not).
-    while let Ok(reply) = replies.try_recv() {
-        if stdout.write_all(&reply).await.is_err() {
-            break;
-        }
-    }
-    let _ = stdout.flush().await;
+    let _ = stdout.flush();
 }
 
-/// What of `bytes` (the next ones rmcp wrote) goes out now, `place` moved on.
-fn copy(place: &mut Place, mut bytes: &[u8], gate: &Gate) -> Vec<u8> {
-    let mut out = Vec::new();
-    while !bytes.is_empty() {
-        let end = bytes.iter().position(|&b| b == b'\n');
-        let taken = end.map_or(bytes.len(), |end| end + 1);
-        let (now, rest) = bytes.split_at(taken);
-        bytes = rest;
-        *place = match std::mem::replace(place, Place::Body) {
-            Place::Body => {
-                out.extend_from_slice(now);
-                match end {
-                    Some(_) => Place::Head(Vec::new()),
-                    None => Place::Body,
-                }
-            }
-            Place::Head(mut head) | Place::Whole(mut head) if end.is_some() => {
-                // A whole line, before its head said what it is.
-                head.extend_from_slice(now);
-                out.extend(gate.answered(&head).unwrap_or(head));
-                Place::Head(Vec::new())
-            }
-            Place::Whole(mut line) => {
-                line.extend_from_slice(now);
-                Place::Whole(line)
-            }
-            Place::Head(mut head) => {
-                head.extend_from_slice(now);
-                match head_of(&head) {
-                    Head::Partial if head.len() <= LONGEST_HEAD => Place::Head(head),
-                    Head::Partial | Head::Unknown => Place::Whole(head),
-                    Head::Message => {
-                        out.extend(head);
-                        Place::Body
-                    }
-                    Head::Response { id, span } => {
-                        match gate.answered_id(&id) {
-                            Some(original) => {
-                                out.extend_from_slice(&head[..span.start]);
-                                out.extend_from_slice(original.to_string().as_bytes());
-                                out.extend_from_slice(&head[span.end..]);
-                            }
-                            None => out.extend(head),
-                        }
-                        Place::Body
-                    }
-                }
-            }
-        };
+/// Writes `item` as one line; a response leaves flight here.
+fn write_one(stdout: &mut impl Write, item: Out, gate: &Gate) -> std::io::Result<()> {
+    let message = match item {
+        Out::Line(line) => {
+            // A line rmcp wrote may be a response too (an error of its own).
+            return stdout.write_all(&gate.answered(&line).unwrap_or(line));
+        }
+        Out::Message(message) => message,
+    };
+    let original = match message.as_ref() {
+        JsonRpcMessage::Response(response) => answered(gate, &response.id),
+        JsonRpcMessage::Error(error) => error.id.as_ref().and_then(|id| answered(gate, id)),
+        JsonRpcMessage::Request(_) | JsonRpcMessage::Notification(_) => None,
+    };
+    match (original, message.as_ref()) {
+        (Some(id), JsonRpcMessage::Response(response)) => serde_json::to_writer(
+            &mut *stdout,
+            &UnderId {
+                jsonrpc: "2.0",
+                id: &id,
+                result: Some(&response.result),
+                error: None,
+            },
+        ),
+        (Some(id), JsonRpcMessage::Error(error)) => serde_json::to_writer(
+            &mut *stdout,
+            &UnderId::<()> {
+                jsonrpc: "2.0",
+                id: &id,
+                result: None,
+                error: Some(&error.error),
+            },
+        ),
+        _ => serde_json::to_writer(&mut *stdout, &message),
     }
-    out
+    .map_err(std::io::Error::from)?;
+    stdout.write_all(b"\n")
+}
+
+/// Takes the response's id out of flight: the client's own id when it was
+/// an alias.
+fn answered(gate: &Gate, id: &rmcp::model::RequestId) -> Option<Value> {
+    let id = serde_json::to_value(id).ok()?;
+    gate.answered_id(&id)
+}
+
+/// A response given back under the client's id, in rmcp's field order.
+#[derive(Serialize)]
+struct UnderId<'a, R: Serialize> {
+    jsonrpc: &'static str,
+    id: &'a Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    result: Option<&'a R>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a ErrorData>,
+}
+
+/// File descriptor 1, written without a buffer of std's (the writer has its
+/// own); a stdout another process left non-blocking is waited for.
+struct Stdout;
+
+impl Write for Stdout {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        use nix::errno::Errno;
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        let stdout = std::io::stdout();
+        loop {
+            match nix::unistd::write(stdout.as_fd(), bytes) {
+                Ok(n) => return Ok(n),
+                Err(Errno::EINTR) => {}
+                Err(Errno::EAGAIN) => {
+                    let mut fds = [PollFd::new(stdout.as_fd(), PollFlags::POLLOUT)];
+                    poll(&mut fds, PollTimeout::NONE).map_err(std::io::Error::from)?;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// rmcp's transport on stdio: messages read by rmcp's own line reader (from
+/// the gate's [`AsyncRead`]), messages sent handed to the writer thread.
+pub(super) struct StdioTransport<R: AsyncRead> {
+    read: AsyncRwTransport<RoleServer, R, LineSender>,
+    out: mpsc::Sender<Out>,
+}
+
+impl<R: AsyncRead + Send + Unpin> StdioTransport<R> {
+    /// `max_line`: the longest line rmcp reads (the gate refused longer).
+    pub(super) fn new(reader: R, out: mpsc::Sender<Out>, max_line: usize) -> Self {
+        let read = AsyncRwTransport::new_server(reader, LineSender::new(out.clone()))
+            .with_max_line_length(max_line);
+        StdioTransport { read, out }
+    }
+}
+
+impl<R: AsyncRead + Send + Unpin> Transport<RoleServer> for StdioTransport<R> {
+    type Error = std::io::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleServer>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        let out = self.out.clone();
+        async move {
+            out.send(Out::Message(Box::new(item)))
+                .await
+                .map_err(|_| stdout_closed())
+        }
+    }
+
+    fn receive(&mut self) -> impl Future<Output = Option<RxJsonRpcMessage<RoleServer>>> + Send {
+        self.read.receive()
+    }
+
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        self.read.close().await
+    }
+}
+
+fn stdout_closed() -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::BrokenPipe, "stdout is closed")
+}
+
+/// The bytes rmcp's reader writes (an "Invalid request" error for a
+/// message of the wrong shape), passed on a whole line at a time.
+pub(super) struct LineSender {
+    out: PollSender<Out>,
+    pending: Vec<u8>,
+    /// Whole lines of `pending` not yet sent.
+    whole: usize,
+}
+
+impl LineSender {
+    fn new(out: mpsc::Sender<Out>) -> Self {
+        LineSender {
+            out: PollSender::new(out),
+            pending: Vec::new(),
+            whole: 0,
+        }
+    }
+}
+
+impl AsyncWrite for LineSender {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+        bytes: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        this.pending.extend_from_slice(bytes);
+        if let Some(end) = this.pending.iter().rposition(|&b| b == b'\n') {
+            this.whole = end + 1;
+        }
+        Poll::Ready(Ok(bytes.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        while this.whole > 0 {
+            if std::task::ready!(this.out.poll_reserve(cx)).is_err() {
+                return Poll::Ready(Err(stdout_closed()));
+            }
+            let rest = this.pending.split_off(this.whole);
+            let line = std::mem::replace(&mut this.pending, rest);
+            this.whole = 0;
+            if this.out.send_item(Out::Line(line)).is_err() {
+                return Poll::Ready(Err(stdout_closed()));
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        self.poll_flush(cx)
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use serde_json::{json, Value};
+    use rmcp::model::{JsonRpcResponse, JsonRpcVersion2_0, NumberOrString, ServerResult};
+    use serde_json::json;
 
-    use super::{copy, head_of, Head, Place};
+    use super::*;
     use crate::mcp::stdio_gate::tests::reused_under_alias;
-    use crate::mcp::stdio_gate::{Gate, Verdict};
+    use crate::mcp::stdio_gate::Verdict;
 
-    /// A gate with request 700 cancelled and reused (so running under an
-    /// alias, which is returned) and request "b" in flight.
-    fn gate_with_alias() -> (Gate, Value) {
+    fn response(id: NumberOrString) -> Out {
+        Out::Message(Box::new(JsonRpcMessage::Response(JsonRpcResponse {
+            jsonrpc: JsonRpcVersion2_0,
+            id,
+            result: ServerResult::empty(()),
+        })))
+    }
+
+    fn written(item: Out, gate: &Gate) -> Value {
+        let mut bytes = Vec::new();
+        write_one(&mut bytes, item, gate).unwrap();
+        assert_eq!(bytes.pop(), Some(b'\n'));
+        serde_json::from_slice(&bytes).unwrap()
+    }
+
+    /// A response to a request the gate renamed goes out under the client's
+    /// id; every written response's id leaves flight (the client may use it
+    /// again).
+    #[test]
+    fn responses_go_out_under_the_clients_id_and_land() {
         let gate = Gate::new(1 << 20);
         let (alias, _) = reused_under_alias(&gate);
         let b = br#"{"jsonrpc":"2.0","id":"b","method":"ping"}"#;
         assert_eq!(gate.line(b), Verdict::Pass);
-        (gate, alias)
-    }
-
-    #[test]
-    fn heads_are_told_apart_from_their_first_bytes() {
-        let response = br#"{"jsonrpc":"2.0","id":12,"result":{}}"#;
+        let alias = serde_json::from_value::<NumberOrString>(alias).unwrap();
         assert_eq!(
-            head_of(response),
-            Head::Response {
-                id: json!(12),
-                span: 22..24
-            }
+            written(response(alias), &gate),
+            json!({"jsonrpc": "2.0", "id": 700, "result": {}})
         );
-        // `12` cut after `1` is not the id 1.
-        assert_eq!(head_of(&response[..23]), Head::Partial);
-        assert_eq!(head_of(&response[..25]), Head::Partial);
-        assert_eq!(head_of(br#"{"jsonrpc":"2.0","method":"x"}"#), Head::Message);
         assert_eq!(
-            head_of(br#"{"jsonrpc":"2.0","id":"s","method":"x"}"#),
-            Head::Message
+            written(response(NumberOrString::String("b".into())), &gate),
+            json!({"jsonrpc": "2.0", "id": "b", "result": {}})
         );
-        assert!(matches!(
-            head_of(br#"{"jsonrpc":"2.0","id":"s","error":{}}"#),
-            Head::Response { .. }
-        ));
-        assert_eq!(head_of(br#"{"id":1,"jsonrpc":"2.0"}"#), Head::Unknown);
-        assert_eq!(head_of(br#"{"jsonr"#), Head::Partial);
-    }
-
-    /// However rmcp's output is cut into reads, what goes out is the same
-    /// bytes, the alias given back as the client's id, and every response's
-    /// id out of flight (so the client may use it again).
-    #[test]
-    fn every_cut_of_the_stream_writes_the_same_and_lands_every_id() {
-        let (_, alias) = gate_with_alias();
-        let big = "\u{1}".repeat(300);
-        let stream = format!(
-            "{}\n{}\n{}\n",
-            json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"p": 1}}),
-            json!({"jsonrpc": "2.0", "id": alias, "result": {"content": [{"type": "text", "text": big}]}}),
-            json!({"jsonrpc": "2.0", "id": "b", "result": {}}),
-        );
-        let expected = stream.replace(&alias.to_string(), "700");
-        let bytes = stream.as_bytes();
-        for first in 0..bytes.len() {
-            for size in [1, 7, 64] {
-                let (gate, _) = gate_with_alias();
-                let mut place = Place::Head(Vec::new());
-                let mut out = copy(&mut place, &bytes[..first], &gate);
-                for piece in bytes[first..].chunks(size) {
-                    out.extend(copy(&mut place, piece, &gate));
-                }
-                assert_eq!(
-                    String::from_utf8(out).unwrap(),
-                    expected,
-                    "cut at {first} by {size}"
-                );
-                assert!(matches!(&place, Place::Head(head) if head.is_empty()));
-                // Both ids landed: each may be sent again as a new request.
-                for id in [&br#""b""#[..], b"700"] {
-                    let again = [
-                        &br#"{"jsonrpc":"2.0","id":"#[..],
-                        id,
-                        br#","method":"ping"}"#,
-                    ]
-                    .concat();
-                    assert!(
-                        !matches!(gate.line(&again), Verdict::Reply(_)),
-                        "cut at {first}"
-                    );
-                    assert!(
-                        matches!(gate.line(&again), Verdict::Reply(_)),
-                        "in flight again"
-                    );
-                }
-            }
+        for id in [&br#""b""#[..], b"700"] {
+            let again = [
+                &br#"{"jsonrpc":"2.0","id":"#[..],
+                id,
+                br#","method":"ping"}"#,
+            ]
+            .concat();
+            assert!(!matches!(gate.line(&again), Verdict::Reply(_)));
         }
+    }
+
+    /// A line is written as it is, and its response id lands too.
+    #[test]
+    fn lines_go_out_as_they_are() {
+        let gate = Gate::new(1 << 20);
+        let line =
+            b"{\"jsonrpc\":\"2.0\",\"error\":{\"code\":-32600,\"message\":\"x\"}}\n".to_vec();
+        let mut bytes = Vec::new();
+        write_one(&mut bytes, Out::Line(line.clone()), &gate).unwrap();
+        assert_eq!(bytes, line);
     }
 }

@@ -385,6 +385,35 @@ mod over_mcp {
         );
     }
 
+    /// A result of control characters that fits — 5 MB of U+0001, typed:
+    /// 30 MB of JSON as text and 30 MB again as structuredContent — is
+    /// delivered whole, and costs the server at most 4 × its size: the
+    /// message is serialized to stdout a buffer at a time, never whole.
+    #[test]
+    fn a_result_of_control_characters_costs_at_most_four_times_its_size() {
+        let mut server = Server::start();
+        // The server's first call sets up what every call reuses.
+        server.call("text_of", "x", 0);
+        let n = 5_000_000;
+        let (answer, rise) = server.call("text_of", "\u{1}", n / 1_000_000);
+        let result = &answer["result"];
+        assert_eq!(result["isError"], false, "{}", result["content"][0]["text"]);
+        for text in [
+            &result["content"][0]["text"],
+            &result["structuredContent"]["result"],
+        ] {
+            let text = text.as_str().unwrap();
+            assert_eq!(text.len() as u64, n);
+            assert!(text.chars().all(|c| c == '\u{1}'));
+        }
+        assert!(
+            rise <= 4 * n,
+            "the server's peak rose {:.1} MB for a {} MB result",
+            rise as f64 / 1e6,
+            n / 1_000_000
+        );
+    }
+
     /// A 60 MB result that fits is delivered whole, and costs the server at
     /// most 4 × its size: it is moved, not copied, into the message, and
     /// copied to stdout as rmcp writes it rather than gathered into lines.
