@@ -52,6 +52,7 @@ pub(super) async fn serve(server: ToolpoolServer, grace: Duration) -> Result<(),
 
     // The gate already refused longer lines; rmcp's own cap (16 MiB by
     // default) must not drop the ones it let through.
+    let end = out.clone();
     let transport = StdioTransport::new(reader, out, gate.limit() + 2);
     let init = server.clone().serve_with_ct(transport, ct.clone());
     tokio::pin!(init);
@@ -118,9 +119,13 @@ pub(super) async fn serve(server: ToolpoolServer, grace: Duration) -> Result<(),
         Ok(quit) => tracing::debug!("MCP transport ended: {quit:?}"),
         Err(_) => tracing::warn!("the MCP transport did not finish flushing in time"),
     }
-    // rmcp has let go of its sender: the writer writes what is left to
-    // stdout and ends.
-    if tokio::time::timeout(TRANSPORT_DRAIN, written)
+    // rmcp is done sending: the writer writes what came before the end and
+    // stops (the stdin thread may still hold a sender, for its replies).
+    let drained = async {
+        let _ = end.send(Out::End).await;
+        let _ = written.await;
+    };
+    if tokio::time::timeout(TRANSPORT_DRAIN, drained)
         .await
         .is_err()
     {

@@ -33,6 +33,9 @@ pub(super) enum Out {
     /// A whole line, its `\n` included: the gate's answer to a line it
     /// refused, or a protocol error rmcp wrote as bytes.
     Line(Vec<u8>),
+    /// The end: written once everything sent before it is (the stdin
+    /// thread may hold a sender for as long as stdin stays open).
+    End,
 }
 
 /// How many messages may wait for stdout before rmcp waits in turn.
@@ -41,8 +44,8 @@ const QUEUED: usize = 64;
 const BUFFER: usize = 64 * 1024;
 
 /// The channel to stdout, and the thread that writes it: `done` is told
-/// once everything sent before every sender was dropped is written (or
-/// stdout failed; then `stdout_gone` is cancelled).
+/// once everything sent before [`Out::End`] (or before every sender was
+/// dropped) is written, or stdout failed (then `stdout_gone` is cancelled).
 pub(super) fn spawn_writer(
     gate: Gate,
     stdout_gone: CancellationToken,
@@ -66,6 +69,9 @@ pub(super) fn spawn_writer(
 fn write_stdout(mut queue: mpsc::Receiver<Out>, gate: &Gate, stdout_gone: &CancellationToken) {
     let mut stdout = std::io::BufWriter::with_capacity(BUFFER, Stdout);
     while let Some(item) = queue.blocking_recv() {
+        if matches!(item, Out::End) {
+            break;
+        }
         let mut written = write_one(&mut stdout, item, gate);
         // Flushed once nothing else is waiting: a burst goes out together.
         if written.is_ok() && queue.is_empty() {
@@ -88,6 +94,7 @@ fn write_one(stdout: &mut impl Write, item: Out, gate: &Gate) -> std::io::Result
             return stdout.write_all(&gate.answered(&line).unwrap_or(line));
         }
         Out::Message(message) => message,
+        Out::End => return Ok(()),
     };
     let original = match message.as_ref() {
         JsonRpcMessage::Response(response) => answered(gate, &response.id),
