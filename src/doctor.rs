@@ -2,14 +2,26 @@
 
 use std::time::Duration;
 
-use crate::pool::Pool;
+use crate::pool::{Limits, Pool};
 use crate::process::KillMechanism;
 use crate::worker::StartMethod;
 
 /// The report `toolpool doctor` prints, one `name: value` a line.
 pub fn report(pool: &Pool) -> String {
-    let info = pool.worker_info();
     let limits = pool.limits();
+    let mut lines = mechanisms(pool);
+    lines.extend(limit_lines(&limits));
+    lines.extend(crate::sandbox::doctor_lines(
+        pool.sandbox(),
+        limits.allow_net,
+    ));
+    lines.join("\n")
+}
+
+/// How the workers run and are kept in check: the interpreter, the codec,
+/// the kill, the human wait, the start.
+fn mechanisms(pool: &Pool) -> Vec<String> {
+    let info = pool.worker_info();
     let codec = match info.codec.as_str() {
         "msgpack" => "msgpack (the C extension)".to_string(),
         "builtin" => {
@@ -25,7 +37,7 @@ pub fn report(pool: &Pool) -> String {
             "process-tree (no PID namespace could be made: the worker's group, then every descendant of its guardian, are killed)"
         }
     };
-    let mut lines = vec![
+    vec![
         format!(
             "interpreter: {} (Python {})",
             info.executable, info.python_version
@@ -49,13 +61,18 @@ pub fn report(pool: &Pool) -> String {
         ),
         format!(
             "subreaper: {}",
-            if limits.subreaper {
+            if pool.limits().subreaper {
                 "on (what a killed guardian leaves becomes toolpool's child, and is killed)"
             } else {
                 "off"
             }
         ),
-    ];
+    ]
+}
+
+/// The limits the pool was built with, one a line.
+fn limit_lines(limits: &Limits) -> Vec<String> {
+    let mut lines = Vec::new();
     // Seconds as `30.0`, `0.5`.
     let secs = |d: Duration| format!("{:?}", d.as_secs_f64());
     let or = |value: Option<String>, none: &str| value.unwrap_or_else(|| none.to_string());
@@ -125,9 +142,5 @@ pub fn report(pool: &Pool) -> String {
         "shim: installed afresh for this pool in {} (mode 0700, removed with it; nothing is reused from an earlier run)",
         limits.private_dir.display()
     ));
-    lines.extend(crate::sandbox::doctor_lines(
-        pool.sandbox(),
-        limits.allow_net,
-    ));
-    lines.join("\n")
+    lines
 }

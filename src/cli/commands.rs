@@ -298,29 +298,7 @@ async fn doctor(run: &mut Invocation<'_>) -> Result<ExitCode, CliError> {
 }
 
 async fn serve(run: &mut Invocation<'_>, args: &ServeArgs) -> Result<ExitCode, CliError> {
-    // Checked before any worker starts: a public address without a token is
-    // refused here.
-    let http = args
-        .http
-        .map(|addr| {
-            let token = std::env::var(crate::mcp::AUTH_TOKEN_ENV).ok();
-            crate::mcp::HttpOptions::new(addr, &args.http_access, token)
-        })
-        .transpose()
-        .map_err(CliError::Usage)?;
-    if http.is_some()
-        && run.cli.sandbox.is_some()
-        && args.session_isolation == Some(IsolationArg::Shared)
-    {
-        // A sandboxed worker's view holds one session's folders: it cannot
-        // serve another session's files.
-        return Err(CliError::Usage(
-            "--session-isolation shared cannot be used with --sandbox over --http: a sandboxed \
-             worker sees only the folders of the session it was started for, so each serves \
-             one session (--session-isolation process, the default with --http)"
-                .into(),
-        ));
-    }
+    let http = http_options(run, args)?;
     // The workflow file is read before any worker starts, as in `resolve`.
     let workflow = args.config.as_ref().map(Workflow::load).transpose()?;
     // HTTP serves many clients: by default none sees another's worker
@@ -357,20 +335,12 @@ async fn serve(run: &mut Invocation<'_>, args: &ServeArgs) -> Result<ExitCode, C
         }
         None => None,
     };
-    let tools = match (&workflow, &args.node) {
-        (Some(workflow), Some(node)) => {
-            let resolved = workflow
-                .resolve(&pool.catalog())
-                .and_then(|resolved| resolved.node_tools(node).cloned());
-            match resolved {
-                Ok(node) => crate::mcp::ToolSet::Node(node),
-                Err(error) => {
-                    pool.shutdown_with_grace(Duration::ZERO).await;
-                    return Err(error.into());
-                }
-            }
+    let tools = match served_tools(&pool, workflow.as_ref(), args.node.as_deref()) {
+        Ok(tools) => tools,
+        Err(error) => {
+            pool.shutdown_with_grace(Duration::ZERO).await;
+            return Err(error);
         }
-        _ => crate::mcp::ToolSet::Catalog,
     };
     let options = crate::mcp::ServeOptions {
         tools,
@@ -400,6 +370,51 @@ async fn serve(run: &mut Invocation<'_>, args: &ServeArgs) -> Result<ExitCode, C
         .await
         .map_err(|e| CliError::Usage(e.to_string()))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The HTTP transport's options, checked before any worker starts: a
+/// public address without a token is refused here.
+fn http_options(
+    run: &Invocation<'_>,
+    args: &ServeArgs,
+) -> Result<Option<crate::mcp::HttpOptions>, CliError> {
+    let http = args
+        .http
+        .map(|addr| {
+            let token = std::env::var(crate::mcp::AUTH_TOKEN_ENV).ok();
+            crate::mcp::HttpOptions::new(addr, &args.http_access, token)
+        })
+        .transpose()
+        .map_err(CliError::Usage)?;
+    if http.is_some()
+        && run.cli.sandbox.is_some()
+        && args.session_isolation == Some(IsolationArg::Shared)
+    {
+        // A sandboxed worker's view holds one session's folders: it cannot
+        // serve another session's files.
+        return Err(CliError::Usage(
+            "--session-isolation shared cannot be used with --sandbox over --http: a sandboxed \
+             worker sees only the folders of the session it was started for, so each serves \
+             one session (--session-isolation process, the default with --http)"
+                .into(),
+        ));
+    }
+    Ok(http)
+}
+
+/// The tools `serve` offers: a workflow node's, else the catalog's.
+fn served_tools(
+    pool: &Pool,
+    workflow: Option<&Workflow>,
+    node: Option<&str>,
+) -> Result<crate::mcp::ToolSet, CliError> {
+    let (Some(workflow), Some(node)) = (workflow, node) else {
+        return Ok(crate::mcp::ToolSet::Catalog);
+    };
+    let resolved = workflow
+        .resolve(&pool.catalog())
+        .and_then(|resolved| resolved.node_tools(node).cloned())?;
+    Ok(crate::mcp::ToolSet::Node(resolved))
 }
 
 /// The exporter of the MCP requests' spans the `OTEL_*` variables ask for;

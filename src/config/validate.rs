@@ -78,6 +78,21 @@ struct Exposed {
     function: String,
 }
 
+/// The error for a tool name another tooling of the node already exposes.
+fn clash(exposed: &HashMap<String, Exposed>, tool_name: &str, function: &str) -> Option<String> {
+    let other = exposed.get(tool_name)?;
+    let origin = if other.function == function {
+        String::new()
+    } else {
+        format!(", function '{}'", other.function)
+    };
+    Some(format!(
+        "tool name '{tool_name}' clashes with the tool of the same name from {}{origin}; \
+         give one of the toolings a different 'prefix'",
+        other.tooling_path
+    ))
+}
+
 fn resolve_node(
     node: &NodeConfig,
     id: String,
@@ -138,21 +153,8 @@ fn resolve_node(
                     Some(p) => format!("{p}_{function}"),
                     None => function.clone(),
                 };
-                if let Some(other) = exposed.get(&tool_name) {
-                    let origin = if other.function == function {
-                        String::new()
-                    } else {
-                        format!(", function '{}'", other.function)
-                    };
-                    errors.push(ConfigError::new(
-                        &name_path,
-                        name.line,
-                        format!(
-                            "tool name '{tool_name}' clashes with the tool of the same name from {}{origin}; \
-                             give one of the toolings a different 'prefix'",
-                            other.tooling_path
-                        ),
-                    ));
+                if let Some(message) = clash(&exposed, &tool_name, &function) {
+                    errors.push(ConfigError::new(&name_path, name.line, message));
                     continue;
                 }
                 exposed.insert(

@@ -103,6 +103,34 @@ pub fn parse_http_addr(text: &str) -> Result<SocketAddr, String> {
         .ok_or_else(|| format!("'{host}' resolves to no address"))
 }
 
+/// Where the HTTP sessions' folders live: by default beside the pool's own
+/// session (`.toolpool/sessions/default`).
+fn sessions_root(
+    server: &ToolpoolServer,
+    options: &HttpOptions,
+) -> Result<SessionsRoot, crate::pool_error::PoolError> {
+    let own = server.pool().session().dir.clone();
+    let root_dir = match &options.sessions_root {
+        Some(dir) => dir.clone(),
+        None => own
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| own.clone()),
+    };
+    SessionsRoot::new(&root_dir, options.keep_sessions, &[&own])
+}
+
+fn warn_public(local: SocketAddr, requires_token: bool) {
+    tracing::warn!(
+        "serving MCP on {local}, which is not a loopback address{}",
+        if requires_token {
+            ""
+        } else {
+            " and without a token (--no-auth): anyone who can reach it can call the tools"
+        }
+    );
+}
+
 pub(super) async fn serve(
     server: ToolpoolServer,
     options: HttpOptions,
@@ -117,16 +145,7 @@ pub(super) async fn serve(
         }
     };
     let local = listener.local_addr().unwrap_or(addr);
-    // By default beside the pool's own session (`.toolpool/sessions/default`).
-    let own = server.pool().session().dir.clone();
-    let root_dir = match &options.sessions_root {
-        Some(dir) => dir.clone(),
-        None => own
-            .parent()
-            .map(Path::to_path_buf)
-            .unwrap_or_else(|| own.clone()),
-    };
-    let root = match SessionsRoot::new(&root_dir, options.keep_sessions, &[&own]) {
+    let root = match sessions_root(&server, &options) {
         Ok(root) => Arc::new(root),
         Err(e) => {
             server.pool().shutdown_with_grace(Duration::ZERO).await;
@@ -139,14 +158,7 @@ pub(super) async fn serve(
     let front = make_front(&server, options.clone(), &root, &sessions_ct, &answers);
     let cap = ConnectionCap::new(options.max_connections, "--max-connections");
     if !local.ip().is_loopback() {
-        tracing::warn!(
-            "serving MCP on {local}, which is not a loopback address{}",
-            if front.access.requires_token() {
-                ""
-            } else {
-                " and without a token (--no-auth): anyone who can reach it can call the tools"
-            }
-        );
+        warn_public(local, front.access.requires_token());
     }
     let requests = server.inner.stop.clone();
     let stop = requests.first();
@@ -179,18 +191,7 @@ pub(super) async fn serve(
                     cap.refuse(stream);
                     continue;
                 };
-                let front = front.clone();
-                let closing = closing.clone().cancelled_owned();
-                connections.spawn(async move {
-                    let _permit = permit;
-                    let route = hyper::service::service_fn(move |request: Request<Incoming>| {
-                        let front = front.clone();
-                        async move { Ok::<_, Infallible>(front.handle(request).await) }
-                    });
-                    if let Err(e) = serve_connection(stream, route, closing).await {
-                        tracing::debug!(%peer, "HTTP connection ended: {e}");
-                    }
-                });
+                connections.spawn(connection(stream, peer, permit, front.clone(), closing.clone()));
             }
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
             _ = &mut stop, if draining.is_none() => {
@@ -219,6 +220,25 @@ pub(super) async fn serve(
         .flush(closing, connections, grace.saturating_sub(spent))
         .await;
     Ok(())
+}
+
+/// Serves one accepted connection, holding its place under
+/// `--max-connections`, until it ends or `closing` has it close once its
+/// response is sent.
+async fn connection(
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+    front: Arc<Front>,
+    closing: CancellationToken,
+) {
+    let route = hyper::service::service_fn(move |request: Request<Incoming>| {
+        let front = front.clone();
+        async move { Ok::<_, Infallible>(front.handle(request).await) }
+    });
+    if let Err(e) = serve_connection(stream, route, closing.cancelled_owned()).await {
+        tracing::debug!(%peer, "HTTP connection ended: {e}");
+    }
 }
 
 /// What a stopped server still owes its clients.

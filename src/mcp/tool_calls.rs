@@ -116,12 +116,27 @@ impl ToolpoolServer {
                 .call_maybe_as_task(name, args, notices, session, after, &context)
                 .await);
         }
+        self.call_directly(name, args, notices, session, trace, &context)
+            .await
+    }
+
+    /// A `tools/call` answered in its own response (not as a task, nor in
+    /// round trips), or cancelled with its request or its session.
+    async fn call_directly(
+        &self,
+        name: String,
+        args: Value,
+        notices: call_notices::CallNotices,
+        session: Option<Arc<Session>>,
+        trace: CallTrace,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
         // Only 2025-11-25 HTTP sessions can be ended (DELETE) under a call.
-        let session_closed = self.session.closed(&context);
+        let session_closed = self.session.closed(context);
         let call = self.invoke(
             &name,
             args,
-            notices.prompt(elicit::for_request(&context)),
+            notices.prompt(elicit::for_request(context)),
             notices.listeners.clone(),
             session.clone(),
             trace.clone(),

@@ -295,128 +295,164 @@ impl Plan {
         let Some(f) = &self.fixed else {
             return Ok(());
         };
-        let check = |result: libc::c_int| {
-            if result == 0 {
-                Ok(())
-            } else {
-                Err(std::io::Error::last_os_error())
-            }
-        };
-        let null = std::ptr::null::<libc::c_char>();
-        let nosuid_nodev = libc::MS_NOSUID | libc::MS_NODEV;
+        f.enter_stage()?;
+        for op in &self.ops {
+            op.apply(f)?;
+        }
+        f.leave_stage()
+    }
+}
+
+const NULL: *const libc::c_char = std::ptr::null();
+const NOSUID_NODEV: libc::c_ulong = libc::MS_NOSUID | libc::MS_NODEV;
+
+/// A system call's 0-or-errno result as a `Result`.
+fn check(result: libc::c_int) -> std::io::Result<()> {
+    if result == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+impl Fixed {
+    /// Makes a staging tmpfs the root, with the new root (still empty) and
+    /// the host's at `/oldroot` under it.
+    ///
+    /// # Safety
+    /// Changes the calling process's root; only for the child.
+    unsafe fn enter_stage(&self) -> std::io::Result<()> {
         // Nothing done here propagates back to the host.
         check(libc::mount(
-            null,
-            f.root.as_ptr(),
-            null,
+            NULL,
+            self.root.as_ptr(),
+            NULL,
             libc::MS_REC | libc::MS_PRIVATE,
-            null.cast(),
+            NULL.cast(),
         ))?;
-        check(libc::mount(
-            f.tmpfs.as_ptr(),
-            f.stage.as_ptr(),
-            f.tmpfs.as_ptr(),
-            nosuid_nodev,
-            f.mode_0755.as_ptr().cast(),
-        ))?;
-        check(libc::mkdir(f.stage_new_root.as_ptr(), 0o755))?;
-        check(libc::mkdir(f.stage_old_root.as_ptr(), 0o755))?;
-        check(libc::mount(
-            f.tmpfs.as_ptr(),
-            f.stage_new_root.as_ptr(),
-            f.tmpfs.as_ptr(),
-            nosuid_nodev,
-            f.mode_0755.as_ptr().cast(),
-        ))?;
+        self.mount_tmpfs(&self.stage)?;
+        check(libc::mkdir(self.stage_new_root.as_ptr(), 0o755))?;
+        check(libc::mkdir(self.stage_old_root.as_ptr(), 0o755))?;
+        self.mount_tmpfs(&self.stage_new_root)?;
         // The staging tmpfs becomes the root; the host's is at /oldroot.
-        check(libc::chdir(f.stage.as_ptr()))?;
-        check(pivot_root(f.dot.as_ptr(), f.old_root_relative.as_ptr()))?;
-        check(libc::chdir(f.root.as_ptr()))?;
-        for op in &self.ops {
-            match op {
-                Op::Mkdir(path) => {
-                    if libc::mkdir(path.as_ptr(), 0o755) != 0
-                        && std::io::Error::last_os_error().raw_os_error() != Some(libc::EEXIST)
-                    {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                }
-                Op::Touch(path) => {
-                    let fd = libc::open(
-                        path.as_ptr(),
-                        libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
-                        0o644,
-                    );
-                    if fd < 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    libc::close(fd);
-                }
-                Op::Symlink { target, link } => {
-                    check(libc::symlink(target.as_ptr(), link.as_ptr()))?
-                }
-                Op::Seal(path) => check(libc::chmod(path.as_ptr(), 0o111))?,
-                Op::Tmpfs {
-                    target,
-                    options,
-                    read_only,
-                } => check(libc::mount(
-                    f.tmpfs.as_ptr(),
-                    target.as_ptr(),
-                    f.tmpfs.as_ptr(),
-                    nosuid_nodev | if *read_only { libc::MS_RDONLY } else { 0 },
-                    options.as_ptr().cast(),
-                ))?,
-                Op::Bind {
-                    source,
-                    target,
-                    writable,
-                    device,
-                } => {
-                    check(libc::mount(
-                        source.as_ptr(),
-                        target.as_ptr(),
-                        null,
-                        libc::MS_BIND | libc::MS_REC,
-                        null.cast(),
-                    ))?;
-                    let mut flags =
-                        libc::MS_REMOUNT | libc::MS_BIND | libc::MS_NOSUID | locked_flags(target);
-                    if !device {
-                        flags |= libc::MS_NODEV;
-                    }
-                    if !writable {
-                        flags |= libc::MS_RDONLY;
-                    }
-                    check(libc::mount(null, target.as_ptr(), null, flags, null.cast()))?;
-                }
-            }
-        }
+        check(libc::chdir(self.stage.as_ptr()))?;
+        check(pivot_root(
+            self.dot.as_ptr(),
+            self.old_root_relative.as_ptr(),
+        ))?;
+        check(libc::chdir(self.root.as_ptr()))
+    }
+
+    /// # Safety
+    /// Mounts over `target`; only for the child.
+    unsafe fn mount_tmpfs(&self, target: &CString) -> std::io::Result<()> {
+        check(libc::mount(
+            self.tmpfs.as_ptr(),
+            target.as_ptr(),
+            self.tmpfs.as_ptr(),
+            NOSUID_NODEV,
+            self.mode_0755.as_ptr().cast(),
+        ))
+    }
+
+    /// Lets go of the host's tree and makes the new root the root, read-only
+    /// at its top.
+    ///
+    /// # Safety
+    /// Changes the calling process's root; only for the child.
+    unsafe fn leave_stage(&self) -> std::io::Result<()> {
         // The host's /proc, for the guardian (and so that the kernel lets
         // the worker mount its own: a fully visible proc must exist).
         let host_proc = b"/oldroot/proc\0";
         check(libc::mount(
             host_proc.as_ptr().cast(),
-            f.proc_dir.as_ptr(),
-            null,
+            self.proc_dir.as_ptr(),
+            NULL,
             libc::MS_BIND | libc::MS_REC,
-            null.cast(),
+            NULL.cast(),
         ))?;
-        check(libc::umount2(f.old_root.as_ptr(), libc::MNT_DETACH))?;
+        check(libc::umount2(self.old_root.as_ptr(), libc::MNT_DETACH))?;
         // The new root becomes the root; the staging tmpfs goes.
-        check(libc::chdir(f.new_root.as_ptr()))?;
-        check(pivot_root(f.dot.as_ptr(), f.dot.as_ptr()))?;
-        check(libc::umount2(f.dot.as_ptr(), libc::MNT_DETACH))?;
-        check(libc::chdir(f.root.as_ptr()))?;
+        check(libc::chdir(self.new_root.as_ptr()))?;
+        check(pivot_root(self.dot.as_ptr(), self.dot.as_ptr()))?;
+        check(libc::umount2(self.dot.as_ptr(), libc::MNT_DETACH))?;
+        check(libc::chdir(self.root.as_ptr()))?;
         // Nothing new at the top of the view.
         check(libc::mount(
-            null,
-            f.root.as_ptr(),
-            null,
-            libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | nosuid_nodev,
-            null.cast(),
-        ))?;
-        Ok(())
+            NULL,
+            self.root.as_ptr(),
+            NULL,
+            libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | NOSUID_NODEV,
+            NULL.cast(),
+        ))
+    }
+}
+
+impl Op {
+    /// Does this step of the view, inside the staged new root.
+    ///
+    /// # Safety
+    /// Mounts and creates files in the caller's mount namespace; only for
+    /// the child, between [`Fixed::enter_stage`] and [`Fixed::leave_stage`].
+    unsafe fn apply(&self, f: &Fixed) -> std::io::Result<()> {
+        match self {
+            Op::Mkdir(path) => {
+                if libc::mkdir(path.as_ptr(), 0o755) != 0
+                    && std::io::Error::last_os_error().raw_os_error() != Some(libc::EEXIST)
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            }
+            Op::Touch(path) => {
+                let fd = libc::open(
+                    path.as_ptr(),
+                    libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
+                    0o644,
+                );
+                if fd < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                libc::close(fd);
+                Ok(())
+            }
+            Op::Symlink { target, link } => check(libc::symlink(target.as_ptr(), link.as_ptr())),
+            Op::Seal(path) => check(libc::chmod(path.as_ptr(), 0o111)),
+            Op::Tmpfs {
+                target,
+                options,
+                read_only,
+            } => check(libc::mount(
+                f.tmpfs.as_ptr(),
+                target.as_ptr(),
+                f.tmpfs.as_ptr(),
+                NOSUID_NODEV | if *read_only { libc::MS_RDONLY } else { 0 },
+                options.as_ptr().cast(),
+            )),
+            Op::Bind {
+                source,
+                target,
+                writable,
+                device,
+            } => {
+                check(libc::mount(
+                    source.as_ptr(),
+                    target.as_ptr(),
+                    NULL,
+                    libc::MS_BIND | libc::MS_REC,
+                    NULL.cast(),
+                ))?;
+                let mut flags =
+                    libc::MS_REMOUNT | libc::MS_BIND | libc::MS_NOSUID | locked_flags(target);
+                if !device {
+                    flags |= libc::MS_NODEV;
+                }
+                if !writable {
+                    flags |= libc::MS_RDONLY;
+                }
+                check(libc::mount(NULL, target.as_ptr(), NULL, flags, NULL.cast()))
+            }
+        }
     }
 }
 

@@ -375,6 +375,108 @@ fn no_source_file_is_over_600_lines() {
     assert!(long.is_empty(), "over 600 lines: {long:?}");
 }
 
+/// The files `#[cfg(test)] mod name;` declares: unit tests and models.
+fn test_only_files(sources: &[PathBuf]) -> BTreeSet<PathBuf> {
+    let mut found = BTreeSet::new();
+    for file in sources {
+        let text = std::fs::read_to_string(file).unwrap();
+        // A `foo.rs` declares its modules in `foo/`; `mod.rs`, `lib.rs`
+        // beside itself.
+        let stem = file.file_stem().unwrap_or_default();
+        let dir = match stem == "mod" || stem == "lib" || stem == "main" {
+            true => file.parent().unwrap().to_path_buf(),
+            false => file.with_extension(""),
+        };
+        let mut lines = text.lines().map(str::trim);
+        while let Some(line) = lines.next() {
+            if line != "#[cfg(test)]" {
+                continue;
+            }
+            let declared = lines.by_ref().find(|l| !l.starts_with("#["));
+            if let Some(name) = declared
+                .and_then(|l| l.strip_prefix("mod "))
+                .and_then(|l| l.strip_suffix(';'))
+            {
+                found.insert(dir.join(format!("{name}.rs")));
+                found.insert(dir.join(name).join("mod.rs"));
+            }
+        }
+    }
+    found
+}
+
+/// The functions of `text` longer than `limit` lines, outside `#[cfg(test)]`
+/// items: a function ends at the line that is its own indentation and `}`
+/// (the code is rustfmt's).
+fn long_functions(text: &str, limit: usize) -> Vec<(String, usize)> {
+    let code = code_of(text);
+    let lines: Vec<&str> = code.lines().collect();
+    let mut long = Vec::new();
+    for (at, line) in lines.iter().enumerate() {
+        let body = line.trim_start();
+        let indent = &line[..line.len() - body.len()];
+        let Some(name) = body
+            .split_once("fn ")
+            .filter(|(head, _)| {
+                head.split_whitespace().all(|word| {
+                    ["pub", "const", "async", "unsafe", "extern", "\"C\""].contains(&word)
+                        || word.starts_with("pub(")
+                })
+            })
+            .map(|(_, rest)| rest.split(['(', '<']).next().unwrap_or(""))
+        else {
+            continue;
+        };
+        if body.trim_end().ends_with('}') {
+            continue; // on one line
+        }
+        // A declaration without a body (a trait's) ends at its `;`.
+        let signature_end = lines[at..]
+            .iter()
+            .find(|l| l.trim_end().ends_with('{') || l.trim_end().ends_with(';'));
+        if signature_end.is_none_or(|l| l.trim_end().ends_with(';')) {
+            continue;
+        }
+        let close = format!("{indent}}}");
+        let length = lines[at..]
+            .iter()
+            .position(|l| l.trim_end() == close)
+            .map_or(lines.len() - at, |end| end + 1);
+        if length > limit {
+            long.push((name.to_string(), length));
+        }
+    }
+    long
+}
+
+/// Every function can be read on one screen or two: none is over 100 lines
+/// outside unit tests and models.
+#[test]
+fn no_function_is_over_100_lines() {
+    let mut sources = Vec::new();
+    files(&root().join("src"), "rs", &mut sources);
+    let test_only = test_only_files(&sources);
+    let mut long = Vec::new();
+    for file in sources.iter().filter(|f| !test_only.contains(*f)) {
+        let text = std::fs::read_to_string(file).unwrap();
+        for (name, lines) in long_functions(&text, 100) {
+            long.push(format!("{} {name} ({lines} lines)", file.display()));
+        }
+    }
+    assert!(long.is_empty(), "over 100 lines: {long:#?}");
+}
+
+#[test]
+fn a_long_function_is_found_and_a_declaration_is_not() {
+    let body = "    x();\n".repeat(3);
+    let text = format!(
+        "pub(crate) async fn long(\n    a: u8,\n) {{\n{body}}}\nfn short() {{}}\n\
+         trait T {{\n    fn declared(\n        &self,\n    );\n}}\n\
+         #[cfg(test)]\nfn tested() {{\n{body}}}\n"
+    );
+    assert_eq!(long_functions(&text, 4), [("long".to_string(), 7)]);
+}
+
 #[test]
 fn the_shim_has_no_import_cycles() {
     let graph = python_graph();
