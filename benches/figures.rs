@@ -5,7 +5,7 @@
 //! Prints one JSON object; `benches/peers` runs it next to the Python peers
 //! and prints the comparison. `--quick` takes fewer samples.
 
-// The allocator the toolpool binary runs with (src/main.rs).
+// The allocator the toolpool binary runs with (src/bin/toolpool/main.rs).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use serde_json::{json, Value};
 use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
-use toolpool::internals::{encode_invoke_frame, CallContext, DEFAULT_MAX_FRAME};
+use toolpool::wire::{encode_invoke_frame, CallContext, DEFAULT_MAX_FRAME};
 use toolpool::SandboxMode;
 use toolpool::{InvokeOptions, Pool};
 
@@ -188,9 +188,9 @@ async fn serial_round_trip(session: &Path, calls: usize) -> Vec<f64> {
 
 /// P1's floor: the same request and reply frames, echoed by a bare Python loop.
 async fn floor_round_trip(calls: usize) -> Vec<f64> {
-    let install = toolpool::internals::PrivateInstall::new().expect("a private directory");
+    let install = toolpool::wire::PrivateInstall::new().expect("a private directory");
     let shim = install.shim().expect("shim installs");
-    let python = toolpool::internals::resolve_interpreter("python3")
+    let python = toolpool::wire::resolve_interpreter("python3")
         .await
         .expect("python3 runs");
     let mut child = tokio::process::Command::new(python)
@@ -217,7 +217,7 @@ async fn floor_round_trip(calls: usize) -> Vec<f64> {
         let started = Instant::now();
         let frame = encode_invoke_frame(i as u64, "noop", &args, &context, DEFAULT_MAX_FRAME)
             .expect("encodes");
-        toolpool::internals::write_frame(&mut stdin, &frame)
+        toolpool::wire::write_frame(&mut stdin, &frame)
             .await
             .expect("writes");
         let body = stdout.next().await.expect("echo answers").expect("a frame");

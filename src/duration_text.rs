@@ -9,7 +9,6 @@ pub fn format_secs(duration: Duration) -> String {
     text.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
-#[cfg(feature = "cli")]
 /// A positive number of seconds (clap's value parser for `SECS` options).
 pub fn parse_seconds(text: &str) -> Result<Duration, String> {
     let secs: f64 = text

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 include!(concat!(env!("OUT_DIR"), "/embedded_files.rs"));
 
+/// The shim or the bundled tools could not be written out.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot write the embedded {what} to {path}: {source}")]
 pub struct InstallError {

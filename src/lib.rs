@@ -41,32 +41,21 @@
 //! ```
 //!
 //! Modules inside point one way: `protocol` ← `worker` ← `pool` ← the front
-//! ends (`mcp`, `cli`); `catalog`, `config` (workflow files) and `context`
+//! ends (`mcp`, and the `toolpool` binary, which stands on this crate's
+//! public API alone); `catalog`, `config` (workflow files) and `context`
 //! beside them (docs/architecture.md).
 
-#[cfg(feature = "cli")]
-mod bench;
 mod catalog;
-#[cfg(feature = "cli")]
-#[doc(hidden)]
-pub mod cli;
 mod config;
 mod content;
 mod context;
 mod control_chars;
-#[cfg(feature = "cli")]
-mod doctor;
 mod duration_text;
 mod embedded;
 mod env;
 mod error;
 #[cfg(feature = "http")]
-mod health;
-#[cfg(feature = "http")]
-mod http_conn;
-#[cfg(feature = "cli")]
-#[doc(hidden)]
-pub mod logging;
+mod http;
 #[cfg(feature = "mcp")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
 pub mod mcp;
@@ -98,6 +87,7 @@ pub use config::{
     ToolSpec, ToolingConfig, ToolingKind, Workflow, WorkflowError,
 };
 pub use content::{result_text, Attachment, BlockKind, ContentBlock};
+pub use context::sessions::check_session_name;
 pub use context::{
     progress_fn, prompt_fn, AttachmentError, AttachmentRecord, AttachmentRef, AttachmentStore,
     HumanPrompt, LogLevel, LogListener, LogRecord, LogSubscription, Progress, ProgressListener,
@@ -108,7 +98,7 @@ pub use env::{read_env_file, EnvFileError};
 pub use error::{ErrorKind, ToolError};
 pub use pool::{
     CallReport, InvokeContext, InvokeOptions, LatencyHistogram, Limits, Pool, PoolBuilder,
-    PoolStats, SessionIsolation, WorkerStats,
+    PoolStats, SessionIsolation, WorkerStats, CALL_LOG_TARGET,
 };
 pub use pool_error::PoolError;
 pub use process::KillMechanism;
@@ -116,13 +106,22 @@ pub use sandbox::SandboxMode;
 pub use trace_context::{TraceContext, TraceParent};
 pub use worker::{StartMethod, WorkerInfo};
 
-/// What the crate's own benchmarks and tests drive below the pool: the
-/// worker channel. Not a stable interface.
-#[doc(hidden)]
-pub mod internals {
-    pub use crate::embedded::PrivateInstall;
+/// Text as toolpool reads and writes it: seconds as operators give them
+/// and read them, and what a tool printed made safe for a terminal.
+pub mod text {
+    pub use crate::control_chars::escape_controls;
+    pub use crate::duration_text::{format_secs, parse_seconds};
+}
+
+/// The worker protocol (docs/protocol.md), for a program that drives one
+/// worker itself: the crate's floor benchmark measures with it what a call
+/// costs below the pool. [`PrivateInstall`](wire::PrivateInstall) puts the
+/// shim a worker runs in a directory of its own.
+pub mod wire {
+    pub use crate::embedded::{InstallError, PrivateInstall};
     pub use crate::pool::resolve_interpreter;
     pub use crate::protocol::{
-        encode_invoke_frame, write_frame, CallContext, DEFAULT_MAX_FRAME, PROTOCOL_VERSION,
+        encode_invoke_frame, write_frame, CallContext, ProtocolError, DEFAULT_MAX_FRAME,
+        PROTOCOL_VERSION,
     };
 }

@@ -6,7 +6,7 @@
 //! set, bearer authentication (a request with two `Host` or `Origin`
 //! headers, or whose absolute target names another authority than its
 //! `Host`, is refused before). Connections are capped and must send their
-//! header in time and their body at a least rate ([`crate::http_conn`]);
+//! header in time and their body at a least rate ([`crate::http::conn`]);
 //! sessions are capped (`--max-sessions`) and end after `--session-idle`
 //! without traffic; a request body may be as large as a frame (64 MiB), no
 //! larger.
@@ -26,7 +26,7 @@
 //! a client is its credential, whatever MCP sessions it opens. Ending an
 //! MCP session cancels its own calls and leaves the files to the others.
 //! `GET /healthz` and `GET /readyz` are served beside `/mcp`
-//! ([`crate::health`]); on SIGTERM `/readyz` turns 503 at once, new
+//! ([`crate::http::health`]); on SIGTERM `/readyz` turns 503 at once, new
 //! sessions are refused, and the calls in flight finish within `--grace`
 //! while the listener still answers; the sessions end once every answer has
 //! been sent ([`http_answers`](super::http_answers)).
@@ -65,7 +65,7 @@ use super::http_sessions::Sessions;
 use super::http_sessions::SESSION_HEADER;
 use super::{ServeError, ToolpoolServer};
 use crate::context::SessionsRoot;
-use crate::http_conn::{serve_connection, ConnectionCap};
+use crate::http::conn::{serve_connection, ConnectionCap};
 
 /// The path the MCP endpoint is served at.
 pub const ENDPOINT: &str = "/mcp";
@@ -366,7 +366,7 @@ impl Front {
         // Before the access checks: probes send no token, and the answer
         // tells nothing but the state.
         if let Some((status, body)) =
-            crate::health::respond(request.method(), request.uri().path(), &self.pool)
+            crate::http::health::respond(request.method(), request.uri().path(), &self.pool)
         {
             return text(status, body);
         }

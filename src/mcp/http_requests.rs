@@ -15,7 +15,7 @@ use rmcp::transport::StreamableHttpService;
 
 use super::http_access::Refusal;
 use super::{ToolpoolServer, BODIES_IN_FLIGHT};
-use crate::http_conn::{read_body, BodyError};
+use crate::http::conn::{read_body, BodyError};
 
 /// A response's body, as the front end hands it to hyper.
 pub(super) type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
@@ -28,7 +28,7 @@ pub(super) type McpService = StreamableHttpService<ToolpoolServer, LocalSessionM
 pub(super) const TASK_METHODS: [&str; 3] = ["tasks/get", "tasks/update", "tasks/cancel"];
 
 /// `request` with its body read whole, if it is a POST: within the frame
-/// limit and the least rate of [`crate::http_conn::read_body`] (a client
+/// limit and the least rate of [`crate::http::conn::read_body`] (a client
 /// that trickles a body is cut off, as one that trickles a header is), and
 /// within `bodies`, the budget of bodies held at once, whose share it holds
 /// until dropped; a JSON text of more than `MAX_VALUES` values is refused.

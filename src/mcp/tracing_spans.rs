@@ -40,6 +40,7 @@ pub(super) enum Transport {
     /// stdio.
     Pipe,
     /// Streamable HTTP.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
     Tcp,
 }
 

@@ -6,7 +6,7 @@ use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
 
 use super::render;
-use crate::http_conn::{serve_connection, ConnectionCap};
+use crate::http::conn::{serve_connection, ConnectionCap};
 use crate::mcp::{authority_and_origin, is_loopback_host};
 use crate::pool::Pool;
 
@@ -67,7 +67,7 @@ fn respond(request: &Request<Incoming>, pool: &Pool, loopback: bool) -> Response
                 .to_string(),
         )
     } else if let Some((status, body)) =
-        crate::health::respond(request.method(), request.uri().path(), pool)
+        crate::http::health::respond(request.method(), request.uri().path(), pool)
     {
         (status, "text/plain", body)
     } else if request.uri().path() != "/metrics" {

@@ -79,6 +79,16 @@ impl Default for PoolBuilder {
 }
 
 impl PoolBuilder {
+    /// Idle workers kept for their sessions beyond the pool size, unless
+    /// [`PoolBuilder::parked_workers`] says otherwise.
+    pub const DEFAULT_PARKED_WORKERS: usize = super::DEFAULT_PARKED_WORKERS;
+    /// The largest frame (a request or a reply) a worker may send or be
+    /// sent, unless [`PoolBuilder::max_frame`] says otherwise.
+    pub const DEFAULT_MAX_FRAME: usize = crate::protocol::DEFAULT_MAX_FRAME;
+    /// The processes a sandboxed worker may have at once, unless
+    /// [`PoolBuilder::max_procs`] says otherwise.
+    pub const DEFAULT_MAX_PROCS: u32 = crate::sandbox::DEFAULT_MAX_PROCS;
+
     /// The tools' directory; by default `functions/function_calling` when it
     /// exists here, else the bundled tools embedded in the binary.
     pub fn functions_dir(mut self, dir: impl Into<PathBuf>) -> Self {

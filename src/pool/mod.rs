@@ -21,6 +21,7 @@ mod call;
 #[cfg(test)]
 mod call_model;
 mod checkout;
+mod describe;
 mod dispatch;
 mod idle_deaths;
 mod lease;

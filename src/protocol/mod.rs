@@ -30,23 +30,37 @@ pub const PROTOCOL_VERSION: u32 = 7;
 /// Default largest frame body either side sends or accepts (64 MiB).
 pub const DEFAULT_MAX_FRAME: usize = 64 * 1024 * 1024;
 
+/// What went wrong on a worker's channel.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ProtocolError {
+    /// The worker closed its end: it died, or was killed.
     #[error("the worker closed its end of the channel")]
     Closed,
+    /// A frame longer than the frame limit, sent or announced.
     #[error("frame of {len} bytes is over the {limit}-byte limit")]
-    TooLarge { len: usize, limit: usize },
+    TooLarge {
+        /// The frame's length.
+        len: usize,
+        /// The limit it passed.
+        limit: usize,
+    },
+    /// Reading or writing the pipe failed.
     #[error("i/o error on the worker channel: {0}")]
     Io(#[from] std::io::Error),
+    /// A frame that is not MessagePack of a message.
     #[error("malformed message from the worker: {0}")]
     Decode(#[from] rmp_serde::decode::Error),
+    /// A frame too deep, or otherwise not what a message may be.
     #[error("malformed message from the worker: {0}")]
     Malformed(String),
+    /// A message the worker may not send at this point.
     #[error("unexpected message from the worker: {0}")]
     Unexpected(&'static str),
+    /// A message that cannot be encoded.
     #[error("cannot encode message: {0}")]
     Encode(#[from] rmp_serde::encode::Error),
+    /// Arguments that cannot be sent as they are.
     #[error("{0}")]
     Arguments(String),
 }

@@ -390,7 +390,6 @@ unsafe fn loopback_up() -> std::io::Result<()> {
     Ok(())
 }
 
-#[cfg(feature = "cli")]
 /// Lines for `toolpool doctor`: each piece, on or off.
 pub fn doctor_lines(sandbox: Option<&Sandbox>, allow_net: bool) -> Vec<String> {
     let pieces = match sandbox {

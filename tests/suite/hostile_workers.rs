@@ -107,7 +107,7 @@ async fn wrong_protocol_version_fails_the_start_naming_both_versions() {
     let error = start_error("wrong_protocol").await;
     let expected = format!(
         "the worker speaks protocol 99, this supervisor speaks {}",
-        toolpool::internals::PROTOCOL_VERSION
+        toolpool::wire::PROTOCOL_VERSION
     );
     assert!(error.contains(&expected), "{error}");
 }

@@ -89,7 +89,8 @@ fn rust_graph() -> Graph {
     let mut graph = Graph::new();
     for file in &sources {
         let module = rust_module(&src, file);
-        if module == "lib" || module == "main" {
+        // The binary is a crate of its own (`the_binary_is_on_the_public_api`).
+        if module == "lib" || module == "bin" {
             continue;
         }
         let code = code_of(&std::fs::read_to_string(file).unwrap());
@@ -318,11 +319,11 @@ fn names_reached_in_a_folder_are_read_at_their_depth() {
 fn the_lower_layers_do_not_reach_up() {
     let graph = rust_graph();
     for (module, forbidden) in [
-        ("worker", ["pool", "context", "cli", "mcp"]),
-        ("protocol", ["worker", "pool", "cli", "mcp"]),
+        ("worker", ["pool", "context", "http", "mcp"]),
+        ("protocol", ["worker", "pool", "http", "mcp"]),
         // Workflow files are read and validated without a pool; calling a
         // node's tools through one is `node_calls`' job.
-        ("config", ["pool", "worker", "cli", "mcp"]),
+        ("config", ["pool", "worker", "http", "mcp"]),
     ] {
         for name in forbidden {
             assert!(
@@ -332,6 +333,40 @@ fn the_lower_layers_do_not_reach_up() {
             );
         }
     }
+}
+
+/// The `toolpool` binary stands on the library's public API alone, as any
+/// other front end would: it reaches nothing of the library by `crate::`
+/// (only its own modules), and the library hides no module for it.
+#[test]
+fn the_binary_is_on_the_public_api() {
+    let bin = root().join("src/bin/toolpool");
+    let mut sources = Vec::new();
+    files(&bin, "rs", &mut sources);
+    assert!(sources.len() > 5, "{sources:?}");
+    let own: BTreeSet<String> = std::fs::read_to_string(bin.join("main.rs"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.strip_prefix("mod ")?.strip_suffix(';'))
+        .map(String::from)
+        .collect();
+    assert!(own.contains("cli"), "{own:?}");
+    let mut reached = Vec::new();
+    for file in &sources {
+        let code = code_of(&std::fs::read_to_string(file).unwrap());
+        for (at, _) in code.match_indices("crate::") {
+            let name: String = code[at + "crate::".len()..]
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            if !own.contains(&name) {
+                reached.push(format!("{}: crate::{name}", file.display()));
+            }
+        }
+    }
+    assert!(reached.is_empty(), "{reached:#?}");
+    let lib = std::fs::read_to_string(root().join("src/lib.rs")).unwrap();
+    assert!(!lib.contains("doc(hidden)"), "src/lib.rs hides a module");
 }
 
 /// The trace context (checked W3C headers) and the OpenTelemetry exporter's

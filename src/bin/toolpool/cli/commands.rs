@@ -14,10 +14,10 @@ use super::{
     command, pretty, print_out, read_args, terminal_width, CatalogFormat, Cli, CliError, Command,
     IsolationArg, ResolveFormat, ServeArgs,
 };
-use crate::config::{nodes_json, ToolFormat, Workflow};
-use crate::content::result_text;
-use crate::context::{PromptInput, TerminalPrompt};
-use crate::pool::{InvokeOptions, Pool, PoolBuilder, SessionIsolation};
+use toolpool::result_text;
+use toolpool::{nodes_json, ToolFormat, Workflow};
+use toolpool::{InvokeOptions, Pool, PoolBuilder, SessionIsolation};
+use toolpool::{PromptInput, TerminalPrompt};
 
 /// What every subcommand starts from: the options, the stop signals
 /// listened for since the start, and the scratch session of the read-only
@@ -291,7 +291,7 @@ async fn check(run: &mut Invocation<'_>, workflow: &PathBuf) -> Result<ExitCode,
 
 async fn doctor(run: &mut Invocation<'_>) -> Result<ExitCode, CliError> {
     let pool = run.one_shot_pool().await?;
-    let report = crate::doctor::report(&pool);
+    let report = pool.describe();
     pool.shutdown().await;
     print_out(&report);
     Ok(ExitCode::SUCCESS)
@@ -318,7 +318,7 @@ async fn serve(run: &mut Invocation<'_>, args: &ServeArgs) -> Result<ExitCode, C
         builder = builder.spare_workers(0);
     }
     let pool = build_unless_stopped(builder, &mut run.signals).await?;
-    let reloads = args.watch.then(|| crate::watch::spawn(&pool));
+    let reloads = args.watch.then(|| toolpool::watch::spawn(&pool));
     let _metrics = match args.metrics {
         Some(addr) => {
             let listener = match tokio::net::TcpListener::bind(addr).await {
@@ -330,7 +330,7 @@ async fn serve(run: &mut Invocation<'_>, args: &ServeArgs) -> Result<ExitCode, C
                     )));
                 }
             };
-            let endpoint = tokio::spawn(crate::metrics::serve(listener, pool.clone()));
+            let endpoint = tokio::spawn(toolpool::metrics::serve(listener, pool.clone()));
             Some(tokio_util::task::AbortOnDropHandle::new(endpoint))
         }
         None => None,
@@ -342,7 +342,7 @@ async fn serve(run: &mut Invocation<'_>, args: &ServeArgs) -> Result<ExitCode, C
             return Err(error);
         }
     };
-    let options = crate::mcp::ServeOptions {
+    let options = toolpool::mcp::ServeOptions {
         tools,
         http,
         grace: args.grace,
@@ -354,7 +354,7 @@ async fn serve(run: &mut Invocation<'_>, args: &ServeArgs) -> Result<ExitCode, C
         #[cfg(feature = "otel")]
         telemetry: telemetry(),
     };
-    let (stop, requests) = crate::stop::stop_channel();
+    let (stop, requests) = toolpool::stop::stop_channel();
     // The one signal listener: each SIGTERM or SIGINT is a stop request
     // (the first drains, the second kills what still runs).
     let _listener = run.signals.take().map(|mut signals| {
@@ -366,7 +366,7 @@ async fn serve(run: &mut Invocation<'_>, args: &ServeArgs) -> Result<ExitCode, C
             }
         }))
     });
-    crate::mcp::serve(pool, options, requests)
+    toolpool::mcp::serve(pool, options, requests)
         .await
         .map_err(|e| CliError::Usage(e.to_string()))?;
     Ok(ExitCode::SUCCESS)
@@ -377,12 +377,12 @@ async fn serve(run: &mut Invocation<'_>, args: &ServeArgs) -> Result<ExitCode, C
 fn http_options(
     run: &Invocation<'_>,
     args: &ServeArgs,
-) -> Result<Option<crate::mcp::HttpOptions>, CliError> {
+) -> Result<Option<toolpool::mcp::HttpOptions>, CliError> {
     let http = args
         .http
         .map(|addr| {
-            let token = std::env::var(crate::mcp::AUTH_TOKEN_ENV).ok();
-            crate::mcp::HttpOptions::new(addr, &args.http_access, token)
+            let token = std::env::var(toolpool::mcp::AUTH_TOKEN_ENV).ok();
+            toolpool::mcp::HttpOptions::new(addr, &args.http_access, token)
         })
         .transpose()
         .map_err(CliError::Usage)?;
@@ -407,22 +407,22 @@ fn served_tools(
     pool: &Pool,
     workflow: Option<&Workflow>,
     node: Option<&str>,
-) -> Result<crate::mcp::ToolSet, CliError> {
+) -> Result<toolpool::mcp::ToolSet, CliError> {
     let (Some(workflow), Some(node)) = (workflow, node) else {
-        return Ok(crate::mcp::ToolSet::Catalog);
+        return Ok(toolpool::mcp::ToolSet::Catalog);
     };
     let resolved = workflow
         .resolve(&pool.catalog())
         .and_then(|resolved| resolved.node_tools(node).cloned())?;
-    Ok(crate::mcp::ToolSet::Node(resolved))
+    Ok(toolpool::mcp::ToolSet::Node(resolved))
 }
 
 /// The exporter of the MCP requests' spans the `OTEL_*` variables ask for;
 /// one that cannot be built is told and left out (the tools are served all
 /// the same).
 #[cfg(feature = "otel")]
-fn telemetry() -> Option<crate::telemetry::Telemetry> {
-    crate::telemetry::Telemetry::from_env().unwrap_or_else(|error| {
+fn telemetry() -> Option<toolpool::telemetry::Telemetry> {
+    toolpool::telemetry::Telemetry::from_env().unwrap_or_else(|error| {
         tracing::warn!("{error}; no traces are exported");
         None
     })

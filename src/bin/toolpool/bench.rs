@@ -10,8 +10,8 @@ use serde_json::Value;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use crate::pool::{CallReport, InvokeOptions, PoolBuilder};
-use crate::pool_error::PoolError;
+use toolpool::PoolError;
+use toolpool::{CallReport, InvokeOptions, PoolBuilder};
 
 /// The built-in tool `bench` runs when no `--tool` is given.
 pub const BUILTIN_NOOP: &str = "noop";
@@ -90,8 +90,8 @@ pub struct Retired {
 }
 
 impl Retired {
-    fn since(before: &crate::PoolStats, after: &crate::PoolStats) -> Retired {
-        let left = |stats: &crate::PoolStats| stats.left_running.values().sum::<u64>();
+    fn since(before: &toolpool::PoolStats, after: &toolpool::PoolStats) -> Retired {
+        let left = |stats: &toolpool::PoolStats| stats.left_running.values().sum::<u64>();
         Retired {
             max_calls: (after.recycled - after.retired_over_rss)
                 .saturating_sub(before.recycled - before.retired_over_rss),

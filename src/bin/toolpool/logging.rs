@@ -56,10 +56,10 @@ impl LogOptions {
             (false, _, _) => "debug".to_string(),
         };
         let mut spec = base;
-        let names_calls = spec.contains(crate::pool::CALL_LOG_TARGET);
+        let names_calls = spec.contains(toolpool::CALL_LOG_TARGET);
         if !self.calls_logged && self.verbose == 0 && !names_calls {
             spec.push(',');
-            spec.push_str(crate::pool::CALL_LOG_TARGET);
+            spec.push_str(toolpool::CALL_LOG_TARGET);
             spec.push_str("=off");
         }
         // A RUST_LOG that does not parse: say so, and log as by default.
@@ -129,7 +129,7 @@ mod tests {
     #[test]
     fn calls_are_left_out_of_the_log_unless_asked_for() {
         use tracing::Level;
-        let target = crate::pool::CALL_LOG_TARGET;
+        let target = toolpool::CALL_LOG_TARGET;
         let quiet_calls = LogOptions {
             calls_logged: false,
             ..options(ColorChoice::Never)

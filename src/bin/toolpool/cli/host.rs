@@ -31,11 +31,11 @@ use tokio::task::JoinHandle;
 
 use super::signals::StopSignals;
 use super::CliError;
-use crate::config::{nodes_json, ToolFormat, Workflow};
-use crate::context::{HumanPrompt, PromptAnswer, PromptError, PromptRequest, Session};
-use crate::context::{SessionPaths, SessionsRoot};
-use crate::error::{ErrorKind, ToolError};
-use crate::pool::{InvokeContext, InvokeOptions, Pool, PoolBuilder};
+use toolpool::{nodes_json, ToolFormat, Workflow};
+use toolpool::{ErrorKind, ToolError};
+use toolpool::{HumanPrompt, PromptAnswer, PromptError, PromptRequest, Session};
+use toolpool::{InvokeContext, InvokeOptions, Pool, PoolBuilder};
+use toolpool::{SessionPaths, SessionsRoot};
 
 /// The environment variable with the host's pid: the supervisor exits at
 /// once if its parent is already another process (the host died before
@@ -44,7 +44,7 @@ pub const HOST_PID_ENV: &str = "TOOLPOOL_HOST_PID";
 
 /// Longest line the host may send: the frame limit, as for a call's
 /// arguments anywhere else.
-const MAX_LINE: usize = crate::protocol::DEFAULT_MAX_FRAME;
+const MAX_LINE: usize = toolpool::PoolBuilder::DEFAULT_MAX_FRAME;
 
 /// A line from the host.
 #[derive(Deserialize)]
@@ -425,7 +425,7 @@ fn placed_session(host: &Host, dir: &std::path::Path) -> Result<Arc<Session>, St
     let id = dir
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
-        .filter(|n| crate::context::sessions::check_session_name(n).is_ok())
+        .filter(|n| toolpool::check_session_name(n).is_ok())
         .unwrap_or_else(|| "session".to_string());
     let paths = SessionPaths::prepare(&id, Some(dir)).map_err(|e| e.to_string())?;
     let session = Arc::new(Session::at(paths));
@@ -469,6 +469,8 @@ fn tool_failed(id: u64, error: &ToolError) -> Value {
         ErrorKind::InvalidArguments => "invalid_arguments",
         ErrorKind::PoolBusy => "pool_busy",
         ErrorKind::PoolClosed => "pool_closed",
+        // A kind newer than this match: the Python module's plain ToolError.
+        _ => "error",
     };
     json!({
         "op": "done", "id": id, "ok": false, "kind": kind,

@@ -2,8 +2,8 @@
 //!
 //! Front ends stop by draining: no new calls, calls in flight finish within a
 //! grace period, then whatever is left is killed and reaped
-//! ([`crate::Pool::shutdown_with_grace`]). The library listens to no
-//! signal: `serve` gets them as [`crate::stop::StopHandle`] requests.
+//! ([`toolpool::Pool::shutdown_with_grace`]). The library listens to no
+//! signal: `serve` gets them as [`toolpool::stop::StopHandle`] requests.
 
 use std::fmt;
 

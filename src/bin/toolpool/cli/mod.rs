@@ -21,15 +21,14 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::config::WorkflowError;
-use crate::content::ContentBlock;
-use crate::pool::{CallReport, Pool, PoolBuilder};
-use crate::pool_error::PoolError;
 use signals::{StopSignal, StopSignals};
+use toolpool::ContentBlock;
+use toolpool::PoolError;
+use toolpool::WorkflowError;
+use toolpool::{CallReport, Pool, PoolBuilder};
 
 pub use args::{
-    command, parse, CatalogFormat, Cli, Command, EnvFile, IsolationArg, ResolveFormat, SandboxArg,
-    ServeArgs,
+    command, parse, CatalogFormat, Cli, Command, IsolationArg, ResolveFormat, SandboxArg, ServeArgs,
 };
 
 /// Exit code for a bad command line or setup.
@@ -42,7 +41,7 @@ pub async fn run(cli: Cli) -> ExitCode {
     let say = |text: &dyn std::fmt::Display| {
         eprintln!(
             "toolpool: {}",
-            crate::control_chars::escape_controls(&text.to_string())
+            toolpool::text::escape_controls(&text.to_string())
         )
     };
     match commands::run_command(&cli).await {
@@ -106,12 +105,15 @@ fn builder(cli: &Cli, one_shot_workers: Option<usize>) -> PoolBuilder {
         .human_timeout(cli.human_timeout)
         .worker_idle(cli.worker_idle)
         .sandbox(match cli.sandbox {
-            None => crate::sandbox::SandboxMode::Off,
-            Some(SandboxArg::Strict) => crate::sandbox::SandboxMode::Strict,
-            Some(SandboxArg::BestEffort) => crate::sandbox::SandboxMode::BestEffort,
+            None => toolpool::SandboxMode::Off,
+            Some(SandboxArg::Strict) => toolpool::SandboxMode::Strict,
+            Some(SandboxArg::BestEffort) => toolpool::SandboxMode::BestEffort,
         })
         .allow_net(cli.allow_net)
-        .max_procs(cli.max_procs.unwrap_or(crate::sandbox::DEFAULT_MAX_PROCS))
+        .max_procs(
+            cli.max_procs
+                .unwrap_or(toolpool::PoolBuilder::DEFAULT_MAX_PROCS),
+        )
         .pass_env(cli.pass_env.iter().cloned())
         .set_env(cli.env_file.iter().flat_map(|file| file.0.iter().cloned()));
     if let Some(limit) = cli.import_timeout {
@@ -176,7 +178,7 @@ async fn call_draining_on_signal(
     };
     tracing::warn!(
         "{signal}: no new calls; the call in flight may finish within {} s",
-        crate::duration_text::format_secs(grace)
+        toolpool::text::format_secs(grace)
     );
     let drained = async { tokio::join!(&mut call, pool.shutdown_with_grace(grace)).0 };
     tokio::select! {
@@ -230,7 +232,7 @@ fn print_out(text: &str) {
     use std::io::IsTerminal;
     let mut out = std::io::stdout().lock();
     let text = if out.is_terminal() {
-        crate::control_chars::escape_controls(text)
+        toolpool::text::escape_controls(text)
     } else {
         std::borrow::Cow::Borrowed(text)
     };

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
-use crate::duration_text::parse_seconds;
+use toolpool::text::parse_seconds;
 
 /// What `toolpool --help` says after the options.
 const AFTER_HELP: &str = "\
@@ -150,7 +150,7 @@ pub enum SandboxArg {
 pub struct EnvFile(pub Vec<(String, String)>);
 
 fn parse_env_file(path: &str) -> Result<EnvFile, String> {
-    crate::env::read_env_file(std::path::Path::new(path))
+    toolpool::read_env_file(std::path::Path::new(path))
         .map(EnvFile)
         .map_err(|e| e.to_string())
 }
@@ -390,15 +390,15 @@ pub struct ServeArgs {
     #[arg(long, value_name = "ID", requires = "config")]
     pub node: Option<String>,
     /// Serve streamable HTTP at ADDR (PORT or HOST:PORT; a bare port is loopback) instead of stdio
-    #[arg(long, value_name = "ADDR", value_parser = crate::mcp::parse_http_addr)]
+    #[arg(long, value_name = "ADDR", value_parser = toolpool::mcp::parse_http_addr)]
     pub http: Option<std::net::SocketAddr>,
     #[command(flatten)]
-    pub http_access: crate::mcp::HttpArgs,
+    pub http_access: toolpool::mcp::HttpArgs,
     /// Seconds calls in flight may run on at shutdown before they are killed
     #[arg(long, value_name = "SECS", default_value = "10", value_parser = parse_seconds)]
     pub grace: Duration,
     /// Serve Prometheus metrics at http://ADDR/metrics (PORT or HOST:PORT; a bare port is loopback)
-    #[arg(long, value_name = "ADDR", value_parser = crate::mcp::parse_http_addr)]
+    #[arg(long, value_name = "ADDR", value_parser = toolpool::mcp::parse_http_addr)]
     pub metrics: Option<std::net::SocketAddr>,
     /// Rebuild the catalog and recycle the workers when a tool module changes
     #[arg(long)]
@@ -416,7 +416,7 @@ pub struct ServeArgs {
     #[arg(long, value_enum, value_name = "MODE")]
     pub session_isolation: Option<IsolationArg>,
     /// With --session-isolation process: idle workers kept for their sessions beyond --workers, so a session resumes its own instead of starting a new one (a few MB each; 0: recycle instead)
-    #[arg(long, value_name = "N", default_value_t = crate::pool::DEFAULT_PARKED_WORKERS)]
+    #[arg(long, value_name = "N", default_value_t = toolpool::PoolBuilder::DEFAULT_PARKED_WORKERS)]
     pub parked_workers: usize,
 }
 

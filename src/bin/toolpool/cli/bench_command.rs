@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use serde_json::Value;
 
 use super::{pretty, print_out, Cli, CliError};
-use crate::pool::PoolBuilder;
+use toolpool::PoolBuilder;
 
 /// `bench`'s progress on stderr: one bar per pool size, started when its
 /// measured calls start (so the rate and the time left are those of the

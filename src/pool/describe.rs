@@ -1,4 +1,5 @@
-//! `toolpool doctor`: what the workers run on and how they are kept in check.
+//! What the workers run on and how they are kept in check, as
+//! `toolpool doctor` prints it.
 
 use std::time::Duration;
 
@@ -6,16 +7,20 @@ use crate::pool::{Limits, Pool};
 use crate::process::KillMechanism;
 use crate::worker::StartMethod;
 
-/// The report `toolpool doctor` prints, one `name: value` a line.
-pub fn report(pool: &Pool) -> String {
-    let limits = pool.limits();
-    let mut lines = mechanisms(pool);
-    lines.extend(limit_lines(&limits));
-    lines.extend(crate::sandbox::doctor_lines(
-        pool.sandbox(),
-        limits.allow_net,
-    ));
-    lines.join("\n")
+impl Pool {
+    /// What the workers run on and how they are kept in check (the
+    /// interpreter, the kill, the human wait, every limit, each sandbox
+    /// piece): the report `toolpool doctor` prints, one `name: value` a line.
+    pub fn describe(&self) -> String {
+        let limits = self.limits();
+        let mut lines = mechanisms(self);
+        lines.extend(limit_lines(&limits));
+        lines.extend(crate::sandbox::doctor_lines(
+            self.sandbox(),
+            limits.allow_net,
+        ));
+        lines.join("\n")
+    }
 }
 
 /// How the workers run and are kept in check: the interpreter, the codec,
