@@ -1,11 +1,11 @@
 //! rmcp's [`ServerHandler`] for [`ToolpoolServer`]: each MCP method, traced
-//! by its span (see `tracing_spans`), mapped onto the pool, the session's
+//! by its span (see `calls::spans`), mapped onto the pool, the session's
 //! resources and the task store.
 
 use super::*;
 
 impl ServerHandler for ToolpoolServer {
-    #[allow(deprecated)] // enable_logging: see `call_notices`
+    #[allow(deprecated)] // enable_logging: see `calls::notices`
     fn get_info(&self) -> ServerConfig {
         let capabilities = if self.inner.list_changes.load(Ordering::Acquire) {
             ServerCapabilities::builder()
@@ -83,7 +83,7 @@ impl ServerHandler for ToolpoolServer {
             let listed = tokio::task::spawn_blocking(move || resources::list(&store))
                 .await
                 .map_err(|e| McpError::internal_error(format!("listing failed: {e}"), None))?;
-            let mut all = resource_functions::listed(&self.inner.pool.catalog());
+            let mut all = resources::functions::listed(&self.inner.pool.catalog());
             all.extend(listed.resources);
             let cursor = request.and_then(|r| r.cursor);
             let (items, next) = page(all, cursor.as_deref())?;
@@ -105,7 +105,7 @@ impl ServerHandler for ToolpoolServer {
             self.span(&context, "resources/templates/list", None, None),
             async {
                 let attachments = resources::templates();
-                let mut all = resource_functions::templates(&self.inner.pool.catalog());
+                let mut all = resources::functions::templates(&self.inner.pool.catalog());
                 all.extend(attachments.resource_templates);
                 let cursor = request.and_then(|r| r.cursor);
                 let (items, next) = page(all, cursor.as_deref())?;
@@ -131,13 +131,13 @@ impl ServerHandler for ToolpoolServer {
         let trace = span.call();
         traced(span, async {
             let catalog = self.inner.pool.catalog();
-            if let Some((function, args)) = resource_functions::find(&catalog, &uri) {
+            if let Some((function, args)) = resources::functions::find(&catalog, &uri) {
                 let session = self
                     .session
                     .session(&context)
                     .map_err(|e| McpError::invalid_params(e, None))?;
                 let options = InvokeOptions {
-                    human_prompt: Some(Arc::new(elicit::NoHuman(
+                    human_prompt: Some(Arc::new(calls::elicit::NoHuman(
                         "a resource is read without a human to ask",
                     ))),
                     session,
@@ -153,7 +153,7 @@ impl ServerHandler for ToolpoolServer {
                     }
                 };
                 trace.call_ended(&report);
-                return resource_functions::contents(function, &uri, report.result)
+                return resources::functions::contents(function, &uri, report.result)
                     .map(ReadResourceResponse::Complete);
             }
             let store = self.store_for(&context)?;
@@ -283,7 +283,7 @@ impl ServerHandler for ToolpoolServer {
             .resource_subscriptions
             .iter()
             .flatten()
-            .filter(|uri| resource_functions::find(&catalog, uri).is_some())
+            .filter(|uri| resources::functions::find(&catalog, uri).is_some())
             .cloned()
             .collect();
         if !served.is_empty() {

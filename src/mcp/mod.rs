@@ -17,9 +17,9 @@
 //!   output schema (from its return annotation; see `FunctionSpec`).
 //! - A tool's human prompt (`_context["human_prompt"].request(...)`) becomes
 //!   an elicitation request to the client that made the call (2025-11-25),
-//!   or a multi-round-trip result (2026-07-28, see `src/mcp/mrtr.rs`), when it
+//!   or a multi-round-trip result (2026-07-28, see `src/mcp/calls/mrtr.rs`), when it
 //!   declared the capability; otherwise the tool is told no human is
-//!   available (see `src/mcp/elicit.rs`). The pool does not count the wait against
+//!   available (see `src/mcp/calls/elicit.rs`). The pool does not count the wait against
 //!   the call's timeout.
 //! - With `--watch`, a reload that changes the tool list is told to every
 //!   client (see `src/mcp/listeners.rs`); in node mode the node is re-resolved.
@@ -36,42 +36,22 @@
 //! stdout carries only the MCP transport; logs, including what tools print,
 //! go to stderr.
 
-mod content;
-mod elicit;
-#[cfg(feature = "http")]
-mod http;
-#[cfg(not(feature = "http"))]
-#[path = "stdio_sessions.rs"]
-mod http;
-#[cfg(feature = "http")]
-mod http_access;
-#[cfg(feature = "http")]
-mod http_answers;
-#[cfg(feature = "http")]
-mod http_requests;
-#[cfg(feature = "http")]
-mod http_sessions;
-mod listeners;
-mod mrtr;
-mod reloads;
-// MCP deprecates logging (SEP-2577, rmcp marks its types so); 2025-11-25
-// clients and the conformance suite still use it.
-#[allow(deprecated)]
-mod call_notices;
+mod calls;
 mod handler;
-mod resource_functions;
+#[cfg(feature = "http")]
+mod http;
+mod listeners;
+mod reloads;
 mod resources;
 mod shutdown;
 mod stdio;
-mod stdio_gate;
-mod stdio_writer;
-mod task_input;
-mod tasks;
-mod tool_calls;
 mod tool_list;
-mod tracing_spans;
 
-use tool_calls::{traced, CallCounter};
+use calls::{traced, CallCounter};
+#[cfg(feature = "http")]
+use http::SessionCalls;
+#[cfg(not(feature = "http"))]
+use stdio::sessions::SessionCalls;
 use tool_list::list_tools;
 
 use std::borrow::Cow;
@@ -79,7 +59,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-#[allow(deprecated)] // LoggingLevel, SetLevelRequestParams: see `call_notices`
+#[allow(deprecated)] // LoggingLevel, SetLevelRequestParams: see `calls::notices`
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CustomRequest,
     CustomResult, ErrorCode, Implementation, JsonObject, ListResourceTemplatesResult,
@@ -102,18 +82,18 @@ use crate::context::{AttachmentStore, HumanPrompt, Session};
 use crate::error::{ErrorKind, ToolError};
 use crate::pool::{CallReport, InvokeOptions, Pool};
 use crate::stop::StopRequests;
-use content::{call_result, plain_result};
-use tasks::TaskEnd;
-use tracing_spans::{CallTrace, Outcome, RequestSpan};
+use calls::content::{call_result, plain_result};
+use calls::spans::{CallTrace, Outcome, RequestSpan};
+use calls::tasks::TaskEnd;
 
+#[cfg(feature = "metrics")]
+pub(crate) use http::access::{authority_and_origin, is_loopback_host};
+#[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+pub use http::access::{HttpArgs, HttpOptions, TOKEN_ENV as AUTH_TOKEN_ENV};
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub use http::parse_http_addr;
-#[cfg(feature = "metrics")]
-pub(crate) use http_access::{authority_and_origin, is_loopback_host};
-#[cfg(feature = "http")]
-#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
-pub use http_access::{HttpArgs, HttpOptions, TOKEN_ENV as AUTH_TOKEN_ENV};
 
 /// The most bytes of request bodies the server holds at once, across every
 /// connection (four bodies of the largest size; on stdio, of lines read and
@@ -241,7 +221,7 @@ pub struct ToolpoolServer {
     inner: Arc<Inner>,
     /// The HTTP session this handle serves: when it is closed, its calls
     /// are cancelled (on stdio, never).
-    session: http::SessionCalls,
+    session: SessionCalls,
     /// The log level this MCP session's client set (`logging/setLevel`):
     /// its calls' log records from there up reach it.
     #[allow(deprecated)]
@@ -259,12 +239,12 @@ struct Inner {
     list_changes: AtomicBool,
     listeners: listeners::Listeners,
     /// Calls suspended while a 2026-07-28 client asks its human.
-    round_trips: Arc<mrtr::RoundTrips>,
+    round_trips: Arc<calls::mrtr::RoundTrips>,
     /// `--task-after`, and the calls that became tasks.
     task_after: Option<Duration>,
     /// `--progress-heartbeat`.
     progress_heartbeat: Option<Duration>,
-    tasks: Arc<tasks::Tasks>,
+    tasks: Arc<calls::tasks::Tasks>,
     calls: CallCounter,
     /// Set at shutdown: calls arriving after it are refused.
     closing: AtomicBool,
@@ -272,14 +252,14 @@ struct Inner {
     /// ends the grace period.
     stop: StopRequests,
     /// Where each request's span goes, if anywhere.
-    spans: tracing_spans::Tracing,
+    spans: calls::spans::Tracing,
 }
 
 impl ToolpoolServer {
     /// A server of `tools` on `pool`, stopped only by its transport's end
     /// (see [`with_stop`](Self::with_stop)).
     pub fn new(pool: Pool, tools: ToolSet) -> ToolpoolServer {
-        let round_trips = mrtr::RoundTrips::new(pool.human_timeout());
+        let round_trips = calls::mrtr::RoundTrips::new(pool.human_timeout());
         ToolpoolServer {
             inner: Arc::new(Inner {
                 pool,
@@ -289,13 +269,13 @@ impl ToolpoolServer {
                 round_trips,
                 task_after: None,
                 progress_heartbeat: None,
-                tasks: Arc::new(tasks::Tasks::new(tasks::DEFAULT_KEEP)),
+                tasks: Arc::new(calls::tasks::Tasks::new(calls::tasks::DEFAULT_KEEP)),
                 calls: CallCounter::default(),
                 closing: AtomicBool::new(false),
                 stop: StopRequests::never(),
-                spans: tracing_spans::Tracing::default(),
+                spans: calls::spans::Tracing::default(),
             }),
-            session: http::SessionCalls::default(),
+            session: SessionCalls::default(),
             log_level: Arc::default(),
             listener: Arc::default(),
         }
@@ -303,7 +283,7 @@ impl ToolpoolServer {
 
     /// A handle for one HTTP session.
     #[cfg(feature = "http")]
-    fn for_session(&self, session: http::SessionCalls) -> ToolpoolServer {
+    fn for_session(&self, session: SessionCalls) -> ToolpoolServer {
         ToolpoolServer {
             inner: self.inner.clone(),
             session,
@@ -318,7 +298,7 @@ impl ToolpoolServer {
     pub fn with_tasks(mut self, after: Duration, keep: Duration) -> ToolpoolServer {
         if let Some(inner) = Arc::get_mut(&mut self.inner) {
             inner.task_after = Some(after);
-            inner.tasks = Arc::new(tasks::Tasks::new(keep));
+            inner.tasks = Arc::new(calls::tasks::Tasks::new(keep));
         }
         self
     }
@@ -346,11 +326,11 @@ impl ToolpoolServer {
     }
 
     /// Makes a SERVER span of each request, with `telemetry`'s tracer (see
-    /// `src/mcp/tracing_spans.rs`). Before the server is shared.
+    /// `src/mcp/calls/spans.rs`). Before the server is shared.
     #[cfg(feature = "otel")]
     pub fn with_telemetry(mut self, telemetry: &crate::telemetry::Telemetry) -> ToolpoolServer {
         if let Some(inner) = Arc::get_mut(&mut self.inner) {
-            inner.spans = tracing_spans::Tracing::exporting(telemetry.tracer().clone());
+            inner.spans = calls::spans::Tracing::exporting(telemetry.tracer().clone());
         }
         self
     }
@@ -369,7 +349,7 @@ impl ToolpoolServer {
             .is_exporting()
             .then(|| self.session.mcp_session_id(context))
             .flatten();
-        let request = tracing_spans::Request {
+        let request = calls::spans::Request {
             method,
             tool,
             resource,
@@ -420,7 +400,7 @@ impl ToolpoolServer {
         name: &str,
         args: Value,
         human: Arc<dyn HumanPrompt>,
-        listeners: call_notices::Listeners,
+        listeners: calls::notices::Listeners,
         session: Option<Arc<Session>>,
         trace: CallTrace,
     ) -> CallReport {

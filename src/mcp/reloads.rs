@@ -27,10 +27,10 @@ impl ToolpoolServer {
     /// The URIs and URI templates the functions serve.
     pub(super) fn resource_uris(&self) -> Vec<String> {
         let catalog = self.inner.pool.catalog();
-        let listed = resource_functions::listed(&catalog)
+        let listed = resources::functions::listed(&catalog)
             .into_iter()
             .map(|r| r.uri);
-        let templates = resource_functions::templates(&catalog)
+        let templates = resources::functions::templates(&catalog)
             .into_iter()
             .map(|t| t.uri_template);
         listed.chain(templates).collect()
@@ -45,7 +45,7 @@ impl ToolpoolServer {
         let told = self
             .inner
             .listeners
-            .notify_updated(|uri| resource_functions::find(&catalog, uri).is_some())
+            .notify_updated(|uri| resources::functions::find(&catalog, uri).is_some())
             .await;
         if told > 0 {
             tracing::info!(

@@ -1,6 +1,6 @@
 //! OpenTelemetry traces over OTLP/HTTP, configured by the standard
 //! environment variables (feature `otel`): one SERVER span per MCP request
-//! (`src/mcp/tracing_spans.rs` makes them; this module only sets up where
+//! (`src/mcp/calls/spans.rs` makes them; this module only sets up where
 //! they go).
 //!
 //! Exporting is on when `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` or

@@ -117,7 +117,7 @@ class FastMcpTasks(unittest.IsolatedAsyncioTestCase):
     async def test_over_http(self):
         # The client sends `tasks/get` and `tasks/cancel` without the
         # `Mcp-Name` header rmcp requires on them; toolpool's HTTP front end
-        # fills it in from the body's taskId (src/mcp/http.rs).
+        # fills it in from the body's taskId (src/mcp/http/mod.rs).
         async with http_server(*self.SERVE, "--http", "127.0.0.1:0", functions=self.functions) as (_, url):
             await self.flows(url)
 

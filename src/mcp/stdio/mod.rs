@@ -13,11 +13,16 @@
 //! Every line read is judged by a [`Gate`] before rmcp gets it: bad input is
 //! answered with a JSON-RPC error there (rmcp would drop it silently), and a
 //! line over the frame limit (64 MiB) is never held in memory. A writer
-//! thread ([`super::stdio_writer`]) serializes rmcp's messages to stdout a
+//! thread ([`writer`]) serializes rmcp's messages to stdout a
 //! buffer at a time, the gate's answers between them, and tells the gate
 //! which ids got their response. When stdout goes away (the client closed
 //! it, or a write fails), the server shuts down and exits even if stdin
 //! stays open.
+
+mod gate;
+#[cfg(not(feature = "http"))]
+pub(super) mod sessions;
+mod writer;
 
 use std::future::Future;
 use std::io::Read;
@@ -30,10 +35,10 @@ use tokio::io::{AsyncRead, ReadBuf};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use super::stdio_gate::{Gate, LineSplitter, Piece, Verdict};
-use super::stdio_writer::{spawn_writer, Out, StdioTransport};
 use super::{ServeError, ToolpoolServer};
 use crate::protocol::DEFAULT_MAX_FRAME;
+use gate::{Gate, LineSplitter, Piece, Verdict};
+use writer::{spawn_writer, Out, StdioTransport};
 
 /// How long rmcp may take to flush its last messages after the pool is down.
 const TRANSPORT_DRAIN: Duration = Duration::from_secs(10);

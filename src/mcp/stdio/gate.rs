@@ -87,7 +87,9 @@ impl Gate {
             original_of: Arc::default(),
             alias_of: Arc::default(),
             aliases_made: Arc::default(),
-            budget: Arc::new(tokio::sync::Semaphore::new(super::BODIES_IN_FLIGHT / 1024)),
+            budget: Arc::new(tokio::sync::Semaphore::new(
+                crate::mcp::BODIES_IN_FLIGHT / 1024,
+            )),
             held: Arc::default(),
             limit,
         }
@@ -223,7 +225,7 @@ impl Gate {
                         SERVER_BUSY,
                         &format!(
                             "Server busy: the requests in flight hold {} MiB, the most this server keeps at once; retry once some are answered",
-                            super::BODIES_IN_FLIGHT >> 20
+                            crate::mcp::BODIES_IN_FLIGHT >> 20
                         ),
                     ));
                 };
@@ -467,4 +469,4 @@ impl LineSplitter {
 }
 
 #[cfg(test)]
-pub(super) mod tests;
+pub(in crate::mcp) mod tests;

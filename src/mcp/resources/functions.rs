@@ -15,7 +15,7 @@ use rmcp::model::{CacheScope, ReadResourceResult, Resource, ResourceContents, Re
 use rmcp::ErrorData as McpError;
 use serde_json::{json, Map, Value};
 
-use super::resources::{is_textual, text_contents};
+use super::{is_textual, text_contents};
 use crate::catalog::{Catalog, FunctionSpec};
 use crate::error::ToolError;
 

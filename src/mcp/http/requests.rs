@@ -13,19 +13,20 @@ use hyper::{Method, Request, Response, StatusCode};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::StreamableHttpService;
 
-use super::http_access::Refusal;
-use super::{ToolpoolServer, BODIES_IN_FLIGHT};
+use super::access::Refusal;
 use crate::http::conn::{read_body, BodyError};
+use crate::mcp::{ToolpoolServer, BODIES_IN_FLIGHT};
 
 /// A response's body, as the front end hands it to hyper.
-pub(super) type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
+pub(in crate::mcp) type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
 /// A request's body as rmcp's handler is given it: a POST's as the front end
 /// read it, whole (any other's as it arrives).
-pub(super) type RequestBody = http_body_util::combinators::UnsyncBoxBody<Bytes, hyper::Error>;
-pub(super) type McpService = StreamableHttpService<ToolpoolServer, LocalSessionManager>;
+pub(in crate::mcp) type RequestBody =
+    http_body_util::combinators::UnsyncBoxBody<Bytes, hyper::Error>;
+pub(in crate::mcp) type McpService = StreamableHttpService<ToolpoolServer, LocalSessionManager>;
 
 /// The methods whose `Mcp-Name` rmcp takes from `params.taskId`.
-pub(super) const TASK_METHODS: [&str; 3] = ["tasks/get", "tasks/update", "tasks/cancel"];
+pub(in crate::mcp) const TASK_METHODS: [&str; 3] = ["tasks/get", "tasks/update", "tasks/cancel"];
 
 /// `request` with its body read whole, if it is a POST: within the frame
 /// limit and the least rate of [`crate::http::conn::read_body`] (a client
@@ -35,7 +36,7 @@ pub(super) const TASK_METHODS: [&str; 3] = ["tasks/get", "tasks/update", "tasks/
 /// A task method's POST (by its `Mcp-Method` header) without an `Mcp-Name`
 /// gets one from its body's `params.taskId` (see the module's
 /// documentation). Other requests are passed on unread.
-pub(super) async fn read_request(
+pub(in crate::mcp) async fn read_request(
     request: Request<Incoming>,
     bodies: &Arc<tokio::sync::Semaphore>,
 ) -> Result<
@@ -119,7 +120,7 @@ pub(super) async fn read_request(
 /// The `Mcp-Name` a task request's body names (`params.taskId`), when it
 /// is a header as it is (a task id this server made is hex); any other is
 /// left for rmcp to refuse as a missing header.
-pub(super) fn task_name(body: &[u8]) -> Option<HeaderValue> {
+pub(in crate::mcp) fn task_name(body: &[u8]) -> Option<HeaderValue> {
     let message = serde_json::from_slice::<serde_json::Value>(body).ok()?;
     let id = message.pointer("/params/taskId")?.as_str()?;
     let plain = !id.starts_with("=?base64?")
@@ -128,7 +129,7 @@ pub(super) fn task_name(body: &[u8]) -> Option<HeaderValue> {
     plain.then(|| HeaderValue::from_str(id).ok()).flatten()
 }
 
-pub(super) fn text(status: StatusCode, body: String) -> Response<Body> {
+pub(in crate::mcp) fn text(status: StatusCode, body: String) -> Response<Body> {
     let mut response = Response::new(Full::new(Bytes::from(body)).boxed());
     *response.status_mut() = status;
     response.headers_mut().insert(
@@ -138,7 +139,7 @@ pub(super) fn text(status: StatusCode, body: String) -> Response<Body> {
     response
 }
 
-pub(super) fn refused(refusal: Refusal) -> Response<Body> {
+pub(in crate::mcp) fn refused(refusal: Refusal) -> Response<Body> {
     match refusal {
         Refusal::Forbidden(message) => {
             tracing::warn!("refused a request: {message}");

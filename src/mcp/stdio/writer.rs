@@ -24,10 +24,10 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::{CancellationToken, PollSender};
 
-use super::stdio_gate::Gate;
+use super::gate::Gate;
 
 /// One thing to write to stdout.
-pub(super) enum Out {
+pub(in crate::mcp) enum Out {
     /// A message of rmcp's, serialized as it is written.
     Message(Box<TxJsonRpcMessage<RoleServer>>),
     /// A whole line, its `\n` included: the gate's answer to a line it
@@ -46,7 +46,7 @@ const BUFFER: usize = 64 * 1024;
 /// The channel to stdout, and the thread that writes it: `done` is told
 /// once everything sent before [`Out::End`] (or before every sender was
 /// dropped) is written, or stdout failed (then `stdout_gone` is cancelled).
-pub(super) fn spawn_writer(
+pub(in crate::mcp) fn spawn_writer(
     gate: Gate,
     stdout_gone: CancellationToken,
 ) -> (mpsc::Sender<Out>, oneshot::Receiver<()>) {
@@ -173,14 +173,14 @@ impl Write for Stdout {
 
 /// rmcp's transport on stdio: messages read by rmcp's own line reader (from
 /// the gate's [`AsyncRead`]), messages sent handed to the writer thread.
-pub(super) struct StdioTransport<R: AsyncRead> {
+pub(in crate::mcp) struct StdioTransport<R: AsyncRead> {
     read: AsyncRwTransport<RoleServer, R, LineSender>,
     out: mpsc::Sender<Out>,
 }
 
 impl<R: AsyncRead + Send + Unpin> StdioTransport<R> {
     /// `max_line`: the longest line rmcp reads (the gate refused longer).
-    pub(super) fn new(reader: R, out: mpsc::Sender<Out>, max_line: usize) -> Self {
+    pub(in crate::mcp) fn new(reader: R, out: mpsc::Sender<Out>, max_line: usize) -> Self {
         let read = AsyncRwTransport::new_server(reader, LineSender::new(out.clone()))
             .with_max_line_length(max_line);
         StdioTransport { read, out }
@@ -217,7 +217,7 @@ fn stdout_closed() -> std::io::Error {
 
 /// The bytes rmcp's reader writes (an "Invalid request" error for a
 /// message of the wrong shape), passed on a whole line at a time.
-pub(super) struct LineSender {
+pub(in crate::mcp) struct LineSender {
     out: PollSender<Out>,
     pending: Vec<u8>,
     /// Whole lines of `pending` not yet sent.
@@ -275,8 +275,8 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::mcp::stdio_gate::tests::reused_under_alias;
-    use crate::mcp::stdio_gate::Verdict;
+    use crate::mcp::stdio::gate::tests::reused_under_alias;
+    use crate::mcp::stdio::gate::Verdict;
 
     fn response(id: NumberOrString) -> Out {
         Out::Message(Box::new(JsonRpcMessage::Response(JsonRpcResponse {

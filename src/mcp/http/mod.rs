@@ -40,6 +40,11 @@
 //! fastmcp-tasks' own server accepts it; one that carries it is left to
 //! rmcp, which refuses a header that disagrees with the body.
 
+pub(super) mod access;
+mod answers;
+mod requests;
+mod sessions;
+
 use std::convert::Infallible;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
 use std::path::Path;
@@ -56,16 +61,16 @@ use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::http_access::{authority_and_origin, Access, HttpOptions, Refusal};
-use super::http_answers::AnswersInFlight;
-use super::http_requests::{read_request, refused, text};
-pub(super) use super::http_requests::{Body, McpService, RequestBody};
-pub(super) use super::http_sessions::SessionCalls;
-use super::http_sessions::Sessions;
-use super::http_sessions::SESSION_HEADER;
 use super::{ServeError, ToolpoolServer};
 use crate::context::SessionsRoot;
 use crate::http::conn::{serve_connection, ConnectionCap};
+use access::{authority_and_origin, Access, HttpOptions, Refusal};
+use answers::AnswersInFlight;
+use requests::{read_request, refused, text};
+pub(super) use requests::{Body, McpService, RequestBody};
+pub(super) use sessions::SessionCalls;
+use sessions::Sessions;
+use sessions::SESSION_HEADER;
 
 /// The path the MCP endpoint is served at.
 pub const ENDPOINT: &str = "/mcp";

@@ -36,7 +36,7 @@ use crate::trace_context::TraceContext;
 
 /// How the server is reached (`network.transport`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Transport {
+pub(in crate::mcp) enum Transport {
     /// stdio.
     Pipe,
     /// Streamable HTTP.
@@ -46,14 +46,14 @@ pub(super) enum Transport {
 
 /// What the server makes spans with: nothing, or an exporter's tracer.
 #[derive(Clone, Default)]
-pub(super) struct Tracing {
+pub(in crate::mcp) struct Tracing {
     #[cfg(feature = "otel")]
     tracer: Option<opentelemetry_sdk::trace::SdkTracer>,
 }
 
 impl Tracing {
     /// Whether spans are made (else only the client's trace is read).
-    pub(super) fn is_exporting(&self) -> bool {
+    pub(in crate::mcp) fn is_exporting(&self) -> bool {
         #[cfg(feature = "otel")]
         return self.tracer.is_some();
         #[cfg(not(feature = "otel"))]
@@ -61,7 +61,7 @@ impl Tracing {
     }
 
     #[cfg(feature = "otel")]
-    pub(super) fn exporting(tracer: opentelemetry_sdk::trace::SdkTracer) -> Tracing {
+    pub(in crate::mcp) fn exporting(tracer: opentelemetry_sdk::trace::SdkTracer) -> Tracing {
         Tracing {
             tracer: Some(tracer),
         }
@@ -70,7 +70,7 @@ impl Tracing {
 
 /// What a span names of its request.
 #[cfg_attr(not(feature = "otel"), allow(dead_code))]
-pub(super) struct Request<'a> {
+pub(in crate::mcp) struct Request<'a> {
     /// `mcp.method.name`.
     pub method: &'static str,
     /// The tool's name for `tools/call` (the span name's `{target}`).
@@ -83,14 +83,14 @@ pub(super) struct Request<'a> {
 }
 
 /// One request's span (when exporting) and the trace its tool continues.
-pub(super) struct RequestSpan {
+pub(in crate::mcp) struct RequestSpan {
     call: CallTrace,
 }
 
 /// What a call takes along from its request's span: the trace the tool
 /// continues, and the span to record the worker's fate on.
 #[derive(Clone, Default)]
-pub(super) struct CallTrace {
+pub(in crate::mcp) struct CallTrace {
     /// What the tool sees.
     tool: Option<TraceContext>,
     #[cfg(feature = "otel")]
@@ -99,7 +99,7 @@ pub(super) struct CallTrace {
 
 /// How a request ended, for `error.type` and the span's status.
 #[cfg_attr(not(feature = "otel"), allow(dead_code))]
-pub(super) enum Outcome<'a> {
+pub(in crate::mcp) enum Outcome<'a> {
     Ok,
     /// An `isError` result; its text.
     ToolError(&'a str),
@@ -109,7 +109,7 @@ pub(super) enum Outcome<'a> {
 
 impl Outcome<'_> {
     /// Of a request whose result has no `isError`.
-    pub(super) fn of<T>(result: &Result<T, McpError>) -> Outcome<'_> {
+    pub(in crate::mcp) fn of<T>(result: &Result<T, McpError>) -> Outcome<'_> {
         match result {
             Ok(_) => Outcome::Ok,
             Err(error) => Outcome::Protocol(error.code, &error.message),
@@ -117,7 +117,7 @@ impl Outcome<'_> {
     }
 
     /// Of a `tools/call`.
-    pub(super) fn of_call(result: &Result<CallToolResponse, McpError>) -> Outcome<'_> {
+    pub(in crate::mcp) fn of_call(result: &Result<CallToolResponse, McpError>) -> Outcome<'_> {
         match result {
             Ok(CallToolResponse::Complete(result)) if result.is_error == Some(true) => {
                 let text = result
@@ -144,7 +144,7 @@ fn client_trace(context: &RequestContext<RoleServer>) -> Option<TraceContext> {
 
 impl RequestSpan {
     /// The span of the request in `context` (started when exporting).
-    pub(super) fn start(
+    pub(in crate::mcp) fn start(
         tracing: &Tracing,
         context: &RequestContext<RoleServer>,
         request: Request<'_>,
@@ -167,12 +167,12 @@ impl RequestSpan {
     }
 
     /// What a call of this request takes along.
-    pub(super) fn call(&self) -> CallTrace {
+    pub(in crate::mcp) fn call(&self) -> CallTrace {
         self.call.clone()
     }
 
     /// Records how the request ended and ends the span.
-    pub(super) fn end(self, outcome: Outcome<'_>) {
+    pub(in crate::mcp) fn end(self, outcome: Outcome<'_>) {
         #[cfg(feature = "otel")]
         if let Some(span) = &self.call.span {
             live::end(span, outcome);
@@ -185,7 +185,7 @@ impl RequestSpan {
 impl CallTrace {
     /// The trace `call_tool` put into the request's extensions (none for
     /// a request that did not come through it).
-    pub(super) fn of(context: &RequestContext<RoleServer>) -> CallTrace {
+    pub(in crate::mcp) fn of(context: &RequestContext<RoleServer>) -> CallTrace {
         context
             .extensions
             .get::<CallTrace>()
@@ -194,12 +194,12 @@ impl CallTrace {
     }
 
     /// The trace context the tool continues.
-    pub(super) fn for_tool(&self) -> Option<TraceContext> {
+    pub(in crate::mcp) fn for_tool(&self) -> Option<TraceContext> {
         self.tool.clone()
     }
 
     /// Records what became of the call's worker.
-    pub(super) fn call_ended(&self, report: &CallReport) {
+    pub(in crate::mcp) fn call_ended(&self, report: &CallReport) {
         #[cfg(feature = "otel")]
         if let Some(span) = &self.span {
             live::call_ended(span, report);
@@ -209,7 +209,7 @@ impl CallTrace {
     }
 
     /// Records that the client cancelled the call.
-    pub(super) fn cancelled(&self) {
+    pub(in crate::mcp) fn cancelled(&self) {
         #[cfg(feature = "otel")]
         if let Some(span) = &self.span {
             live::event(span, "toolpool.cancelled", Vec::new());
@@ -240,7 +240,7 @@ mod live {
     /// The most of a tool's error text a span's status carries.
     const STATUS_TEXT: usize = 1024;
 
-    pub(super) fn start(
+    pub(in crate::mcp) fn start(
         tracer: &SdkTracer,
         context: &RequestContext<RoleServer>,
         request: &Request<'_>,
@@ -317,7 +317,7 @@ mod live {
         )
     }
 
-    pub(super) fn end(span: &Context, outcome: Outcome<'_>) {
+    pub(in crate::mcp) fn end(span: &Context, outcome: Outcome<'_>) {
         let span = span.span();
         match outcome {
             Outcome::Ok => {}
@@ -333,7 +333,7 @@ mod live {
         span.end();
     }
 
-    pub(super) fn call_ended(span: &Context, report: &CallReport) {
+    pub(in crate::mcp) fn call_ended(span: &Context, report: &CallReport) {
         if let Some(pid) = report.worker_pid {
             span.span()
                 .set_attribute(KeyValue::new("toolpool.worker.pid", i64::from(pid)));
@@ -350,7 +350,7 @@ mod live {
         }
     }
 
-    pub(super) fn event(span: &Context, name: &'static str, attributes: Vec<KeyValue>) {
+    pub(in crate::mcp) fn event(span: &Context, name: &'static str, attributes: Vec<KeyValue>) {
         span.span().add_event(name, attributes);
     }
 

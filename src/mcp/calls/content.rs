@@ -8,7 +8,7 @@
 //!   [`EMBED_LIMIT`] bytes → an embedded `resource` with its text;
 //! - any other attachment with a file → a `resource_link` (name, MIME type,
 //!   size) whose URI `resources/read` resolves (`toolpool://attachments/<id>`,
-//!   [`super::resources`]); a `file://` URI for a file the store does not
+//!   [`crate::mcp::resources`]); a `file://` URI for a file the store does not
 //!   know (only a local client can open it); one the store knows only by a
 //!   provider's file id → text naming it.
 
@@ -17,11 +17,11 @@ use rmcp::model::{CallToolResult, ContentBlock as McpContent, Resource};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::resources;
 use crate::catalog::FunctionSpec;
 use crate::content::{result_text, BlockKind, ContentBlock};
 use crate::context::AttachmentStore;
 use crate::error::{ErrorKind, ToolError};
+use crate::mcp::resources;
 
 /// Largest image or audio file sent inline (base64) over MCP; larger ones
 /// are sent as a `resource_link`.

@@ -19,19 +19,19 @@ use tokio::sync::watch;
 
 /// Counts the POST response bodies not yet ended.
 #[derive(Clone)]
-pub(super) struct AnswersInFlight {
+pub(in crate::mcp) struct AnswersInFlight {
     count: Arc<watch::Sender<usize>>,
 }
 
 impl AnswersInFlight {
-    pub(super) fn new() -> AnswersInFlight {
+    pub(in crate::mcp) fn new() -> AnswersInFlight {
         AnswersInFlight {
             count: Arc::new(watch::channel(0).0),
         }
     }
 
     /// `body`, counted until it ends or is dropped.
-    pub(super) fn track<B>(&self, body: B) -> Counted<B> {
+    pub(in crate::mcp) fn track<B>(&self, body: B) -> Counted<B> {
         self.count.send_modify(|n| *n += 1);
         Counted {
             inner: body,
@@ -40,12 +40,12 @@ impl AnswersInFlight {
     }
 
     /// How many bodies are counted now.
-    pub(super) fn count(&self) -> usize {
+    pub(in crate::mcp) fn count(&self) -> usize {
         *self.count.borrow()
     }
 
     /// Waits until no body is counted, at most `bound`; whether none is.
-    pub(super) async fn wait_none(&self, bound: Duration) -> bool {
+    pub(in crate::mcp) async fn wait_none(&self, bound: Duration) -> bool {
         let mut counted = self.count.subscribe();
         let none = tokio::time::timeout(bound, counted.wait_for(|n| *n == 0)).await;
         none.is_ok()
@@ -62,7 +62,7 @@ impl Drop for Guard {
 }
 
 /// A response body counted by [`AnswersInFlight`] until its end.
-pub(super) struct Counted<B> {
+pub(in crate::mcp) struct Counted<B> {
     inner: B,
     guard: Option<Guard>,
 }

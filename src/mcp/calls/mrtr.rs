@@ -59,7 +59,7 @@ const INPUT_KEY: &str = "human";
 
 /// The elicitation request that asks `request`'s question, and its form
 /// (which the answer must fit).
-pub(super) fn input_request(
+pub(in crate::mcp) fn input_request(
     request: &PromptRequest,
 ) -> (InputRequest, rmcp::model::ElicitationSchema) {
     let form = elicit::schema(request);
@@ -74,7 +74,7 @@ pub(super) fn input_request(
 /// The key of the input request for `request`: the tool's
 /// `metadata["input_key"]` when it is 1 to 64 letters, digits, `_`, `-` or
 /// `.`, else [`INPUT_KEY`].
-pub(super) fn input_key(request: &PromptRequest) -> String {
+pub(in crate::mcp) fn input_key(request: &PromptRequest) -> String {
     request
         .metadata
         .get("input_key")
@@ -89,12 +89,12 @@ pub(super) fn input_key(request: &PromptRequest) -> String {
         .to_string()
 }
 
-pub(super) type Answer = Result<PromptAnswer, PromptError>;
+pub(in crate::mcp) type Answer = Result<PromptAnswer, PromptError>;
 
 /// A tool's question, and where its answer goes.
-pub(super) struct Asked {
-    pub(super) request: PromptRequest,
-    pub(super) answer: oneshot::Sender<Answer>,
+pub(in crate::mcp) struct Asked {
+    pub(in crate::mcp) request: PromptRequest,
+    pub(in crate::mcp) answer: oneshot::Sender<Answer>,
 }
 
 /// The prompt service of a call made on 2026-07-28: hands each question to
@@ -161,7 +161,9 @@ pub struct Running {
 
 impl Running {
     /// The call's report, and the questions it asks.
-    pub(super) fn into_parts(self) -> (AbortOnDropHandle<CallReport>, mpsc::Receiver<Asked>) {
+    pub(in crate::mcp) fn into_parts(
+        self,
+    ) -> (AbortOnDropHandle<CallReport>, mpsc::Receiver<Asked>) {
         (self.report, self.asked)
     }
 
@@ -416,7 +418,7 @@ pub fn binding(client: Option<&rmcp::model::Implementation>, tool: &str, args: &
 }
 
 /// The tool's answer from the client's `ElicitResult`.
-pub(super) fn answer_of(
+pub(in crate::mcp) fn answer_of(
     key: &str,
     response: Option<&Value>,
     form: &rmcp::model::ElicitationSchema,

@@ -63,7 +63,7 @@ pub fn is_modern(context: &RequestContext<RoleServer>) -> bool {
 }
 
 /// The key of a prompt's metadata that holds the form the tool wants.
-pub(super) const REQUESTED_SCHEMA: &str = "requested_schema";
+pub(in crate::mcp) const REQUESTED_SCHEMA: &str = "requested_schema";
 
 /// For clients that cannot be asked; carries the reason the tool is told.
 pub struct NoHuman(pub &'static str);
@@ -76,7 +76,7 @@ impl HumanPrompt for NoHuman {
 }
 
 /// The text the user is shown: who asks, the task, and what to look at.
-pub(super) fn message(request: &PromptRequest) -> String {
+pub(in crate::mcp) fn message(request: &PromptRequest) -> String {
     let who = match request.node_id.as_str() {
         "" => format!("The tool '{}'", request.tool),
         node => format!("The tool '{}' (node '{node}')", request.tool),
@@ -93,7 +93,7 @@ pub(super) fn message(request: &PromptRequest) -> String {
 /// `metadata["requested_schema"]` when it is one MCP can send (a flat object
 /// of strings, numbers, booleans and enums), else one required string,
 /// `response`, described by the task.
-pub(super) fn schema(request: &PromptRequest) -> ElicitationSchema {
+pub(in crate::mcp) fn schema(request: &PromptRequest) -> ElicitationSchema {
     if let Some(given) = request.metadata.get(REQUESTED_SCHEMA) {
         match serde_json::from_value::<ElicitationSchema>(given.clone()) {
             Ok(schema) => return schema,
@@ -188,7 +188,7 @@ impl HumanPrompt for Elicitation {
 /// other fields go into the answer's metadata. Content that does not fit
 /// the form (a required field missing, a field of the wrong type or not one
 /// of its choices) is a declined prompt saying why, never an empty answer.
-pub(super) fn answer(
+pub(in crate::mcp) fn answer(
     content: Option<Value>,
     form: &ElicitationSchema,
 ) -> Result<PromptAnswer, PromptError> {

@@ -10,30 +10,30 @@ use hyper::{Request, Response, StatusCode};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use tokio_util::sync::CancellationToken;
 
-use super::http_requests::{text, Body, McpService, RequestBody};
+use super::requests::{text, Body, McpService, RequestBody};
 use crate::context::{Session, SessionsRoot};
 
 /// The header that names a request's MCP session (whose calls a DELETE
 /// cancels; it never names a toolpool session).
-pub(super) const SESSION_HEADER: &str = "mcp-session-id";
+pub(in crate::mcp) const SESSION_HEADER: &str = "mcp-session-id";
 
 /// The header a client names its toolpool session with (instead of its
 /// credential's: to keep the files of agents sharing a token apart).
-pub(super) const SESSION_NAME_HEADER: &str = "toolpool-session";
+pub(in crate::mcp) const SESSION_NAME_HEADER: &str = "toolpool-session";
 
 /// The same, as a key of a request's `_meta` (2026-07-28 clients, which may
 /// send no session header at all).
-pub(super) const SESSION_NAME_META: &str = "toolpool/session";
+pub(in crate::mcp) const SESSION_NAME_META: &str = "toolpool/session";
 
 /// Each live session's calls, by session id: cancelling the token cancels
 /// them. A session's handler registers its token the first time it runs a
 /// call, under the session id that call's request carries.
-pub(super) type Registry = Mutex<HashMap<String, CancellationToken>>;
+pub(in crate::mcp) type Registry = Mutex<HashMap<String, CancellationToken>>;
 
 /// What one session's handler knows of its session (on stdio: nothing; its
 /// token is never cancelled, its calls run in the pool's session).
 #[derive(Clone, Default)]
-pub(super) struct SessionCalls {
+pub(in crate::mcp) struct SessionCalls {
     token: CancellationToken,
     registry: Option<Arc<Registry>>,
     /// Where toolpool sessions live (HTTP only).
@@ -49,7 +49,7 @@ pub(super) struct SessionCalls {
 }
 
 impl SessionCalls {
-    pub(super) fn new(
+    pub(in crate::mcp) fn new(
         registry: Arc<Registry>,
         root: Arc<SessionsRoot>,
         by_credential: bool,
@@ -66,7 +66,7 @@ impl SessionCalls {
     /// The toolpool session the request in `context` runs in (see
     /// [`session_name`]). `None` on stdio: the pool's session. An invalid
     /// name is an error naming what is wrong.
-    pub(super) fn session(
+    pub(in crate::mcp) fn session(
         &self,
         context: &rmcp::service::RequestContext<rmcp::RoleServer>,
     ) -> Result<Option<Arc<Session>>, String> {
@@ -85,16 +85,16 @@ impl SessionCalls {
 
     /// How the requests this handle serves arrive (a span's
     /// `network.transport`): HTTP, unless it is stdio's handle.
-    pub(super) fn transport(&self) -> super::tracing_spans::Transport {
+    pub(in crate::mcp) fn transport(&self) -> crate::mcp::calls::spans::Transport {
         match self.root {
-            Some(_) => super::tracing_spans::Transport::Tcp,
-            None => super::tracing_spans::Transport::Pipe,
+            Some(_) => crate::mcp::calls::spans::Transport::Tcp,
+            None => crate::mcp::calls::spans::Transport::Pipe,
         }
     }
 
     /// The MCP session (`Mcp-Session-Id`) the request in `context` belongs
     /// to, if any.
-    pub(super) fn mcp_session_id(
+    pub(in crate::mcp) fn mcp_session_id(
         &self,
         context: &rmcp::service::RequestContext<rmcp::RoleServer>,
     ) -> Option<String> {
@@ -105,7 +105,7 @@ impl SessionCalls {
 
     /// Resolves when the session of the request in `context` is closed by
     /// its client (HTTP DELETE).
-    pub(super) fn closed(
+    pub(in crate::mcp) fn closed(
         &self,
         context: &rmcp::service::RequestContext<rmcp::RoleServer>,
     ) -> tokio_util::sync::WaitForCancellationFutureOwned {
@@ -131,7 +131,7 @@ impl SessionCalls {
 /// — whether or not the request belongs to an MCP session, so that a client
 /// that opens an MCP session per call (langchain-mcp-adapters, Google ADK)
 /// finds its files in the next. An MCP session's id never names one.
-pub(super) fn session_name(
+pub(in crate::mcp) fn session_name(
     headers: Option<&hyper::HeaderMap>,
     meta: &serde_json::Map<String, serde_json::Value>,
     by_credential: bool,
@@ -168,7 +168,7 @@ pub(super) fn session_name(
 /// never share; on a server without tokens (one user), the one session
 /// `anonymous` (not `default`: the pool's own session directory may hold
 /// that name under the sessions root).
-pub(super) fn credential_session_name(authorization: Option<&str>) -> String {
+pub(in crate::mcp) fn credential_session_name(authorization: Option<&str>) -> String {
     use sha2::Digest;
     match authorization {
         Some(header) => {
@@ -186,17 +186,17 @@ pub(super) fn credential_session_name(authorization: Option<&str>) -> String {
 }
 
 /// The sessions rmcp keeps, as far as the front end counts and cancels them.
-pub(super) struct Sessions {
-    pub(super) manager: Arc<LocalSessionManager>,
-    pub(super) max: usize,
+pub(in crate::mcp) struct Sessions {
+    pub(in crate::mcp) manager: Arc<LocalSessionManager>,
+    pub(in crate::mcp) max: usize,
     /// Requests without a session id under way: each may be creating one,
     /// so they count against the cap until they are answered.
-    pub(super) opening: Mutex<usize>,
-    pub(super) calls: Arc<Registry>,
+    pub(in crate::mcp) opening: Mutex<usize>,
+    pub(in crate::mcp) calls: Arc<Registry>,
 }
 
 /// Counts one request in `Sessions::opening` while it lives.
-pub(super) struct Opening<'a>(&'a Mutex<usize>);
+pub(in crate::mcp) struct Opening<'a>(&'a Mutex<usize>);
 
 impl Drop for Opening<'_> {
     fn drop(&mut self) {
@@ -209,7 +209,7 @@ impl Drop for Opening<'_> {
 impl Sessions {
     /// A POST without a session id (an `initialize`, which opens a session):
     /// served when there is room for one more session.
-    pub(super) async fn open(
+    pub(in crate::mcp) async fn open(
         &self,
         service: &McpService,
         request: Request<RequestBody>,
@@ -251,7 +251,7 @@ impl Sessions {
     }
 
     /// Cancels every call of session `id` (their workers are killed).
-    pub(super) fn cancel_calls(&self, id: &str) {
+    pub(in crate::mcp) fn cancel_calls(&self, id: &str) {
         let token = self
             .calls
             .lock()

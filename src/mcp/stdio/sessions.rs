@@ -8,11 +8,11 @@ use crate::context::Session;
 
 /// The calls of the one stdio connection.
 #[derive(Clone, Default)]
-pub(super) struct SessionCalls;
+pub(in crate::mcp) struct SessionCalls;
 
 impl SessionCalls {
     /// The pool's own session, always.
-    pub(super) fn session(
+    pub(in crate::mcp) fn session(
         &self,
         _context: &rmcp::service::RequestContext<rmcp::RoleServer>,
     ) -> Result<Option<std::sync::Arc<Session>>, String> {
@@ -20,12 +20,12 @@ impl SessionCalls {
     }
 
     /// stdio.
-    pub(super) fn transport(&self) -> super::tracing_spans::Transport {
-        super::tracing_spans::Transport::Pipe
+    pub(in crate::mcp) fn transport(&self) -> crate::mcp::calls::spans::Transport {
+        crate::mcp::calls::spans::Transport::Pipe
     }
 
     /// None: stdio has no MCP session id.
-    pub(super) fn mcp_session_id(
+    pub(in crate::mcp) fn mcp_session_id(
         &self,
         _context: &rmcp::service::RequestContext<rmcp::RoleServer>,
     ) -> Option<String> {
@@ -33,7 +33,7 @@ impl SessionCalls {
     }
 
     /// Never resolves: stdio has no session to close.
-    pub(super) fn closed(
+    pub(in crate::mcp) fn closed(
         &self,
         _context: &rmcp::service::RequestContext<rmcp::RoleServer>,
     ) -> WaitForCancellationFutureOwned {

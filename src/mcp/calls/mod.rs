@@ -1,6 +1,19 @@
-//! How a `tools/call` runs: directly, in round trips while its tool asks
-//! a human (2026-07-28), or on as a task; its result, and the count of
-//! calls running that shutdown waits on.
+//! How a `tools/call` runs: directly (here), in round trips while its tool
+//! asks a human (2026-07-28, `mrtr.rs`, with the questions of `elicit.rs`),
+//! or on as a task (`tasks.rs`, `task_input.rs`); what it sends while it
+//! runs (`notices.rs`), its result as MCP content (`content.rs`), its span
+//! (`spans.rs`), and the count of calls running that shutdown waits on.
+
+pub(super) mod content;
+pub(super) mod elicit;
+pub(super) mod mrtr;
+// MCP deprecates logging (SEP-2577, rmcp marks its types so); 2025-11-25
+// clients and the conformance suite still use it.
+#[allow(deprecated)]
+pub(super) mod notices;
+pub(super) mod spans;
+mod task_input;
+pub(super) mod tasks;
 
 use super::*;
 
@@ -105,7 +118,7 @@ impl ToolpoolServer {
                 .await;
         }
         let notices =
-            call_notices::for_request(&context, self.log_level(), self.inner.progress_heartbeat);
+            notices::for_request(&context, self.log_level(), self.inner.progress_heartbeat);
         let task_after = match task_support {
             _ if directed => Some(tool_task_after),
             Some(TaskSupport::Forbidden) => None,
@@ -126,7 +139,7 @@ impl ToolpoolServer {
         &self,
         name: String,
         args: Value,
-        notices: call_notices::CallNotices,
+        notices: notices::CallNotices,
         session: Option<Arc<Session>>,
         trace: CallTrace,
         context: &RequestContext<RoleServer>,
@@ -212,7 +225,7 @@ impl ToolpoolServer {
         &self,
         name: String,
         args: Value,
-        notices: call_notices::CallNotices,
+        notices: notices::CallNotices,
         session: Option<Arc<Session>>,
         after: Duration,
         context: &RequestContext<RoleServer>,
@@ -364,11 +377,8 @@ impl ToolpoolServer {
                 let session = session.clone();
                 // Its progress goes to the request that started it; the
                 // client's human is asked in round trips, so no heartbeats.
-                let started = call_notices::for_request(
-                    context,
-                    self.log_level(),
-                    self.inner.progress_heartbeat,
-                );
+                let started =
+                    notices::for_request(context, self.log_level(), self.inner.progress_heartbeat);
                 let listeners = started.listeners.clone();
                 notices = Some(started);
                 let trace = trace.clone();
@@ -437,7 +447,7 @@ impl ToolpoolServer {
         uri: &str,
         context: &RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        if resource_functions::find(&self.inner.pool.catalog(), uri).is_some() {
+        if resources::functions::find(&self.inner.pool.catalog(), uri).is_some() {
             return Ok(());
         }
         let store = self.store_for(context)?;

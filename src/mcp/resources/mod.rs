@@ -11,6 +11,8 @@
 //! out). Results change as tools register files, and belong to one session:
 //! `ttlMs` 0, `cacheScope` private.
 
+pub(super) mod functions;
+
 use base64::Engine as _;
 use rmcp::model::{
     CacheScope, ErrorCode, ListResourceTemplatesResult, ListResourcesResult, ReadResourceResult,

@@ -99,7 +99,7 @@ fn a_cancelled_id_reused_runs_under_an_alias_and_is_answered_under_its_own() {
 
 #[test]
 fn requests_in_flight_have_a_budget_of_bytes_given_back_when_answered() {
-    let gate = Gate::new(super::super::BODIES_IN_FLIGHT);
+    let gate = Gate::new(crate::mcp::BODIES_IN_FLIGHT);
     let big = |id: u32| {
         let text = "x".repeat(60 << 20);
         format!(

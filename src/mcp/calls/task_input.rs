@@ -30,7 +30,11 @@ pub struct Questions {
 impl Questions {
     /// Opens `request`'s question, whose answer goes to `answer`; returns
     /// its key (the tool's `input_key`, made unique among the open ones).
-    pub(super) fn open(&self, request: &PromptRequest, answer: oneshot::Sender<Answer>) -> String {
+    pub(in crate::mcp) fn open(
+        &self,
+        request: &PromptRequest,
+        answer: oneshot::Sender<Answer>,
+    ) -> String {
         let mut open = self.lock();
         let base = mrtr::input_key(request);
         let mut key = base.clone();
