@@ -31,7 +31,7 @@ fn table(name: &str, root: &Path, base: &Path) -> String {
     println!("cargo:rerun-if-changed={}", root.display());
     let mut files = Vec::new();
     collect(base, root, &mut files);
-    let mut code = format!("pub static {name}: &[(&str, &[u8])] = &[\n");
+    let mut code = format!("pub(crate) static {name}: &[(&str, &[u8])] = &[\n");
     for rel in files {
         let abs = base.join(&rel);
         writeln!(

@@ -457,7 +457,7 @@ fn wrap(text: &str, width: usize) -> Vec<String> {
 }
 
 /// An OpenAI `tools` entry for a name, description and schema.
-pub fn openai_tool(f: &FunctionSpec) -> Value {
+pub(crate) fn openai_tool(f: &FunctionSpec) -> Value {
     json!({"type": "function", "function": {
         "name": f.name, "description": f.description, "parameters": f.parameters}})
 }
@@ -497,7 +497,10 @@ fn truncate_chars(text: &str, max: usize) -> String {
 
 /// Candidates whose similarity to `name` (1 − edit distance / longer length)
 /// is at least 0.6, best first, at most three — the same cut-off as Python's `difflib.get_close_matches`.
-pub fn close_matches<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
+pub(crate) fn close_matches<'a>(
+    name: &str,
+    candidates: impl Iterator<Item = &'a str>,
+) -> Vec<&'a str> {
     let mut scored: Vec<(f64, &str)> = candidates
         .map(|c| (strsim::normalized_levenshtein(name, c), c))
         .filter(|(score, _)| *score >= 0.6)

@@ -11,27 +11,28 @@
 //! [`CallbackHandler`] serves a worker's callbacks (`{"t": "call", ...}`
 //! frames, see `docs/protocol.md`) for one call.
 
-pub mod attachments;
+pub(crate) mod attachments;
 mod callbacks;
 mod logs;
 mod params;
 mod progress;
 mod prompts;
-pub mod sessions;
+pub(crate) mod sessions;
 mod terminal;
 
 use std::path::{Path, PathBuf};
 
 use crate::pool_error::PoolError;
-pub use crate::worker::CallbackService;
+pub(crate) use crate::worker::CallbackService;
 
 pub use attachments::{
     AttachmentError, AttachmentRecord, AttachmentRef, AttachmentStore, RegisterOptions,
 };
-pub use callbacks::{methods, CallbackHandler, SessionServices};
+pub(crate) use callbacks::{methods, CallbackHandler, SessionServices};
 pub use logs::{LogLevel, LogListener, LogRecord, LogSubscription};
 pub use progress::{progress_fn, Progress, ProgressListener};
-pub use prompts::{prompt_fn, BoxFuture, HumanPrompt, PromptAnswer, PromptError, PromptRequest};
+pub(crate) use prompts::BoxFuture;
+pub use prompts::{prompt_fn, HumanPrompt, PromptAnswer, PromptError, PromptRequest};
 pub use sessions::{Session, SessionsRoot};
 pub use terminal::{PromptInput, TerminalPrompt};
 
@@ -137,7 +138,7 @@ fn no_default_dir(here: &Path, source: std::io::Error) -> PoolError {
 
 /// The user's state directory for toolpool: `$XDG_STATE_HOME/toolpool`,
 /// else `~/.local/state/toolpool`.
-pub fn state_dir() -> Option<PathBuf> {
+pub(crate) fn state_dir() -> Option<PathBuf> {
     if let Some(dir) = std::env::var_os("XDG_STATE_HOME").filter(|d| !d.is_empty()) {
         return Some(PathBuf::from(dir).join("toolpool"));
     }

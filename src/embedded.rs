@@ -19,7 +19,7 @@ pub struct InstallError {
 
 /// Where the embedded files are written: `$XDG_CACHE_HOME/toolpool`,
 /// `~/.cache/toolpool`, or a per-user folder under the temp directory.
-pub fn cache_root() -> PathBuf {
+pub(crate) fn cache_root() -> PathBuf {
     if let Some(dir) = std::env::var_os("TOOLPOOL_CACHE_DIR") {
         return PathBuf::from(dir);
     }

@@ -79,7 +79,10 @@ fn is_passed(name: &str, patterns: &[String]) -> bool {
 
 /// A worker's environment: the inherited variables it may have, then the
 /// `set` ones (from env files), which win.
-pub fn worker_env(patterns: &[String], set: &[(String, String)]) -> Vec<(OsString, OsString)> {
+pub(crate) fn worker_env(
+    patterns: &[String],
+    set: &[(String, String)],
+) -> Vec<(OsString, OsString)> {
     let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
         .filter(|(name, _)| {
             let name = name.to_string_lossy();

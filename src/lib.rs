@@ -1,4 +1,6 @@
 #![warn(missing_docs)]
+// `pub` only where the crate's users reach it: inside a private module, `pub(crate)`.
+#![warn(unreachable_pub)]
 // docs.rs shows which feature each gated item needs.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 //! toolpool: runs Python function tools for LLM agents in a pool of isolated

@@ -102,7 +102,7 @@ impl Held {
 /// Both are held by pidfds, so no signal of it reaches a reused pid; the
 /// groups it signals are the ones they lead (`setsid`), never 0 or 1.
 #[derive(Debug, Clone)]
-pub struct WorkerProcesses {
+pub(crate) struct WorkerProcesses {
     guardian: Held,
     /// `None` until the worker is found, and for a guardian that forked no
     /// worker (then the guardian itself speaks the protocol).
@@ -112,7 +112,7 @@ pub struct WorkerProcesses {
 impl WorkerProcesses {
     /// Holds `guardian`, which must be this process's child not yet reaped
     /// (so its pid cannot have been reused).
-    pub fn of_guardian(guardian: ProcessId) -> WorkerProcesses {
+    pub(crate) fn of_guardian(guardian: ProcessId) -> WorkerProcesses {
         WorkerProcesses {
             guardian: Held::open(guardian),
             worker: None,
@@ -121,7 +121,7 @@ impl WorkerProcesses {
 
     /// Finds the guardian's worker: its oldest child, which it forked first.
     /// `false` when it has none.
-    pub fn find_worker(&mut self) -> bool {
+    pub(crate) fn find_worker(&mut self) -> bool {
         self.worker = self.look_for_worker();
         self.worker.is_some()
     }
@@ -148,17 +148,17 @@ impl WorkerProcesses {
             .filter(|held| crate::procfs::parent_of(held.pid.raw()) == Some(guardian.raw()))
     }
 
-    pub fn guardian(&self) -> ProcessId {
+    pub(crate) fn guardian(&self) -> ProcessId {
         self.guardian.pid
     }
 
     /// The worker's pid (the guardian's when the guardian is the worker).
-    pub fn pid(&self) -> i32 {
+    pub(crate) fn pid(&self) -> i32 {
         self.worker.as_ref().unwrap_or(&self.guardian).pid.raw()
     }
 
     /// Whether the worker runs in a PID namespace of its own (as its init).
-    pub fn own_pid_namespace(&self) -> bool {
+    pub(crate) fn own_pid_namespace(&self) -> bool {
         let Some(worker) = &self.worker else {
             return false;
         };
@@ -176,7 +176,7 @@ impl WorkerProcesses {
     /// yet identified (killed during its start) is looked for first: killed
     /// with its guardian's group alone, it would be orphaned, alive, into
     /// the supervisor's reaper as if a tool had left it.
-    pub fn kill(&self) {
+    pub(crate) fn kill(&self) {
         let worker = self.worker.clone().or_else(|| self.look_for_worker());
         match &worker {
             Some(worker) => {
@@ -194,14 +194,14 @@ impl WorkerProcesses {
 
     /// SIGKILL to the worker alone (once its guardian has exited, nothing of
     /// the tree but the worker can be left).
-    pub fn kill_worker(&self) {
+    pub(crate) fn kill_worker(&self) {
         if let Some(worker) = &self.worker {
             worker.signal(Signal::SIGKILL);
         }
     }
 
     /// The backstop: every descendant of the guardian, its group, itself.
-    pub fn kill_tree(&self) {
+    pub(crate) fn kill_tree(&self) {
         kill_descendants(self.guardian.pid);
         let _ = self.guardian.pid.group().signal(Signal::SIGKILL);
         self.guardian.signal(Signal::SIGKILL);
@@ -216,7 +216,7 @@ impl WorkerProcesses {
     /// process found: one signal stops every member of a group at once,
     /// also a chain of processes that hop (fork a successor and exit)
     /// faster than a scan finds them, as long as they keep their group.
-    pub fn pause(&self, stop: bool) {
+    pub(crate) fn pause(&self, stop: bool) {
         let signal = if stop {
             Signal::SIGSTOP
         } else {
@@ -260,7 +260,7 @@ impl WorkerProcesses {
     /// [`STOP_ROUNDS`] scans (a tool that forks faster than it is stopped,
     /// a process in an uninterruptible wait): the caller resumes them and
     /// does not count on it.
-    pub async fn stop_settled(&self) -> bool {
+    pub(crate) async fn stop_settled(&self) -> bool {
         let mut previous: Option<Vec<(i32, char)>> = None;
         for round in 0..STOP_ROUNDS {
             self.pause(true);
@@ -285,7 +285,7 @@ impl WorkerProcesses {
 
     /// Asks the worker for a `faulthandler` stack dump (SIGUSR1); `false`
     /// when there is no worker to ask.
-    pub fn ask_for_stack_dump(&self) -> bool {
+    pub(crate) fn ask_for_stack_dump(&self) -> bool {
         match &self.worker {
             Some(worker) => {
                 worker.signal(Signal::SIGUSR1);
@@ -297,7 +297,7 @@ impl WorkerProcesses {
 
     /// Asks the worker's tool to clean up: the shim raises `TimeoutError` in
     /// its main thread (SIGUSR2). Nothing else depends on it being heard.
-    pub fn ask_to_clean_up(&self) {
+    pub(crate) fn ask_to_clean_up(&self) {
         if let Some(worker) = &self.worker {
             worker.signal(Signal::SIGUSR2);
         }
@@ -305,7 +305,7 @@ impl WorkerProcesses {
 
     /// Asks the guardian to kill what its tree left and exit (SIGTERM), and
     /// resumes it in case a tool stopped it.
-    pub fn ask_guardian_to_end(&self) {
+    pub(crate) fn ask_guardian_to_end(&self) {
         self.guardian.signal(Signal::SIGTERM);
         self.guardian.signal(Signal::SIGCONT);
     }

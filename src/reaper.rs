@@ -40,7 +40,7 @@ static DOOMED: Mutex<Vec<(i32, u64)>> = Mutex::new(Vec::new());
 const MAX_DOOMED: usize = 1024;
 
 /// Records that the worker process `pid` is being killed by its pool.
-pub fn expect_death(pid: i32) {
+pub(crate) fn expect_death(pid: i32) {
     let Some(started) = stat(pid).map(|s| s.start_time) else {
         return; // already gone
     };
@@ -53,7 +53,7 @@ pub fn expect_death(pid: i32) {
 
 /// Spawns `command`, recording the child as one this process started on
 /// purpose (never swept).
-pub fn spawn_known(
+pub(crate) fn spawn_known(
     command: &mut tokio::process::Command,
 ) -> std::io::Result<tokio::process::Child> {
     let mut known = KNOWN.lock().unwrap_or_else(|e| e.into_inner());
@@ -73,7 +73,7 @@ fn remember(known: &mut Option<HashMap<i32, u64>>, pid: i32) {
 /// Records a child started some other way than by spawning it (a guardian
 /// the template clones as this process's child): `start` makes it and
 /// returns its pid, under the same lock as [`spawn_known`].
-pub fn start_known(start: impl FnOnce() -> std::io::Result<i32>) -> std::io::Result<i32> {
+pub(crate) fn start_known(start: impl FnOnce() -> std::io::Result<i32>) -> std::io::Result<i32> {
     let mut known = KNOWN.lock().unwrap_or_else(|e| e.into_inner());
     let pid = start()?;
     remember(&mut known, pid);
@@ -83,7 +83,7 @@ pub fn start_known(start: impl FnOnce() -> std::io::Result<i32>) -> std::io::Res
 /// Makes this process the child subreaper and sweeps for leftovers until
 /// `closed` turns true (or its pool is dropped); the last pool to stop turns
 /// the subreaper off again. Must be called inside a tokio runtime.
-pub fn start(closed: tokio_util::sync::CancellationToken) -> std::io::Result<()> {
+pub(crate) fn start(closed: tokio_util::sync::CancellationToken) -> std::io::Result<()> {
     {
         let mut active = ACTIVE.lock().unwrap_or_else(|e| e.into_inner());
         if *active == 0 {
@@ -136,7 +136,7 @@ fn set_subreaper(on: bool) -> std::io::Result<()> {
 
 /// Kills every child that is not known (a leftover adopted from a worker's
 /// tree) and reaps those that have died; returns how many it handled.
-pub fn sweep() -> usize {
+pub(crate) fn sweep() -> usize {
     let mut known = KNOWN.lock().unwrap_or_else(|e| e.into_inner());
     let known = known.get_or_insert_with(HashMap::new);
     let me = std::process::id() as i32;

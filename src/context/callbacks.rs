@@ -21,7 +21,7 @@ impl From<AttachmentError> for CallbackError {
 
 /// What a pool's calls share: the session's attachment store and the
 /// default human prompt.
-pub struct SessionServices {
+pub(crate) struct SessionServices {
     pub session_id: String,
     pub attachments: Arc<AttachmentStore>,
     pub human_prompt: Option<Arc<dyn HumanPrompt>>,
@@ -31,7 +31,7 @@ pub struct SessionServices {
 /// prompt for this call (the pool's, or one the caller gave for the call)
 /// and whoever listens to its progress.
 #[derive(Clone)]
-pub struct CallbackHandler {
+pub(crate) struct CallbackHandler {
     services: Arc<SessionServices>,
     prompt: Option<Arc<dyn HumanPrompt>>,
     progress: Option<Arc<progress::ProgressGate>>,
@@ -39,19 +39,19 @@ pub struct CallbackHandler {
 }
 
 /// Callback method names (see `docs/protocol.md`).
-pub mod methods {
-    pub const REGISTER_FILE: &str = "attachments.register_file";
-    pub const REGISTER_BYTES: &str = "attachments.register_bytes";
-    pub const REGISTER_REMOTE_FILE: &str = "attachments.register_remote_file";
-    pub const UPDATE_REMOTE_FILE_ID: &str = "attachments.update_remote_file_id";
-    pub const INGEST_RECORD: &str = "attachments.ingest_record";
-    pub const GET: &str = "attachments.get";
-    pub const LIST: &str = "attachments.list";
-    pub const EXPORT_MANIFEST: &str = "attachments.export_manifest";
-    pub const HUMAN_PROMPT: &str = "human_prompt.request";
-    pub const HUMAN_PROMPT_MANY: &str = "human_prompt.request_many";
-    pub const PROGRESS: &str = "progress.report";
-    pub const LOG: &str = "log.record";
+pub(crate) mod methods {
+    pub(crate) const REGISTER_FILE: &str = "attachments.register_file";
+    pub(crate) const REGISTER_BYTES: &str = "attachments.register_bytes";
+    pub(crate) const REGISTER_REMOTE_FILE: &str = "attachments.register_remote_file";
+    pub(crate) const UPDATE_REMOTE_FILE_ID: &str = "attachments.update_remote_file_id";
+    pub(crate) const INGEST_RECORD: &str = "attachments.ingest_record";
+    pub(crate) const GET: &str = "attachments.get";
+    pub(crate) const LIST: &str = "attachments.list";
+    pub(crate) const EXPORT_MANIFEST: &str = "attachments.export_manifest";
+    pub(crate) const HUMAN_PROMPT: &str = "human_prompt.request";
+    pub(crate) const HUMAN_PROMPT_MANY: &str = "human_prompt.request_many";
+    pub(crate) const PROGRESS: &str = "progress.report";
+    pub(crate) const LOG: &str = "log.record";
 }
 
 /// The parameters of `human_prompt` (docs/protocol.md, "Callbacks"); null
@@ -91,7 +91,7 @@ impl CallbackService for CallbackHandler {
 }
 
 impl CallbackHandler {
-    pub fn new(
+    pub(crate) fn new(
         services: Arc<SessionServices>,
         prompt: Option<Arc<dyn HumanPrompt>>,
         progress: Option<Arc<dyn ProgressListener>>,
@@ -108,19 +108,19 @@ impl CallbackHandler {
 
     /// The lowest Python `levelno` someone listens to for this call (else
     /// the worker sends no log records).
-    pub fn log_threshold(&self) -> Option<u32> {
+    pub(crate) fn log_threshold(&self) -> Option<u32> {
         self.logs.as_ref().map(|logs| logs.level.python_threshold())
     }
 
     /// Whether someone listens to this call's progress (else the tool's
     /// `_context["progress"]` does nothing).
-    pub fn has_progress(&self) -> bool {
+    pub(crate) fn has_progress(&self) -> bool {
         self.progress.is_some()
     }
 
     /// Whether this call has a human prompt service (else the tool's
     /// `_context["human_prompt"]` is `None`).
-    pub fn has_human_prompt(&self) -> bool {
+    pub(crate) fn has_human_prompt(&self) -> bool {
         self.prompt.is_some()
     }
 

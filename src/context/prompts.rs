@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 use crate::worker::CallbackError;
 
 /// A boxed future, for object-safe async traits such as [`HumanPrompt`].
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// A tool asks a human (`_context["human_prompt"].request(...)`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

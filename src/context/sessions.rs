@@ -20,11 +20,11 @@ use crate::pool_error::PoolError;
 
 #[cfg(feature = "http")]
 /// Default `--keep-sessions`: a day.
-pub const DEFAULT_KEEP: Duration = Duration::from_secs(24 * 3600);
+pub(crate) const DEFAULT_KEEP: Duration = Duration::from_secs(24 * 3600);
 /// Longest session name a client may give.
 const MAX_NAME: usize = 128;
 /// The file in every session directory toolpool made (see the module docs).
-pub const SESSION_MARKER: &str = ".toolpool-session";
+pub(crate) const SESSION_MARKER: &str = ".toolpool-session";
 
 /// One toolpool session: its directories and its attachment store.
 pub struct Session {
@@ -101,7 +101,7 @@ pub fn check_session_name(name: &str) -> Result<(), String> {
 }
 
 /// A new session name nobody can guess: 128 random bits, hex.
-pub fn random_session_name() -> String {
+pub(crate) fn random_session_name() -> String {
     let mut bytes = [0u8; 16];
     let read = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes));
     if read.is_err() {

@@ -17,18 +17,18 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 /// How long a client has to send a whole request header, from the moment
 /// the server starts waiting for one (also between requests on a kept-alive
 /// connection): past it the connection is closed.
-pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A request body may take this long whatever its size...
-pub const BODY_GRACE: Duration = Duration::from_secs(10);
+pub(crate) const BODY_GRACE: Duration = Duration::from_secs(10);
 /// ...and then must keep up this many bytes a second on average.
-pub const BODY_MIN_RATE: u64 = 64 * 1024;
+pub(crate) const BODY_MIN_RATE: u64 = 64 * 1024;
 
 /// Serves HTTP/1 on `stream` with the header timeout in force and
 /// `TCP_NODELAY` set; returns when the connection ends. Once `closing`
 /// resolves, the response being sent is finished and the connection closed
 /// (an idle kept-alive one at once), as a server that stops does.
-pub async fn serve_connection<S, B>(
+pub(crate) async fn serve_connection<S, B>(
     stream: TcpStream,
     service: S,
     closing: impl std::future::Future<Output = ()>,
@@ -117,7 +117,7 @@ impl tokio::io::AsyncWrite for QuickAck {
 
 /// Why a request body could not be read whole.
 #[derive(Debug, thiserror::Error)]
-pub enum BodyError {
+pub(crate) enum BodyError {
     #[error("the request body is over {limit} bytes")]
     TooLarge { limit: usize },
     #[error("the request body came too slowly: {received} bytes in {seconds:.0} s (a body may take {grace} s, then must keep up {rate} KiB/s)", grace = BODY_GRACE.as_secs(), rate = BODY_MIN_RATE / 1024)]
@@ -130,7 +130,7 @@ pub enum BodyError {
 /// [`BODY_MIN_RATE`] after [`BODY_GRACE`] (measured from the first byte
 /// asked for, so a client trickling bytes is cut off as one sending half a
 /// header is). `expected`: the Content-Length, to allocate once.
-pub async fn read_body<B>(
+pub(crate) async fn read_body<B>(
     body: B,
     limit: usize,
     expected: Option<u64>,
@@ -172,7 +172,7 @@ where
 /// At most `max` connections open at once; one past that is answered 503
 /// and closed.
 #[derive(Clone)]
-pub struct ConnectionCap {
+pub(crate) struct ConnectionCap {
     permits: Arc<Semaphore>,
     max: usize,
     /// What the 503 says (names the option that sets the cap).
@@ -180,7 +180,7 @@ pub struct ConnectionCap {
 }
 
 impl ConnectionCap {
-    pub fn new(max: usize, what: &'static str) -> ConnectionCap {
+    pub(crate) fn new(max: usize, what: &'static str) -> ConnectionCap {
         ConnectionCap {
             permits: Arc::new(Semaphore::new(max)),
             max,
@@ -189,7 +189,7 @@ impl ConnectionCap {
     }
 
     /// Answers a connection over the cap with 503 and closes it.
-    pub fn refuse(&self, mut stream: TcpStream) {
+    pub(crate) fn refuse(&self, mut stream: TcpStream) {
         let body = format!(
             "too many connections: this server keeps at most {} open at once ({})\n",
             self.max, self.what
@@ -209,7 +209,7 @@ impl ConnectionCap {
     }
 
     /// A permit for one more connection, if the cap allows.
-    pub fn try_permit(&self) -> Option<OwnedSemaphorePermit> {
+    pub(crate) fn try_permit(&self) -> Option<OwnedSemaphorePermit> {
         self.permits.clone().try_acquire_owned().ok()
     }
 }

@@ -14,12 +14,12 @@ use hyper::{Method, StatusCode};
 
 use crate::pool::Pool;
 
-pub const HEALTHZ: &str = "/healthz";
-pub const READYZ: &str = "/readyz";
+pub(crate) const HEALTHZ: &str = "/healthz";
+pub(crate) const READYZ: &str = "/readyz";
 
 /// The answer to a health request (`path` one of [`HEALTHZ`], [`READYZ`]),
 /// or `None` for any other path.
-pub fn respond(method: &Method, path: &str, pool: &Pool) -> Option<(StatusCode, String)> {
+pub(crate) fn respond(method: &Method, path: &str, pool: &Pool) -> Option<(StatusCode, String)> {
     if path != HEALTHZ && path != READYZ {
         return None;
     }

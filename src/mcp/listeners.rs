@@ -41,13 +41,13 @@ struct Listener {
 }
 
 /// What changed in a reload.
-pub enum Change {
+pub(super) enum Change {
     Tools,
     Resources,
 }
 
 #[derive(Default)]
-pub struct Listeners {
+pub(super) struct Listeners {
     next_id: AtomicU64,
     listeners: Mutex<Vec<(u64, Listener)>>,
 }
@@ -55,13 +55,13 @@ pub struct Listeners {
 impl Listeners {
     /// A session that negotiated with `initialize`, told of list changes
     /// when `lists`.
-    pub fn add_session(&self, peer: Peer<RoleServer>, lists: bool) -> u64 {
+    pub(super) fn add_session(&self, peer: Peer<RoleServer>, lists: bool) -> u64 {
         self.add(Channel::Session(peer), lists, BTreeSet::new())
     }
 
     /// An open `subscriptions/listen` stream and the resources its accepted
     /// filter names; [`Self::remove`] it when it ends.
-    pub fn add_stream(&self, sink: SubscriptionSink, uris: BTreeSet<String>) -> u64 {
+    pub(super) fn add_stream(&self, sink: SubscriptionSink, uris: BTreeSet<String>) -> u64 {
         self.add(Channel::Stream(sink), true, uris)
     }
 
@@ -76,13 +76,13 @@ impl Listeners {
         id
     }
 
-    pub fn remove(&self, id: u64) {
+    pub(super) fn remove(&self, id: u64) {
         self.lock().retain(|(each, _)| *each != id);
     }
 
     /// Adds (`subscribe`) or removes `uri` from listener `id`'s
     /// subscriptions; false when there is no such listener.
-    pub fn subscription(&self, id: u64, uri: &str, subscribe: bool) -> bool {
+    pub(super) fn subscription(&self, id: u64, uri: &str, subscribe: bool) -> bool {
         let mut listeners = self.lock();
         let Some((_, listener)) = listeners.iter_mut().find(|(each, _)| *each == id) else {
             return false;
@@ -98,7 +98,7 @@ impl Listeners {
     /// Sends the list-changed notification of `change` to every listener
     /// of lists; forgets those that cannot be reached any more. Returns how
     /// many were told.
-    pub async fn notify_list_changed(&self, change: Change) -> usize {
+    pub(super) async fn notify_list_changed(&self, change: Change) -> usize {
         let listeners = self.lock().clone();
         let mut told = 0;
         for (id, listener) in listeners.into_iter().filter(|(_, l)| l.lists) {
@@ -130,7 +130,7 @@ impl Listeners {
 
     /// Sends `notifications/resources/updated` for every subscribed URI
     /// that `changed` says may have changed. Returns how many were sent.
-    pub async fn notify_updated(&self, changed: impl Fn(&str) -> bool) -> usize {
+    pub(super) async fn notify_updated(&self, changed: impl Fn(&str) -> bool) -> usize {
         let listeners = self.lock().clone();
         let mut told = 0;
         for (id, listener) in listeners {

@@ -59,10 +59,10 @@ const SPARE_REFILL_DELAY: Duration = Duration::from_millis(50);
 /// Longest back-off between attempts to start a worker that keeps failing.
 const MAX_RESTART_BACKOFF: Duration = Duration::from_secs(10);
 /// Default bound on one tool module's import (`--import-timeout`).
-pub const DEFAULT_IMPORT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_IMPORT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default bound on the workers parked for their sessions
 /// ([`PoolBuilder::parked_workers`]).
-pub const DEFAULT_PARKED_WORKERS: usize = 64;
+pub(crate) const DEFAULT_PARKED_WORKERS: usize = 64;
 /// Most modules one start may quarantine before it gives up.
 const MAX_QUARANTINED: usize = 1000;
 

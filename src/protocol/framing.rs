@@ -18,7 +18,7 @@ use super::{decode_message, Message, ProtocolError};
 
 /// Length-prefixed frames of at most `limit` bytes, decoded as messages.
 #[derive(Debug)]
-pub struct MessageCodec {
+pub(crate) struct MessageCodec {
     frames: LengthDelimitedCodec,
     limit: usize,
     /// The frame's length prefix was consumed; its body is still arriving.
@@ -26,7 +26,7 @@ pub struct MessageCodec {
 }
 
 impl MessageCodec {
-    pub fn new(limit: usize) -> MessageCodec {
+    pub(crate) fn new(limit: usize) -> MessageCodec {
         MessageCodec {
             frames: LengthDelimitedCodec::builder()
                 .length_field_length(4)
@@ -80,16 +80,16 @@ impl Decoder for MessageCodec {
 }
 
 /// A worker's stdout (or any reader) as a stream of messages.
-pub type MessageReader<R> = FramedRead<R, MessageCodec>;
+pub(crate) type MessageReader<R> = FramedRead<R, MessageCodec>;
 
 /// Reads messages of at most `limit` bytes from `reader`.
-pub fn message_reader<R: AsyncRead>(reader: R, limit: usize) -> MessageReader<R> {
+pub(crate) fn message_reader<R: AsyncRead>(reader: R, limit: usize) -> MessageReader<R> {
     FramedRead::new(reader, MessageCodec::new(limit))
 }
 
 /// The next message; [`ProtocolError::Closed`] once the stream ended.
 /// Cancel-safe.
-pub async fn next_message<R: AsyncRead + Unpin>(
+pub(crate) async fn next_message<R: AsyncRead + Unpin>(
     reader: &mut MessageReader<R>,
 ) -> Result<Message, ProtocolError> {
     reader.next().await.unwrap_or(Err(ProtocolError::Closed))

@@ -4,12 +4,12 @@
 //! counted, and refused past [`MAX_VALUES`], before anything parses it.
 
 /// The most JSON values one request's arguments, or one result, may hold.
-pub const MAX_VALUES: usize = 2_000_000;
+pub(crate) const MAX_VALUES: usize = 2_000_000;
 
 /// An upper bound on the values in `text`: one per container, plus one per
 /// separator (`,` or `:`) outside strings, plus one. Exact for arrays of
 /// scalars; an object's keys count as values too (each is a string parsed).
-pub fn count_values(text: &[u8]) -> usize {
+pub(crate) fn count_values(text: &[u8]) -> usize {
     let mut count = 1usize;
     let mut in_string = false;
     let mut escaped = false;
@@ -35,7 +35,7 @@ pub fn count_values(text: &[u8]) -> usize {
 
 #[cfg(feature = "mcp")]
 /// Why a message holding about `values` JSON values is refused.
-pub fn too_many(values: usize) -> String {
+pub(crate) fn too_many(values: usize) -> String {
     format!(
         "the message holds about {values} JSON values; at most {MAX_VALUES} are taken (each costs the server memory once parsed): send fewer, or a file"
     )

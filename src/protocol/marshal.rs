@@ -32,12 +32,12 @@ use super::{DEFAULT_MAX_FRAME, MAX_RESULT_DEPTH};
 
 /// The most bytes that references may make the decoder read again: a blob
 /// under the frame limit expands to no more than a frame's worth.
-pub const MAX_EXPANDED: usize = DEFAULT_MAX_FRAME;
+pub(crate) const MAX_EXPANDED: usize = DEFAULT_MAX_FRAME;
 
 /// Why a blob is not a result.
 #[derive(Debug, thiserror::Error, PartialEq)]
 #[non_exhaustive]
-pub enum MarshalError {
+pub(crate) enum MarshalError {
     #[error("the result is nested deeper than {MAX_RESULT_DEPTH} levels of lists and dicts")]
     TooDeep,
     #[error("the result contains itself (a {0} inside itself)")]
@@ -65,7 +65,7 @@ pub enum MarshalError {
 
 impl MarshalError {
     /// The Python exception type the walk raises for the same result.
-    pub fn python_type(&self) -> &'static str {
+    pub(crate) fn python_type(&self) -> &'static str {
         match self {
             MarshalError::Surrogate { .. } => "UnicodeEncodeError",
             MarshalError::TooLarge | MarshalError::TooManyValues => "ResultTooLarge",
@@ -75,7 +75,7 @@ impl MarshalError {
 }
 
 /// Decodes `bytes` (one marshal object, nothing after it) into JSON.
-pub fn from_marshal(bytes: &[u8]) -> Result<Value, MarshalError> {
+pub(crate) fn from_marshal(bytes: &[u8]) -> Result<Value, MarshalError> {
     let mut reader = Reader {
         bytes,
         pos: 0,

@@ -18,7 +18,7 @@ use serde_json::Value;
 /// 32-bit lengths (far past any frame).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum WriteError {
+pub(crate) enum WriteError {
     #[error("an argument holds {0} items or bytes, more than marshal can carry")]
     TooLong(usize),
 }
@@ -26,7 +26,7 @@ pub enum WriteError {
 /// `value` as `marshal.dumps(value, 4)` would write the Python object
 /// `json.loads` makes of it (without marshal's reference flags).
 #[cfg(test)]
-pub fn to_marshal(value: &Value) -> Result<Vec<u8>, WriteError> {
+pub(crate) fn to_marshal(value: &Value) -> Result<Vec<u8>, WriteError> {
     let mut out = Vec::with_capacity(estimated_len(value));
     write_marshal(value, &mut out)?;
     Ok(out)
@@ -34,7 +34,7 @@ pub fn to_marshal(value: &Value) -> Result<Vec<u8>, WriteError> {
 
 /// [`to_marshal`], appended to `out` (the frame it travels in, so that a
 /// large argument is not made once and copied again).
-pub fn write_marshal(value: &Value, out: &mut Vec<u8>) -> Result<(), WriteError> {
+pub(crate) fn write_marshal(value: &Value, out: &mut Vec<u8>) -> Result<(), WriteError> {
     let mut writer = Writer {
         out: std::mem::take(out),
         texts: HashMap::new(),
@@ -46,7 +46,7 @@ pub fn write_marshal(value: &Value, out: &mut Vec<u8>) -> Result<(), WriteError>
 
 /// At least the length of [`to_marshal`]'s blob for `value` (integers
 /// beyond 32 bits and floats counted at their widest), without recursion.
-pub fn estimated_len(value: &Value) -> usize {
+pub(crate) fn estimated_len(value: &Value) -> usize {
     let mut total = 0usize;
     let mut stack = vec![value];
     while let Some(value) = stack.pop() {

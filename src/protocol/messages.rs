@@ -60,7 +60,7 @@ pub struct SessionDirs {
 /// Supervisor → worker.
 #[derive(Debug, Serialize)]
 #[serde(tag = "t", rename_all = "lowercase")]
-pub enum Request {
+pub(crate) enum Request {
     Catalog {
         id: u64,
     },
@@ -72,7 +72,7 @@ pub enum Request {
 
 /// Supervisor → worker: the answer to a worker's callback (`Message::Call`).
 #[derive(Debug, Serialize)]
-pub struct CallbackReply {
+pub(crate) struct CallbackReply {
     t: &'static str,
     pub id: u64,
     pub ok: bool,
@@ -83,7 +83,7 @@ pub struct CallbackReply {
 }
 
 impl CallbackReply {
-    pub fn value(id: u64, value: Value) -> CallbackReply {
+    pub(crate) fn value(id: u64, value: Value) -> CallbackReply {
         CallbackReply {
             t: "reply",
             id,
@@ -93,7 +93,7 @@ impl CallbackReply {
         }
     }
 
-    pub fn error(id: u64, kind: &str, message: &str) -> CallbackReply {
+    pub(crate) fn error(id: u64, kind: &str, message: &str) -> CallbackReply {
         CallbackReply {
             t: "reply",
             id,
@@ -114,7 +114,7 @@ impl CallbackReply {
 /// reports and [`ErrorKind::Raised`] — never a timeout or a death, which
 /// the supervisor alone decides.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct RemoteError {
+pub(crate) struct RemoteError {
     #[serde(rename = "type", with = "remote_kind")]
     pub kind: ErrorKind,
     pub message: String,
@@ -128,11 +128,16 @@ mod remote_kind {
 
     use crate::error::ErrorKind;
 
-    pub fn serialize<S: Serializer>(kind: &ErrorKind, serializer: S) -> Result<S::Ok, S::Error> {
+    pub(super) fn serialize<S: Serializer>(
+        kind: &ErrorKind,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
         serializer.serialize_str(kind.type_name())
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<ErrorKind, D::Error> {
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<ErrorKind, D::Error> {
         let name = std::borrow::Cow::<str>::deserialize(deserializer)?;
         Ok(ErrorKind::from_remote(&name))
     }
@@ -143,7 +148,7 @@ mod remote_kind {
 /// the supervisor checks each attachment against its own store
 /// (`crate::content`).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct WireBlock {
+pub(crate) struct WireBlock {
     /// `text`, `image`, `audio`, `video`, `file` or `data`.
     #[serde(rename = "type", default)]
     pub kind: String,
@@ -162,14 +167,14 @@ pub struct WireBlock {
 /// A successful reply: the result's JSON value and, when the tool returned
 /// an attachment result (message blocks, an attachment record), its blocks.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct ReplyValue {
+pub(crate) struct ReplyValue {
     pub value: Value,
     pub content: Option<Vec<WireBlock>>,
 }
 
 /// Deepest nesting of lists and maps a result may have (the shim refuses
 /// deeper ones it walks; this holds it for the JSON text it does not).
-pub const MAX_RESULT_DEPTH: usize = 100;
+pub(crate) const MAX_RESULT_DEPTH: usize = 100;
 
 impl ReplyValue {
     /// A reply's value: `value_marshal` (one marshal blob, see [`marshal`])
@@ -177,7 +182,7 @@ impl ReplyValue {
     /// the MessagePack `value`. A result nested deeper than
     /// [`MAX_RESULT_DEPTH`], one inside itself, or text that is not JSON is
     /// the tool's `ValueError`, as the shim names it for what it walks.
-    pub fn decode(
+    pub(crate) fn decode(
         value: Value,
         value_json: Option<String>,
         value_marshal: Option<serde_bytes::ByteBuf>,
@@ -246,7 +251,7 @@ fn depth(value: &Value) -> usize {
 /// Worker → supervisor.
 #[derive(Debug, Deserialize)]
 #[serde(tag = "t", rename_all = "lowercase")]
-pub enum Message {
+pub(crate) enum Message {
     /// The worker imported its tools. Its `pid` field is ignored: which
     /// process to signal comes from the kernel (`crate::process`).
     Hello {

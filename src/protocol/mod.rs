@@ -11,16 +11,17 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 #[cfg(test)]
 mod frame_decoder_tests;
 mod framing;
-pub mod json_values;
-pub mod marshal;
-pub mod marshal_writer;
+pub(crate) mod json_values;
+pub(crate) mod marshal;
+pub(crate) mod marshal_writer;
 mod messages;
 mod python_text;
 
-pub use self::framing::{message_reader, next_message, MessageReader};
-pub use self::json_values::{count_values, MAX_VALUES};
-pub use self::messages::{
-    CallContext, CallbackReply, Message, RemoteError, ReplyValue, Request, SessionDirs, WireBlock,
+pub(crate) use self::framing::{message_reader, next_message, MessageReader};
+pub(crate) use self::json_values::{count_values, MAX_VALUES};
+pub use self::messages::CallContext;
+pub(crate) use self::messages::{
+    CallbackReply, Message, RemoteError, ReplyValue, Request, SessionDirs, WireBlock,
     MAX_RESULT_DEPTH,
 };
 
@@ -68,7 +69,7 @@ pub enum ProtocolError {
 /// Decodes one frame body. The body's structure is checked first (see
 /// [`check_structure`]), so that no body makes the decoder reserve memory
 /// for items it does not hold or recurse deeper than [`MAX_DEPTH`].
-pub fn decode_message(body: &[u8]) -> Result<Message, ProtocolError> {
+pub(crate) fn decode_message(body: &[u8]) -> Result<Message, ProtocolError> {
     check_structure(body)?;
     Ok(rmp_serde::from_slice(body)?)
 }
@@ -76,7 +77,7 @@ pub fn decode_message(body: &[u8]) -> Result<Message, ProtocolError> {
 /// Deepest nesting of maps and arrays a message may have: the reply map plus
 /// a result nested 100 levels deep (the shim refuses deeper results) fit with
 /// room to spare, and decoding stays far from the end of a 2 MiB stack.
-pub const MAX_DEPTH: usize = 128;
+pub(crate) const MAX_DEPTH: usize = 128;
 
 /// Walks one MessagePack value without decoding it: every length must fit in
 /// the bytes that follow, and every map or array must claim no more items than
@@ -88,7 +89,7 @@ pub const MAX_DEPTH: usize = 128;
 /// [`MAX_VALUES`] values in all (a 64 MiB frame of nils would otherwise
 /// decode into gigabytes: the shim sends large results as marshal or JSON
 /// text, which are held to the same count).
-pub fn check_structure(body: &[u8]) -> Result<(), ProtocolError> {
+pub(crate) fn check_structure(body: &[u8]) -> Result<(), ProtocolError> {
     fn malformed(what: String) -> ProtocolError {
         ProtocolError::Malformed(what)
     }
@@ -186,7 +187,10 @@ pub fn check_structure(body: &[u8]) -> Result<(), ProtocolError> {
 }
 
 /// Encodes a message as one frame (length prefix included), ready to write.
-pub fn encode_frame<T: Serialize>(message: &T, limit: usize) -> Result<Vec<u8>, ProtocolError> {
+pub(crate) fn encode_frame<T: Serialize>(
+    message: &T,
+    limit: usize,
+) -> Result<Vec<u8>, ProtocolError> {
     let mut frame = vec![0u8; 4];
     rmp_serde::encode::write_named(&mut frame, message)?;
     let len = frame.len() - 4;

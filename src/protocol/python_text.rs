@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 /// `repr(float)`: the shortest digits that round-trip, positional for
 /// decimal exponents -4 to 15 (`0.0001`, `2.0`), else `1.5e+16`, `1e-07`;
 /// NaN and the infinities as `nan`, `inf`, `-inf`.
-pub fn float_repr(v: f64) -> String {
+pub(super) fn float_repr(v: f64) -> String {
     let mut text = float_digits(v);
     if v.is_finite() && !text.contains(['.', 'e']) {
         text.push_str(".0");
@@ -81,7 +81,7 @@ fn positional(mantissa: &str, exponent: i32) -> String {
 
 /// `str(complex)`: `(1+2j)`; a real part of +0 is left out (`2j`, `-1j`),
 /// NaN parts are `nan` (`(1+nanj)`), integral parts have no `.0`.
-pub fn complex_str(real: f64, imag: f64) -> String {
+pub(super) fn complex_str(real: f64, imag: f64) -> String {
     if real == 0.0 && real.is_sign_positive() {
         return format!("{}j", float_digits(imag));
     }
@@ -96,7 +96,7 @@ pub fn complex_str(real: f64, imag: f64) -> String {
 
 /// `repr(bytes)`: `b'...'`, quoted with `"` only when the bytes hold a `'`
 /// and no `"`, printable ASCII as is, the rest escaped.
-pub fn bytes_repr(bytes: &[u8]) -> String {
+pub(super) fn bytes_repr(bytes: &[u8]) -> String {
     let quote = if bytes.contains(&b'\'') && !bytes.contains(&b'"') {
         b'"'
     } else {
@@ -133,7 +133,7 @@ pub fn bytes_repr(bytes: &[u8]) -> String {
 /// separators, the zero-width and bidirectional format characters, the
 /// byte-order mark and surrogates are escaped as Python escapes them, and
 /// every other character is kept.
-pub fn str_repr(text: &[u32], out: &mut String) {
+pub(super) fn str_repr(text: &[u32], out: &mut String) {
     let has = |c: char| text.contains(&(c as u32));
     let quote = if has('\'') && !has('"') { '"' } else { '\'' };
     out.push(quote);
@@ -172,12 +172,12 @@ fn escaped_by_python(point: u32) -> bool {
 
 /// The largest number of decimal digits Python converts an integer to
 /// (`sys.get_int_max_str_digits()`'s default).
-pub const INT_MAX_STR_DIGITS: usize = 4300;
+pub(super) const INT_MAX_STR_DIGITS: usize = 4300;
 
 /// The decimal digits of the magnitude held in `digits` (base 2**15, least
 /// significant first, as marshal writes them); `None` past
 /// [`INT_MAX_STR_DIGITS`] digits, where Python's `str()` raises.
-pub fn decimal_digits(digits: &[u16]) -> Option<String> {
+pub(super) fn decimal_digits(digits: &[u16]) -> Option<String> {
     // Base 10**9 limbs, least significant first: multiply by 2**15 and add
     // each digit from the most significant one down.
     const LIMB: u64 = 1_000_000_000;

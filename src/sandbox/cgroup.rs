@@ -14,7 +14,7 @@ use crate::process::ProcessId;
 
 /// Where the controllers live for this process.
 #[derive(Debug, Clone, Default)]
-pub struct Mounts {
+pub(super) struct Mounts {
     /// v1: this process's cgroup in the `pids` hierarchy.
     v1_pids: Option<PathBuf>,
     /// v1: this process's cgroup in the `memory` hierarchy.
@@ -24,7 +24,7 @@ pub struct Mounts {
 }
 
 impl Mounts {
-    pub fn find() -> Mounts {
+    pub(super) fn find() -> Mounts {
         let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
         let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
         let own_path = |controller: &str| {
@@ -86,11 +86,11 @@ impl Mounts {
             .is_some_and(|(_, handed)| handed.split_whitespace().any(|c| c == controller))
     }
 
-    pub fn can_limit_pids(&self) -> bool {
+    pub(super) fn can_limit_pids(&self) -> bool {
         self.v1_pids.is_some() || self.v2_has("pids")
     }
 
-    pub fn can_limit_memory(&self) -> bool {
+    pub(super) fn can_limit_memory(&self) -> bool {
         self.v1_memory.is_some() || self.v2_has("memory")
     }
 }
@@ -105,7 +105,7 @@ struct Hierarchy {
 
 /// The pool's cgroup folders, one per hierarchy that limits something.
 #[derive(Debug)]
-pub struct PoolCgroups {
+pub(super) struct PoolCgroups {
     hierarchies: Vec<Hierarchy>,
     next: AtomicU64,
     memory: bool,
@@ -113,7 +113,7 @@ pub struct PoolCgroups {
 
 impl PoolCgroups {
     /// `max_procs` 0: no pids limit here. `None` when nothing is limited.
-    pub fn create(
+    pub(super) fn create(
         pieces: &super::Pieces,
         max_procs: u32,
         memory_bytes: Option<u64>,
@@ -181,13 +181,13 @@ impl PoolCgroups {
         }))
     }
 
-    pub fn limits_memory(&self) -> bool {
+    pub(super) fn limits_memory(&self) -> bool {
         self.memory
     }
 
     /// Whether its workers' cgroups can be frozen (a cgroup v2 hierarchy,
     /// whose non-root cgroups have `cgroup.freeze`).
-    pub fn can_freeze(&self) -> bool {
+    pub(super) fn can_freeze(&self) -> bool {
         self.hierarchies
             .iter()
             .any(|hierarchy| hierarchy.dir.join("cgroup.freeze").is_file())
@@ -195,7 +195,7 @@ impl PoolCgroups {
 
     /// A fresh cgroup in each hierarchy for one worker, its limits written
     /// and its `cgroup.procs` open for the child to join.
-    pub fn next_worker(&self) -> std::io::Result<WorkerCgroup> {
+    pub(super) fn next_worker(&self) -> std::io::Result<WorkerCgroup> {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let mut worker = WorkerCgroup::none();
         for hierarchy in &self.hierarchies {

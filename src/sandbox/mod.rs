@@ -31,9 +31,9 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
-pub use cgroup::WorkerCgroup;
-pub use probe::{probe, Pieces, ProcessLimit};
-pub use seccomp::terminal_program_hex;
+pub(crate) use cgroup::WorkerCgroup;
+pub(crate) use probe::{probe, Pieces, ProcessLimit};
+pub(crate) use seccomp::terminal_program_hex;
 
 /// How much of the sandbox a pool asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -49,7 +49,7 @@ pub enum SandboxMode {
 }
 
 /// Processes (and threads) one sandboxed worker may have at once.
-pub const DEFAULT_MAX_PROCS: u32 = 256;
+pub(crate) const DEFAULT_MAX_PROCS: u32 = 256;
 
 /// A pool's sandbox settings (`PoolBuilder::sandbox`, `--allow-net`, `--max-procs`).
 #[derive(Debug, Clone)]
@@ -314,7 +314,7 @@ impl Sandbox {
 /// # Safety
 /// Only between fork and exec: it changes the calling process's namespaces
 /// and root. It makes system calls only (no allocation).
-pub unsafe fn enter(sandbox: &Sandbox, cgroup: &WorkerCgroup) -> std::io::Result<()> {
+pub(crate) unsafe fn enter(sandbox: &Sandbox, cgroup: &WorkerCgroup) -> std::io::Result<()> {
     cgroup.join()?;
     let flags = sandbox.unshare_flags();
     if flags != 0 && libc::unshare(flags) != 0 {
@@ -391,7 +391,7 @@ unsafe fn loopback_up() -> std::io::Result<()> {
 }
 
 /// Lines for `toolpool doctor`: each piece, on or off.
-pub fn doctor_lines(sandbox: Option<&Sandbox>, allow_net: bool) -> Vec<String> {
+pub(crate) fn doctor_lines(sandbox: Option<&Sandbox>, allow_net: bool) -> Vec<String> {
     let pieces = match sandbox {
         Some(sandbox) => sandbox.pieces.clone(),
         None => probe(allow_net),

@@ -71,7 +71,7 @@ enum Op {
 
 /// The operations, in order, with every path as the child needs it.
 #[derive(Debug, Default, Clone)]
-pub struct Plan {
+pub(super) struct Plan {
     ops: Vec<Op>,
     /// Every folder (of the new root) already made by the plan, so each is made once.
     made: Vec<PathBuf>,
@@ -97,7 +97,7 @@ struct Fixed {
     mode_0755: CString,
 }
 
-pub fn cstring(path: &Path) -> std::io::Result<CString> {
+pub(super) fn cstring(path: &Path) -> std::io::Result<CString> {
     CString::new(path.as_os_str().as_bytes())
         .map_err(|_| std::io::Error::other(format!("{} holds a NUL byte", path.display())))
 }
@@ -109,7 +109,7 @@ fn under(root: &str, path: &Path) -> PathBuf {
 impl Plan {
     /// Everything but the session: the system folders, the interpreter,
     /// the shim and the tools, `/tmp`, `/dev`, `/proc`.
-    pub fn system(paths: &SandboxPaths) -> std::io::Result<Plan> {
+    pub(super) fn system(paths: &SandboxPaths) -> std::io::Result<Plan> {
         let c = |s: &str| cstring(Path::new(s));
         let mut plan = Plan {
             fixed: Some(Fixed {
@@ -211,7 +211,7 @@ impl Plan {
     /// attachment store read-only inside the workspace. The folder holding
     /// the session folder (the sessions root) is sealed: in the view it
     /// holds this session only, and cannot even be listed.
-    pub fn with_session(&self, session: &SessionMounts) -> std::io::Result<Plan> {
+    pub(super) fn with_session(&self, session: &SessionMounts) -> std::io::Result<Plan> {
         let mut plan = self.clone();
         plan.bind_dir(&session.workspace, &session.workspace, true)?;
         plan.bind_dir(&session.packages_dir, &session.packages_dir, true)?;
@@ -230,7 +230,7 @@ impl Plan {
 
     /// The folder of the system part (seen by every worker, read-only)
     /// that holds `path`, if one does.
-    pub fn shared_folder_holding(&self, path: &Path) -> Option<&Path> {
+    pub(super) fn shared_folder_holding(&self, path: &Path) -> Option<&Path> {
         self.shared
             .iter()
             .find(|shared| path.starts_with(shared))
@@ -291,7 +291,7 @@ impl Plan {
     ///
     /// # Safety
     /// Changes the calling process's root; only for the child.
-    pub unsafe fn apply(&self) -> std::io::Result<()> {
+    pub(super) unsafe fn apply(&self) -> std::io::Result<()> {
         let Some(f) = &self.fixed else {
             return Ok(());
         };

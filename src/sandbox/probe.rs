@@ -75,7 +75,7 @@ const NET: i32 = 32;
 /// Tries each namespace in a forked child (namespaces are per process, so
 /// the supervisor's own are never touched), and asks the kernel about
 /// seccomp, Landlock and cgroups.
-pub fn probe(allow_net: bool) -> Pieces {
+pub(crate) fn probe(allow_net: bool) -> Pieces {
     let found = namespaces_in_child();
     let has = |bit: i32| found & bit != 0;
     let cgroup_mounts = cgroup::Mounts::find();

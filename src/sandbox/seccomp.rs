@@ -86,7 +86,7 @@ const ARCH: seccompiler::TargetArch = seccompiler::TargetArch::x86_64;
 const ARCH: seccompiler::TargetArch = seccompiler::TargetArch::aarch64;
 
 /// The filter as BPF.
-pub fn program() -> Result<BpfProgram, seccompiler::Error> {
+pub(super) fn program() -> Result<BpfProgram, seccompiler::Error> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
         DENIED.iter().map(|call| (*call, Vec::new())).collect();
     // Each namespace flag is its own rule: the rules of a call are or-ed.
@@ -113,7 +113,7 @@ pub fn program() -> Result<BpfProgram, seccompiler::Error> {
 
 /// The filter of a worker without `--sandbox`: only the terminal requests
 /// fail (see [`TERMINAL_REQUESTS`]).
-pub fn terminal_program() -> Result<BpfProgram, seccompiler::Error> {
+pub(super) fn terminal_program() -> Result<BpfProgram, seccompiler::Error> {
     compile(BTreeMap::from([(libc::SYS_ioctl, terminal_rules()?)]))
 }
 
@@ -175,12 +175,12 @@ fn clone3_enosys() -> Vec<seccompiler::sock_filter> {
 
 /// The program as the shim reads it: each instruction as 8 bytes
 /// (`code` u16, `jt` u8, `jf` u8, `k` u32, native order), in hex.
-pub fn program_hex() -> std::io::Result<String> {
+pub(super) fn program_hex() -> std::io::Result<String> {
     hex(program())
 }
 
 /// [`terminal_program`] as the shim reads it.
-pub fn terminal_program_hex() -> std::io::Result<String> {
+pub(crate) fn terminal_program_hex() -> std::io::Result<String> {
     hex(terminal_program())
 }
 

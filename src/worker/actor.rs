@@ -66,7 +66,7 @@ pub(super) struct JobEnd {
 }
 
 /// What the actor needs to run a request beyond its frame.
-pub struct JobParts {
+pub(crate) struct JobParts {
     /// The tool's name (or `catalog`, `ping`), for logs and the stderr tag.
     pub(super) label: String,
     /// From the moment the request is written.

@@ -51,7 +51,7 @@ impl Actor {
 /// frame of the thread running a tool, with the innermost frame of the
 /// functions directory when they differ. Paths under the functions directory
 /// are shown relative to it.
-pub fn locate_in_dump(dump: &str, functions_dir: &Path) -> Option<String> {
+pub(super) fn locate_in_dump(dump: &str, functions_dir: &Path) -> Option<String> {
     struct Frame {
         file: String,
         line: String,

@@ -34,7 +34,7 @@ const RECHECK_EVERY: Duration = Duration::from_millis(1);
 /// What a call left behind, and which kind of thing it is (the cause the
 /// pool counts retirements by, `PoolStats::left_running`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LeftBehind {
+pub(crate) struct LeftBehind {
     /// One of [`LeftBehind::CAUSES`].
     pub cause: &'static str,
     /// What, for the log and the worker's termination.
@@ -43,7 +43,7 @@ pub struct LeftBehind {
 
 impl LeftBehind {
     /// Every cause, in the order operators see them.
-    pub const CAUSES: [&'static str; 7] = [
+    pub(crate) const CAUSES: [&'static str; 7] = [
         "threads",
         "processes",
         "pending_signals",

@@ -32,18 +32,18 @@ mod stderr;
 mod template;
 mod termination;
 
-pub use self::actor::JobParts;
+pub(crate) use self::actor::JobParts;
 use self::actor::{Actor, Command, Job, JobEnd};
 use self::guardian::GuardianProcess;
 use self::launch::Spawned;
-pub use self::leftovers::LeftBehind;
+pub(crate) use self::leftovers::LeftBehind;
 use self::leftovers::Leftovers;
 use self::request::{unread_in_pipe, RequestState};
-pub use self::spawn::Spawner;
-pub use self::spec::{BootConfig, WorkerSpec};
+pub(crate) use self::spawn::Spawner;
+pub(crate) use self::spec::{BootConfig, WorkerSpec};
 use self::stderr::StderrLog;
-pub use self::stderr::StderrText;
-pub use self::termination::{describe_exit, Termination};
+pub(crate) use self::stderr::StderrText;
+pub(crate) use self::termination::{describe_exit, Termination};
 use crate::error::ErrorKind;
 use crate::process::{KillMechanism, ProcessId, WorkerProcesses};
 use crate::protocol::{
@@ -81,13 +81,13 @@ const DEADLINE_DRAIN: Duration = Duration::from_millis(5);
 /// An error a callback answers with; the tool gets it as an exception named
 /// `kind` (a Python builtin such as `ValueError`, or one of the shim's own).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CallbackError {
+pub(crate) struct CallbackError {
     pub kind: String,
     pub message: String,
 }
 
 impl CallbackError {
-    pub fn new(kind: &str, message: impl Into<String>) -> CallbackError {
+    pub(crate) fn new(kind: &str, message: impl Into<String>) -> CallbackError {
         CallbackError {
             kind: kind.to_string(),
             message: message.into(),
@@ -97,7 +97,7 @@ impl CallbackError {
 
 /// What serves a running tool's callbacks (`{"t": "call"}`: the context
 /// services). The worker knows only this; `context` implements it.
-pub trait CallbackService: Send + Sync {
+pub(crate) trait CallbackService: Send + Sync {
     /// Whether `method` waits for a human: that time is not the tool's, so
     /// the call's deadline pauses (and its processes are stopped) meanwhile.
     fn waits_for_human(&self, method: &str) -> bool;
@@ -141,7 +141,7 @@ pub enum StartError {
 
 /// How a call on a worker ended, seen from the worker's side.
 #[derive(Debug)]
-pub enum CallOutcome {
+pub(crate) enum CallOutcome {
     /// The worker answered. `left_running`: what the call left behind in
     /// the worker (threads, processes, signals, timers); then the worker
     /// has been killed and must not serve again. `None`: the worker is as
@@ -170,7 +170,7 @@ pub enum CallOutcome {
 /// A timed-out call's grace: how long its tool may clean up after the
 /// deadline (`TimeoutError` raised in its main thread) before it is killed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Grace {
+pub(crate) enum Grace {
     /// It had none: killed at the deadline.
     None,
     /// It answered this long after it was asked to clean up.
@@ -182,7 +182,7 @@ pub enum Grace {
 /// How long a call may run: its timeout, then (for a tool asked to clean
 /// up) its grace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CallTime {
+pub(crate) struct CallTime {
     pub timeout: Duration,
     pub grace: Duration,
 }
@@ -219,7 +219,7 @@ pub enum StartMethod {
 /// A worker's identity for the pool's records. Pids are the kernel's and
 /// come back once reaped; an id is never given twice.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct WorkerId(u64);
+pub(crate) struct WorkerId(u64);
 
 impl WorkerId {
     fn next() -> WorkerId {
@@ -234,7 +234,7 @@ impl std::fmt::Display for WorkerId {
     }
 }
 
-pub struct Worker {
+pub(crate) struct Worker {
     /// Which worker this is, for the pool's records (a pid can be reused).
     id: WorkerId,
     /// The actor's mailbox; closed when this handle is dropped, and the
@@ -262,7 +262,10 @@ pub struct Worker {
 impl Worker {
     /// Spawns a worker, waits for its hello (sent once it imported the
     /// tools) and starts its actor.
-    pub async fn start(spawner: &Spawner, spec: Arc<WorkerSpec>) -> Result<Worker, StartError> {
+    pub(crate) async fn start(
+        spawner: &Spawner,
+        spec: Arc<WorkerSpec>,
+    ) -> Result<Worker, StartError> {
         let Spawned {
             guardian: guardian_process,
             stdin,
@@ -329,38 +332,38 @@ impl Worker {
         Ok(worker)
     }
 
-    pub fn info(&self) -> &WorkerInfo {
+    pub(crate) fn info(&self) -> &WorkerInfo {
         &self.info
     }
 
     /// The worker's process as the kernel knows it, for killing it from
     /// elsewhere (shutdown). `None` when the guardian is the worker.
-    pub fn processes(&self) -> WorkerProcesses {
+    pub(crate) fn processes(&self) -> WorkerProcesses {
         self.processes.clone()
     }
 
     /// The worker's pid as the kernel names it (the guardian's when the
     /// guardian is the worker), for messages and operators.
-    pub fn pid(&self) -> i32 {
+    pub(crate) fn pid(&self) -> i32 {
         self.processes.pid()
     }
 
     /// The pool's name for this worker: unique for the life of the process.
-    pub fn id(&self) -> WorkerId {
+    pub(crate) fn id(&self) -> WorkerId {
         self.id
     }
 
     /// What it was started with (under `--sandbox`, for one session).
-    pub fn spec(&self) -> &Arc<WorkerSpec> {
+    pub(crate) fn spec(&self) -> &Arc<WorkerSpec> {
         &self.spec
     }
 
     /// The guardian's pid, as the kernel gave it (it ends when the worker does).
-    pub fn guardian_pid(&self) -> ProcessId {
+    pub(crate) fn guardian_pid(&self) -> ProcessId {
         self.processes.guardian()
     }
 
-    pub fn calls_served(&self) -> u64 {
+    pub(crate) fn calls_served(&self) -> u64 {
         self.calls_served
     }
 
@@ -371,7 +374,7 @@ impl Worker {
     }
 
     /// Asks the worker for the catalog it built when importing the tools.
-    pub async fn catalog(&mut self) -> CallOutcome {
+    pub(crate) async fn catalog(&mut self) -> CallOutcome {
         let id = self.take_id();
         let time = CallTime {
             timeout: self.spec.start_timeout,
@@ -385,7 +388,7 @@ impl Worker {
     /// A round trip through the worker's whole request path. The first
     /// requests a fresh worker serves are several times slower than later
     /// ones; a spare is pinged before it waits, so the call it takes over is not.
-    pub async fn ping(&mut self) -> CallOutcome {
+    pub(crate) async fn ping(&mut self) -> CallOutcome {
         let id = self.take_id();
         let time = CallTime {
             timeout: self.spec.start_timeout,
@@ -401,7 +404,7 @@ impl Worker {
     /// services while it runs (without it every callback fails in the
     /// tool); time spent waiting for a human does not count against
     /// `timeout`, which runs from the moment the request is written.
-    pub async fn invoke(
+    pub(crate) async fn invoke(
         &mut self,
         name: &str,
         args: &Value,
@@ -486,7 +489,7 @@ impl Worker {
     /// namespace that ends every process of the call; otherwise what left
     /// the group is killed by the guardian, the tree's subreaper, when it
     /// sees the worker gone (and by [`Worker::kill`]'s sweep).
-    pub fn kill_now(&self) {
+    pub(crate) fn kill_now(&self) {
         if !self.reaped.load(Ordering::Acquire) {
             self.processes.kill();
         }
@@ -494,14 +497,14 @@ impl Worker {
 
     /// Kills every process of the worker and reaps the guardian (see
     /// [`Actor::kill`](actor::Actor)); its status, mirrored from the worker.
-    pub async fn kill(&mut self) -> Option<ExitStatus> {
+    pub(crate) async fn kill(&mut self) -> Option<ExitStatus> {
         let (answer, status) = oneshot::channel();
         self.mailbox.send(Command::Kill(answer)).ok()?;
         status.await.ok().flatten()
     }
 
     /// Retires a healthy worker: closes its stdin (it exits at once), reaps it.
-    pub async fn retire(mut self) {
+    pub(crate) async fn retire(mut self) {
         // Dropping the only write end of stdin is the worker's signal to exit.
         drop(self.stdin.take());
         let (answer, done) = oneshot::channel();
@@ -513,7 +516,7 @@ impl Worker {
     /// How a worker that died while it waited ended, once its guardian is
     /// reaped (it mirrors the worker's exit status); logged against the
     /// call it ran last, as a death found by the next call is.
-    pub async fn how_it_ended(&mut self) -> Termination {
+    pub(crate) async fn how_it_ended(&mut self) -> Termination {
         let (answer, how) = oneshot::channel();
         if self.mailbox.send(Command::HowItEnded(answer)).is_err() {
             return Termination::StatusUnknown;

@@ -19,7 +19,7 @@ use super::template::Template;
 use super::{StartError, WorkerSpec};
 
 /// The one thread every worker is started from; lives as long as its pool.
-pub struct Spawner {
+pub(crate) struct Spawner {
     jobs: std::sync::mpsc::Sender<Job>,
 }
 
@@ -35,7 +35,7 @@ enum Job {
 impl Spawner {
     /// Starts the spawner thread; must be called inside a tokio runtime.
     /// `use_template`: clone workers from a template process (see `template`).
-    pub fn new(use_template: bool) -> std::io::Result<Spawner> {
+    pub(crate) fn new(use_template: bool) -> std::io::Result<Spawner> {
         let handle = tokio::runtime::Handle::current();
         let (jobs, queue) = std::sync::mpsc::channel::<Job>();
         std::thread::Builder::new()
@@ -68,7 +68,7 @@ impl Spawner {
     }
 
     /// Ends the template (the pool has shut down); later workers are spawned.
-    pub fn end_template(&self) {
+    pub(crate) fn end_template(&self) {
         let _ = self.jobs.send(Job::EndTemplate);
     }
 }

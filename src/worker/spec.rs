@@ -13,7 +13,7 @@ use crate::sandbox::SessionMounts;
 /// A tool module that broke a worker's start, as the boot config's
 /// `skip_modules` lists it.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct QuarantinedModule {
+pub(crate) struct QuarantinedModule {
     pub module: String,
     pub file: String,
     /// The catalog error reported for it.
@@ -25,7 +25,7 @@ pub struct QuarantinedModule {
 /// its own: the protocol version, the stack-dump descriptor and the
 /// modules quarantined so far.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct BootConfig {
+pub(crate) struct BootConfig {
     pub functions_dir: PathBuf,
     /// The default directory was chosen (./functions/function_calling), so
     /// NotFound says the bundled tools are not there.
@@ -57,7 +57,7 @@ pub struct BootConfig {
 
 /// Everything needed to launch a worker; shared by all workers of a pool.
 #[derive(Debug)]
-pub struct WorkerSpec {
+pub(crate) struct WorkerSpec {
     pub python: PathBuf,
     pub boot_script: PathBuf,
     /// What the boot script is told (its one argument, as JSON).
@@ -106,7 +106,7 @@ impl WorkerSpec {
     }
 
     /// Records a module that broke a worker's start.
-    pub fn quarantine(&self, module: &str, file: &str, error: String) {
+    pub(crate) fn quarantine(&self, module: &str, file: &str, error: String) {
         if let Ok(mut quarantined) = self.quarantined.lock() {
             if !quarantined.iter().any(|q| q.module == module) {
                 quarantined.push(QuarantinedModule {
@@ -122,7 +122,7 @@ impl WorkerSpec {
     /// where a worker's mount view holds one session's directories): its
     /// boot config, working directory, packages directory and sandbox name
     /// that session instead of the pool's. The quarantine so far is copied.
-    pub fn for_session(
+    pub(crate) fn for_session(
         &self,
         id: &str,
         session: &SessionMounts,
@@ -162,12 +162,12 @@ impl WorkerSpec {
     }
 
     /// The session folder this spec's workers are started for.
-    pub fn session_dir(&self) -> &Path {
+    pub(crate) fn session_dir(&self) -> &Path {
         &self.boot.session_dir
     }
 
     /// Forgets the quarantine (the code may have been fixed: a reload).
-    pub fn clear_quarantine(&self) {
+    pub(crate) fn clear_quarantine(&self) {
         if let Ok(mut quarantined) = self.quarantined.lock() {
             quarantined.clear();
         }

@@ -10,7 +10,7 @@ use nix::sys::signal::Signal;
 /// How a worker ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum Termination {
+pub(crate) enum Termination {
     /// It exited by itself with this code (`os._exit(3)`).
     Exited { code: i32 },
     /// A signal the supervisor did not send ended it (a segfault; SIGKILL
@@ -39,7 +39,7 @@ pub enum Termination {
 
 impl Termination {
     /// Every [`Termination::kind`], in the order operators see them.
-    pub const KINDS: [&'static str; 10] = [
+    pub(crate) const KINDS: [&'static str; 10] = [
         "exited",
         "signalled",
         "timed_out",
@@ -53,7 +53,7 @@ impl Termination {
     ];
 
     /// How it ended by itself, from the status its guardian mirrored.
-    pub fn from_status(status: Option<ExitStatus>) -> Termination {
+    pub(crate) fn from_status(status: Option<ExitStatus>) -> Termination {
         let Some(status) = status else {
             return Termination::StatusUnknown;
         };
@@ -65,7 +65,7 @@ impl Termination {
     }
 
     /// The variant's position in [`Termination::KINDS`].
-    pub fn index(&self) -> usize {
+    pub(crate) fn index(&self) -> usize {
         match self {
             Termination::Exited { .. } => 0,
             Termination::Signalled { .. } => 1,
@@ -119,7 +119,7 @@ impl std::fmt::Display for Termination {
 
 /// Describes an exit status for a failed start; `killed_by_us`: the
 /// supervisor may have sent the SIGKILL, so it is not blamed on memory.
-pub fn describe_exit(status: Option<ExitStatus>, killed_by_us: bool) -> String {
+pub(crate) fn describe_exit(status: Option<ExitStatus>, killed_by_us: bool) -> String {
     match Termination::from_status(status) {
         Termination::Signalled { signal } if killed_by_us => {
             format!("was killed by {}", signal_name(signal))

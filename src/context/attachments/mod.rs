@@ -42,9 +42,9 @@ pub use records::{AttachmentError, AttachmentRecord, AttachmentRef, RegisterOpti
 
 /// Name of the folder under the workspace that holds the attachments' files
 /// and the manifest.
-pub const ATTACHMENTS_DIR: &str = "attachments";
+pub(crate) const ATTACHMENTS_DIR: &str = "attachments";
 /// Name of the manifest file, in [`ATTACHMENTS_DIR`].
-pub const MANIFEST_FILE: &str = "attachments_manifest.json";
+pub(crate) const MANIFEST_FILE: &str = "attachments_manifest.json";
 
 /// The attachment store of one session directory. Its methods block (file
 /// copies, hashing, the manifest); call them from blocking threads.

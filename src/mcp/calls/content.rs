@@ -25,14 +25,14 @@ use crate::mcp::resources;
 
 /// Largest image or audio file sent inline (base64) over MCP; larger ones
 /// are sent as a `resource_link`.
-pub const INLINE_LIMIT: u64 = 4 * 1024 * 1024;
+pub(crate) const INLINE_LIMIT: u64 = 4 * 1024 * 1024;
 /// Largest text attachment sent embedded (as a `resource` with its text);
 /// larger ones are sent as a `resource_link`.
-pub const EMBED_LIMIT: u64 = 64 * 1024;
+pub(crate) const EMBED_LIMIT: u64 = 64 * 1024;
 
 /// The MCP result of a call: its content, or the agent-facing error text
 /// with `isError`.
-pub fn call_result(
+pub(crate) fn call_result(
     result: Result<Value, ToolError>,
     content: Option<&[ContentBlock]>,
     store: Option<&AttachmentStore>,
@@ -57,7 +57,7 @@ pub fn call_result(
 /// `ResultTooLarge` before its encoding exists, rather than sent as a
 /// message up to 12 times its size (a control character is 6 bytes as
 /// JSON, and it would be there twice).
-pub fn plain_result(
+pub(crate) fn plain_result(
     tool: &str,
     value: Value,
     function: Option<&FunctionSpec>,

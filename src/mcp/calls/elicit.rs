@@ -28,7 +28,7 @@ use serde_json::{Map, Value};
 use crate::context::{BoxFuture, HumanPrompt, PromptAnswer, PromptError, PromptRequest};
 
 /// The prompt service for one call, made in `context`.
-pub fn for_request(context: &RequestContext<RoleServer>) -> Arc<dyn HumanPrompt> {
+pub(crate) fn for_request(context: &RequestContext<RoleServer>) -> Arc<dyn HumanPrompt> {
     if is_modern(context) {
         // With the capability the call goes through `mrtr` instead.
         return Arc::new(NoHuman(
@@ -51,12 +51,12 @@ pub fn for_request(context: &RequestContext<RoleServer>) -> Arc<dyn HumanPrompt>
 }
 
 /// Asks the MCP client's user through an elicitation request.
-pub struct Elicitation {
+pub(crate) struct Elicitation {
     peer: Peer<RoleServer>,
 }
 
 /// True for a request on 2026-07-28 or later: no server-to-client requests.
-pub fn is_modern(context: &RequestContext<RoleServer>) -> bool {
+pub(crate) fn is_modern(context: &RequestContext<RoleServer>) -> bool {
     context
         .protocol_version()
         .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28)
@@ -66,7 +66,7 @@ pub fn is_modern(context: &RequestContext<RoleServer>) -> bool {
 pub(in crate::mcp) const REQUESTED_SCHEMA: &str = "requested_schema";
 
 /// For clients that cannot be asked; carries the reason the tool is told.
-pub struct NoHuman(pub &'static str);
+pub(crate) struct NoHuman(pub &'static str);
 
 impl HumanPrompt for NoHuman {
     fn request(&self, _request: PromptRequest) -> BoxFuture<'_, Result<PromptAnswer, PromptError>> {

@@ -46,11 +46,11 @@ use crate::pool::CallReport;
 
 /// How long a suspended call waits for the client to come back with the
 /// human's answer, without `--human-timeout`.
-pub const HUMAN_WAIT: Duration = Duration::from_secs(600);
+pub(crate) const HUMAN_WAIT: Duration = Duration::from_secs(600);
 
 /// How long the handle of a call that expired is remembered, so that a late
 /// retry learns why; and how many are (the oldest go first).
-pub const EXPIRED_KEPT: Duration = Duration::from_secs(600);
+pub(crate) const EXPIRED_KEPT: Duration = Duration::from_secs(600);
 const MAX_EXPIRED: usize = 4096;
 
 /// The key of the one input request in an `InputRequiredResult`, unless the
@@ -99,7 +99,7 @@ pub(in crate::mcp) struct Asked {
 
 /// The prompt service of a call made on 2026-07-28: hands each question to
 /// the `tools/call` handler driving the call.
-pub struct RoundTripPrompt {
+pub(crate) struct RoundTripPrompt {
     asked: mpsc::Sender<Asked>,
 }
 
@@ -154,7 +154,7 @@ async fn wait_for(answered: oneshot::Receiver<Answer>) -> Answer {
 
 /// A call running in its own task (dropping this aborts it, which kills its
 /// worker), with the questions it asks.
-pub struct Running {
+pub(crate) struct Running {
     report: AbortOnDropHandle<CallReport>,
     asked: mpsc::Receiver<Asked>,
 }
@@ -168,7 +168,7 @@ impl Running {
     }
 
     /// Starts `call`, made with the prompt service from `prompt`.
-    pub fn start<F, Fut>(call: F) -> Running
+    pub(crate) fn start<F, Fut>(call: F) -> Running
     where
         F: FnOnce(Arc<dyn HumanPrompt>) -> Fut,
         Fut: std::future::Future<Output = CallReport> + Send + 'static,
@@ -183,7 +183,7 @@ impl Running {
 }
 
 /// Where a call driven by [`RoundTrips::drive`] got to.
-pub enum Step {
+pub(crate) enum Step {
     Done(CallReport),
     /// The tool asks a human: the answer to send the client.
     Asks(InputRequiredResult),
@@ -199,7 +199,7 @@ pub enum Step {
 /// Why a retry's `requestState` is refused.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum StateError {
+pub(crate) enum StateError {
     #[error("the requestState is not one this server gave this client for this call")]
     Forged,
     #[error("the requestState was already used, or the call it stood for has ended")]
@@ -221,7 +221,7 @@ struct Suspended {
 }
 
 /// The suspended calls of one server (shared by its sessions).
-pub struct RoundTrips {
+pub(crate) struct RoundTrips {
     key: [u8; 32],
     /// How long a suspended call waits for the retry.
     wait: Duration,
@@ -235,7 +235,7 @@ pub struct RoundTrips {
 impl RoundTrips {
     /// `human_timeout`: `--human-timeout`, the bound on a suspended call's
     /// wait ([`HUMAN_WAIT`] without it).
-    pub fn new(human_timeout: Option<Duration>) -> Arc<RoundTrips> {
+    pub(crate) fn new(human_timeout: Option<Duration>) -> Arc<RoundTrips> {
         Arc::new(RoundTrips {
             key: random(),
             wait: human_timeout.unwrap_or(HUMAN_WAIT),
@@ -247,7 +247,7 @@ impl RoundTrips {
 
     /// Runs `call` until it finishes, asks a human, or `ct` is cancelled;
     /// or, with `until`, until that long has passed.
-    pub async fn drive(
+    pub(crate) async fn drive(
         self: &Arc<Self>,
         mut call: Running,
         binding: [u8; 32],
@@ -331,7 +331,7 @@ impl RoundTrips {
 
     /// The suspended call `state` stands for, given the human's answer from
     /// `responses`; it is taken out of the table (a handle works once).
-    pub fn resume(
+    pub(crate) fn resume(
         &self,
         state: &str,
         binding: &[u8; 32],
@@ -403,7 +403,11 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// What a call's handle is bound to: the client (name and version as it
 /// gives them in the request), the tool and its arguments.
-pub fn binding(client: Option<&rmcp::model::Implementation>, tool: &str, args: &Value) -> [u8; 32] {
+pub(crate) fn binding(
+    client: Option<&rmcp::model::Implementation>,
+    tool: &str,
+    args: &Value,
+) -> [u8; 32] {
     let mut hasher = Sha256::new();
     for part in [
         client.map_or("", |c| c.name.as_str()),

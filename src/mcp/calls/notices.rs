@@ -33,7 +33,7 @@ use crate::context::{
 };
 
 /// How often a call waiting for a human tells its client it is alive.
-pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(5);
+pub(crate) const HEARTBEAT_EVERY: Duration = Duration::from_secs(5);
 /// Notices queued for the client at most.
 const QUEUED_NOTICES: usize = 64;
 /// The heartbeat's message.
@@ -44,7 +44,7 @@ const FLUSH_WAIT: Duration = Duration::from_secs(1);
 
 /// The listeners a call's pool is given.
 #[derive(Clone, Default)]
-pub struct Listeners {
+pub(crate) struct Listeners {
     /// For [`crate::InvokeOptions::progress`]; `None` when the request sent
     /// no `progressToken`.
     pub progress: Option<Arc<dyn ProgressListener>>,
@@ -55,7 +55,7 @@ pub struct Listeners {
 
 /// What one call tells its client: the listeners the pool is given, and the
 /// task that sends the notices.
-pub struct CallNotices {
+pub(crate) struct CallNotices {
     /// What the pool is given for the call.
     pub listeners: Listeners,
     /// How many of the call's questions to a human are open.
@@ -66,7 +66,7 @@ pub struct CallNotices {
 impl CallNotices {
     /// `human`, counting its open questions so that the client hears a
     /// heartbeat while one is.
-    pub fn prompt(&self, human: Arc<dyn HumanPrompt>) -> Arc<dyn HumanPrompt> {
+    pub(crate) fn prompt(&self, human: Arc<dyn HumanPrompt>) -> Arc<dyn HumanPrompt> {
         match &self.waiting {
             Some(waiting) => Arc::new(Heartbeats {
                 human,
@@ -79,7 +79,7 @@ impl CallNotices {
     /// Resolves once every notice of the call is sent (the call has ended,
     /// so its listeners and prompt are dropped), so that none arrives after
     /// the answer; at most [`FLUSH_WAIT`].
-    pub async fn flushed(self) {
+    pub(crate) async fn flushed(self) {
         if let Some(sender) = self.sender {
             let _ = tokio::time::timeout(FLUSH_WAIT, sender).await;
         }
@@ -89,7 +89,7 @@ impl CallNotices {
 /// What the call of `context` tells its client: progress when the request
 /// sent a token, log records from the request's log level (2026-07-28's
 /// `_meta`), else from `session_level` (what `logging/setLevel` set).
-pub fn for_request(
+pub(crate) fn for_request(
     context: &RequestContext<RoleServer>,
     session_level: Option<LoggingLevel>,
     running_beat: Option<Duration>,

@@ -23,7 +23,7 @@ struct Open {
 
 /// The open questions of one task's call.
 #[derive(Default)]
-pub struct Questions {
+pub(crate) struct Questions {
     open: Mutex<HashMap<String, Open>>,
 }
 
@@ -55,7 +55,7 @@ impl Questions {
 
     /// The input requests still unanswered (empty: the task works). A
     /// question nobody waits for any more (its call ended) is dropped.
-    pub fn pending(&self) -> InputRequests {
+    pub(crate) fn pending(&self) -> InputRequests {
         let mut open = self.lock();
         open.retain(|_, question| !question.answer.is_closed());
         open.iter()
@@ -65,7 +65,7 @@ impl Questions {
 
     /// Hands each response to the question of its key; keys no question has
     /// (any more) are ignored, as MCP has it for unknown information.
-    pub fn answer(&self, responses: &InputResponses) {
+    pub(crate) fn answer(&self, responses: &InputResponses) {
         let mut open = self.lock();
         for (key, response) in responses {
             if let Some(question) = open.remove(key) {

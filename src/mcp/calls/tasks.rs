@@ -22,7 +22,7 @@ use tokio::task::AbortHandle;
 
 /// How long a finished (or cancelled) task is kept for `tasks/get` without
 /// `--task-keep`.
-pub const DEFAULT_KEEP: Duration = Duration::from_secs(300);
+pub(crate) const DEFAULT_KEEP: Duration = Duration::from_secs(300);
 
 /// How often a client is asked to poll.
 const POLL_INTERVAL_MS: u64 = 500;
@@ -35,7 +35,7 @@ enum State {
 }
 
 /// How a task's call ended.
-pub enum TaskEnd {
+pub(crate) enum TaskEnd {
     /// It answered: its result, also when the tool failed (`isError`), as
     /// MCP has it for a tool that ran.
     Answered(CallToolResult),
@@ -52,27 +52,27 @@ struct Entry {
     questions: Option<Arc<Questions>>,
 }
 
-pub struct Tasks {
+pub(crate) struct Tasks {
     tasks: Mutex<HashMap<String, Entry>>,
     /// How long a finished task is kept.
     keep: Duration,
 }
 
 impl Tasks {
-    pub fn new(keep: Duration) -> Tasks {
+    pub(crate) fn new(keep: Duration) -> Tasks {
         Tasks {
             tasks: Mutex::new(HashMap::new()),
             keep,
         }
     }
 
-    pub fn keep(&self) -> Duration {
+    pub(crate) fn keep(&self) -> Duration {
         self.keep
     }
 
     /// Makes `call` (already running in its own task) a task: its result is
     /// kept when it ends. Returns the answer to the `tools/call`.
-    pub fn adopt(
+    pub(crate) fn adopt(
         self: &Arc<Self>,
         call: tokio::task::JoinHandle<TaskEnd>,
         questions: Option<Arc<Questions>>,
@@ -119,7 +119,7 @@ impl Tasks {
     }
 
     /// `tasks/get`.
-    pub fn get(&self, id: &str) -> Option<DetailedTask> {
+    pub(crate) fn get(&self, id: &str) -> Option<DetailedTask> {
         let tasks = self.lock();
         let entry = tasks.get(id)?;
         let payload = match &entry.state {
@@ -144,7 +144,7 @@ impl Tasks {
     /// `tasks/update`: hands the client's answers to the task's open
     /// questions (answered keys are done; the rest stay open). False for an
     /// unknown id.
-    pub fn update(&self, id: &str, responses: &InputResponses) -> bool {
+    pub(crate) fn update(&self, id: &str, responses: &InputResponses) -> bool {
         let tasks = self.lock();
         let Some(entry) = tasks.get(id) else {
             return false;
@@ -156,7 +156,7 @@ impl Tasks {
     }
 
     /// `tasks/cancel`: kills a working task's call. False for an unknown id.
-    pub fn cancel(self: &Arc<Self>, id: &str) -> bool {
+    pub(crate) fn cancel(self: &Arc<Self>, id: &str) -> bool {
         let mut tasks = self.lock();
         let Some(entry) = tasks.get_mut(id) else {
             return false;

@@ -184,7 +184,7 @@ fn check_token(token: String, what: &str) -> Result<String, String> {
 
 /// The request checks, in the order [`Access::check`] makes them.
 #[derive(Debug, Clone, Default)]
-pub struct Access {
+pub(crate) struct Access {
     origins: Vec<Origin>,
     hosts: Vec<AllowedHost>,
     /// SHA-256 of the token: comparing digests takes the same time whatever
@@ -194,7 +194,7 @@ pub struct Access {
 
 /// Why a request is refused: the status and the text for the client.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// 403: the Host or Origin is not one this server answers.
     Forbidden(String),
     /// 401 with `WWW-Authenticate: Bearer`.
@@ -206,7 +206,7 @@ pub enum Refusal {
 /// check read would decide what it lets through), as is an absolute-form
 /// target (`POST http://a.example/mcp`) that names another authority than
 /// its `Host`; such a target without a `Host` gives the authority.
-pub fn authority_and_origin<B>(
+pub(crate) fn authority_and_origin<B>(
     request: &hyper::Request<B>,
 ) -> Result<(Option<&str>, Option<&str>), String> {
     let single = |name: hyper::header::HeaderName| {
@@ -238,12 +238,12 @@ pub fn authority_and_origin<B>(
 }
 
 impl Access {
-    pub fn requires_token(&self) -> bool {
+    pub(crate) fn requires_token(&self) -> bool {
         self.token.is_some()
     }
 
     /// Host, then Origin, then the token.
-    pub fn check(
+    pub(crate) fn check(
         &self,
         host: Option<&str>,
         origin: Option<&str>,

@@ -73,7 +73,7 @@ use sessions::Sessions;
 use sessions::SESSION_HEADER;
 
 /// The path the MCP endpoint is served at.
-pub const ENDPOINT: &str = "/mcp";
+pub(super) const ENDPOINT: &str = "/mcp";
 
 /// How long a stopping server waits at least for the answers still being
 /// sent, and then for the connections to flush.

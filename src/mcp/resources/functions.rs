@@ -91,7 +91,7 @@ fn served(catalog: &Catalog) -> impl Iterator<Item = &FunctionSpec> {
 }
 
 /// The function-served resources with a fixed URI.
-pub fn listed(catalog: &Catalog) -> Vec<Resource> {
+pub(crate) fn listed(catalog: &Catalog) -> Vec<Resource> {
     served(catalog)
         .filter_map(|f| {
             let spec = f.resource.as_ref()?;
@@ -108,7 +108,7 @@ pub fn listed(catalog: &Catalog) -> Vec<Resource> {
 }
 
 /// The function-served resource templates.
-pub fn templates(catalog: &Catalog) -> Vec<ResourceTemplate> {
+pub(crate) fn templates(catalog: &Catalog) -> Vec<ResourceTemplate> {
     served(catalog)
         .filter_map(|f| {
             let spec = f.resource.as_ref()?;
@@ -126,7 +126,10 @@ pub fn templates(catalog: &Catalog) -> Vec<ResourceTemplate> {
 
 /// The function that serves `uri` and the arguments to call it with: a
 /// fixed URI first, then the first template that matches.
-pub fn find<'a>(catalog: &'a Catalog, uri: &str) -> Option<(&'a FunctionSpec, Map<String, Value>)> {
+pub(crate) fn find<'a>(
+    catalog: &'a Catalog,
+    uri: &str,
+) -> Option<(&'a FunctionSpec, Map<String, Value>)> {
     let exact = served(catalog).find(|f| f.resource.as_ref().is_some_and(|r| r.uri == uri));
     if let Some(function) = exact {
         return Some((function, Map::new()));
@@ -141,7 +144,7 @@ pub fn find<'a>(catalog: &'a Catalog, uri: &str) -> Option<(&'a FunctionSpec, Ma
 }
 
 /// The contents of `uri` from what its function returned.
-pub fn contents(
+pub(crate) fn contents(
     function: &FunctionSpec,
     uri: &str,
     result: Result<Value, ToolError>,

@@ -25,18 +25,18 @@ use crate::context::attachments::AttachmentRecord;
 use crate::context::AttachmentStore;
 
 /// The URI scheme and path of an attachment: `toolpool://attachments/<id>`.
-pub const ATTACHMENT_URI_PREFIX: &str = "toolpool://attachments/";
+pub(super) const ATTACHMENT_URI_PREFIX: &str = "toolpool://attachments/";
 /// The largest attachment `resources/read` sends (base64 makes a binary one
 /// a third larger on the wire).
-pub const READ_LIMIT: u64 = 16 * 1024 * 1024;
+pub(super) const READ_LIMIT: u64 = 16 * 1024 * 1024;
 
 /// The resource URI of the attachment `id`.
-pub fn attachment_uri(id: &str) -> String {
+pub(super) fn attachment_uri(id: &str) -> String {
     format!("{ATTACHMENT_URI_PREFIX}{id}")
 }
 
 /// Whether a MIME type names text a client can show as it is.
-pub fn is_textual(mime_type: &str) -> bool {
+pub(super) fn is_textual(mime_type: &str) -> bool {
     let essence = mime_type
         .split(';')
         .next()
@@ -59,7 +59,7 @@ pub fn is_textual(mime_type: &str) -> bool {
 }
 
 /// Every attachment of `store` that has a file, as a resource.
-pub fn list(store: &AttachmentStore) -> ListResourcesResult {
+pub(super) fn list(store: &AttachmentStore) -> ListResourcesResult {
     let resources = store
         .list()
         .into_iter()
@@ -87,7 +87,7 @@ pub fn list(store: &AttachmentStore) -> ListResourcesResult {
 }
 
 /// The one template: an attachment by its id.
-pub fn templates() -> ListResourceTemplatesResult {
+pub(super) fn templates() -> ListResourceTemplatesResult {
     let mut template = ResourceTemplate::new(
         format!("{ATTACHMENT_URI_PREFIX}{{attachment_id}}"),
         "attachment",
@@ -103,7 +103,7 @@ pub fn templates() -> ListResourceTemplatesResult {
 }
 
 /// The "resource not found" error of `uri` (-32602 with the URI in its data).
-pub fn not_found(uri: &str, why: &str) -> McpError {
+pub(super) fn not_found(uri: &str, why: &str) -> McpError {
     McpError::new(
         ErrorCode::INVALID_PARAMS,
         format!("resource not found: {uri} ({why})"),
@@ -112,7 +112,7 @@ pub fn not_found(uri: &str, why: &str) -> McpError {
 }
 
 /// The record of the attachment `uri` names in `store`.
-pub fn attachment(store: &AttachmentStore, uri: &str) -> Result<AttachmentRecord, McpError> {
+pub(super) fn attachment(store: &AttachmentStore, uri: &str) -> Result<AttachmentRecord, McpError> {
     let id = uri
         .strip_prefix(ATTACHMENT_URI_PREFIX)
         .filter(|id| {
@@ -130,7 +130,7 @@ pub fn attachment(store: &AttachmentStore, uri: &str) -> Result<AttachmentRecord
 /// The attachment `uri` names, read from `store`: text for a textual MIME
 /// type that holds UTF-8, else base64. An unknown URI, or one whose file is
 /// gone or too large, is an invalid-params error with the URI in its data.
-pub fn read(store: &AttachmentStore, uri: &str) -> Result<ReadResourceResult, McpError> {
+pub(super) fn read(store: &AttachmentStore, uri: &str) -> Result<ReadResourceResult, McpError> {
     let not_found = |why: &str| not_found(uri, why);
     let record = attachment(store, uri)?;
     let reference = record.reference;
@@ -163,7 +163,11 @@ pub fn read(store: &AttachmentStore, uri: &str) -> Result<ReadResourceResult, Mc
 }
 
 /// Text resource contents.
-pub fn text_contents(uri: &str, mime_type: Option<String>, text: String) -> ResourceContents {
+pub(super) fn text_contents(
+    uri: &str,
+    mime_type: Option<String>,
+    text: String,
+) -> ResourceContents {
     ResourceContents::TextResourceContents {
         uri: uri.to_string(),
         mime_type,

@@ -43,7 +43,7 @@ const SERVER_BUSY: i64 = -32000;
 
 /// What to do with one line read from stdin.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Verdict {
+pub(super) enum Verdict {
     /// Hand the line to rmcp.
     Pass,
     /// Hand rmcp this line instead (a reused id given its alias).
@@ -57,7 +57,7 @@ pub enum Verdict {
 /// The in-flight request ids, shared by the reading and the writing side
 /// (and the tasks rmcp runs each request on).
 #[derive(Clone)]
-pub struct Gate {
+pub(super) struct Gate {
     in_flight: Arc<DashSet<String>>,
     /// Ids the client cancelled, whose calls may still be ending in rmcp
     /// (it sends them no response, so when they end is not seen here).
@@ -80,7 +80,7 @@ const CANCELLED_REMEMBERED: usize = 4096;
 
 impl Gate {
     /// `limit`: the longest line accepted, newline not counted.
-    pub fn new(limit: usize) -> Gate {
+    pub(super) fn new(limit: usize) -> Gate {
         Gate {
             in_flight: Arc::default(),
             cancelled: Arc::default(),
@@ -95,12 +95,12 @@ impl Gate {
         }
     }
 
-    pub fn limit(&self) -> usize {
+    pub(super) fn limit(&self) -> usize {
         self.limit
     }
 
     /// Judges one whole line (its newline stripped).
-    pub fn line(&self, line: &[u8]) -> Verdict {
+    pub(super) fn line(&self, line: &[u8]) -> Verdict {
         let line = line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line);
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         if line.iter().all(u8::is_ascii_whitespace) {
@@ -123,7 +123,7 @@ impl Gate {
     }
 
     /// A line longer than the limit, of which `prefix` are the first bytes.
-    pub fn oversized(&self, prefix: &[u8]) -> Vec<u8> {
+    pub(super) fn oversized(&self, prefix: &[u8]) -> Vec<u8> {
         let id = id_in_prefix(prefix).unwrap_or(Value::Null);
         error_line(
             &id,
@@ -141,7 +141,7 @@ impl Gate {
     /// under the client's id: `Some(line)` to write instead. (The writer
     /// looks at a line's head only, with [`Gate::answered_id`]; this is for
     /// a line whose head it could not read.)
-    pub fn answered(&self, line: &[u8]) -> Option<Vec<u8>> {
+    pub(super) fn answered(&self, line: &[u8]) -> Option<Vec<u8>> {
         #[derive(Deserialize)]
         struct Head {
             id: Option<Value>,
@@ -161,7 +161,7 @@ impl Gate {
     /// Takes the id of a response the server writes out of flight; the
     /// client's own id when `id` is an alias (the response must go out
     /// under it).
-    pub fn answered_id(&self, id: &Value) -> Option<Value> {
+    pub(super) fn answered_id(&self, id: &Value) -> Option<Value> {
         let Some((_, original)) = self.original_of.remove(&id_key(id)) else {
             self.land(id);
             return None;
@@ -399,7 +399,7 @@ fn id_in_prefix(prefix: &[u8]) -> Option<Value> {
 
 /// Splits what stdin gives into lines of at most `limit` bytes; a longer
 /// line is not kept (only its first bytes, to find its id).
-pub struct LineSplitter {
+pub(super) struct LineSplitter {
     limit: usize,
     line: Vec<u8>,
     /// Set while the current line is over the limit: its first bytes.
@@ -408,14 +408,14 @@ pub struct LineSplitter {
 
 /// One line from [`LineSplitter`].
 #[derive(Debug, PartialEq, Eq)]
-pub enum Piece {
+pub(super) enum Piece {
     Line(Vec<u8>),
     /// A line over the limit: its first bytes.
     Oversized(Vec<u8>),
 }
 
 impl LineSplitter {
-    pub fn new(limit: usize) -> LineSplitter {
+    pub(super) fn new(limit: usize) -> LineSplitter {
         LineSplitter {
             limit,
             line: Vec::new(),
@@ -424,7 +424,7 @@ impl LineSplitter {
     }
 
     /// Feeds bytes; calls `out` for every line they complete.
-    pub fn push(&mut self, mut data: &[u8], out: &mut impl FnMut(Piece)) {
+    pub(super) fn push(&mut self, mut data: &[u8], out: &mut impl FnMut(Piece)) {
         while !data.is_empty() {
             let newline = data.iter().position(|b| *b == b'\n');
             let (part, rest) = match newline {
@@ -453,7 +453,7 @@ impl LineSplitter {
     }
 
     /// At the end of input: the last line, when it has no newline.
-    pub fn finish(&mut self) -> Option<Piece> {
+    pub(super) fn finish(&mut self) -> Option<Piece> {
         (self.oversized.is_some() || !self.line.is_empty()).then(|| self.take())
     }
 
