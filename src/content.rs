@@ -4,7 +4,7 @@
 //! A tool that returns a `MessageBlock`, a list of them, or an
 //! `AttachmentRecord` (toolpool's classes or the project's own) returns
 //! *attachments*, as the original runtime hands them to the model. The worker
-//! describes each block ([`WireBlock`]); nothing in that description is
+//! describes each block (a `WireBlock`); nothing in that description is
 //! trusted: an attachment the session's store knows is described by the
 //! store's record, and a file path is kept only when it resolves inside the
 //! session's workspace. Front ends turn the blocks into what they have (MCP
@@ -151,6 +151,17 @@ fn unregistered(id: String, claimed: &Map<String, Value>, store: &AttachmentStor
 /// The text an agent sees for a result: a string as is, anything else as
 /// JSON (indent 2, non-ASCII kept); for an attachment result the blocks'
 /// summaries, one a line, as the original runtime joins them.
+///
+/// ```
+/// use serde_json::json;
+/// use toolpool::content::result_text;
+///
+/// assert_eq!(result_text(&json!("212.0 °F"), None), "212.0 °F");
+/// assert_eq!(
+///     result_text(&json!({"city": "Zürich"}), None),
+///     "{\n  \"city\": \"Zürich\"\n}"
+/// );
+/// ```
 pub fn result_text(value: &Value, content: Option<&[ContentBlock]>) -> String {
     if let Some(blocks) = content {
         return blocks

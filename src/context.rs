@@ -2,13 +2,13 @@
 //! live services a tool reaches through callbacks to the supervisor while its
 //! call is in flight (docs/writing-tools.md, "Context services"):
 //!
-//! - the attachment store ([`attachments`]), owned by the supervisor so that
+//! - the attachment store ([`AttachmentStore`]), owned by the supervisor so that
 //!   concurrent workers never write its manifest at the same time;
 //! - human prompts ([`HumanPrompt`]), forwarded to whatever front end runs
 //!   the pool: the terminal for the CLI ([`TerminalPrompt`]), elicitation
 //!   over MCP, the embedder's own implementation in the library.
 //!
-//! [`CallbackHandler`] serves a worker's callbacks (`{"t": "call", ...}`
+//! `CallbackHandler` serves a worker's callbacks (`{"t": "call", ...}`
 //! frames, see `docs/protocol.md`) for one call.
 
 pub(crate) mod attachments;
@@ -33,7 +33,7 @@ pub use logs::{LogLevel, LogListener, LogRecord, LogSubscription};
 pub use progress::{progress_fn, Progress, ProgressListener};
 pub(crate) use prompts::BoxFuture;
 pub use prompts::{prompt_fn, HumanPrompt, PromptAnswer, PromptError, PromptRequest};
-pub use sessions::{Session, SessionsRoot};
+pub use sessions::{check_session_name, Session, SessionsRoot};
 pub use terminal::{PromptInput, TerminalPrompt};
 
 /// A session's directories, created and made absolute.

@@ -6,12 +6,13 @@
 //! toolpool: runs Python function tools for LLM agents in a pool of isolated
 //! `python3` workers, with timeouts that are enforced by killing the worker.
 //!
-//! The library's surface is what an embedding program needs: a [`Pool`]
-//! built with [`PoolBuilder`] and called with [`Pool::invoke`] /
-//! [`Pool::invoke_report`]; the [`Catalog`] of its tools; workflow files
-//! ([`Workflow`]); sessions and human prompts; and, with the `mcp` feature,
-//! the MCP server as a value (`mcp::ToolpoolServer`, `mcp::serve`),
-//! stopped by the program through [`stop`].
+//! What nearly every program uses is at the root: a [`Pool`] built with
+//! [`PoolBuilder`] and called with [`Pool::invoke`] / [`Pool::invoke_report`],
+//! the [`Catalog`] of its tools, and how a call failed ([`ToolError`]). The
+//! rest is by area: [`workflow`] files, the [`context`] a tool reaches
+//! (sessions, human prompts, progress, logs, attachments), [`content`]
+//! blocks, the pool's [`stats`], and, with the `mcp` feature, the MCP
+//! server as a value ([`mcp`]), stopped by the program through [`stop`].
 //!
 //! ```
 //! # #[tokio::main]
@@ -47,14 +48,14 @@
 //! public API alone); `catalog`, `config` (workflow files) and `context`
 //! beside them (docs/architecture.md).
 
-mod catalog;
+pub mod catalog;
 mod config;
-mod content;
-mod context;
+pub mod content;
+pub mod context;
 mod control_chars;
 mod duration_text;
 mod embedded;
-mod env;
+pub mod env;
 mod error;
 #[cfg(feature = "http")]
 mod http;
@@ -74,39 +75,64 @@ pub mod stop;
 #[cfg(feature = "otel")]
 #[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
 pub mod telemetry;
-mod trace_context;
+pub mod trace_context;
 #[cfg(feature = "watch")]
 #[cfg_attr(docsrs, doc(cfg(feature = "watch")))]
 pub mod watch;
 mod worker;
 
-pub use catalog::{
-    Catalog, FunctionSpec, ListOption, LoadError, LoadWarning, ResourceSpec, TaskSupport, ToolHints,
-};
-pub use config::{
-    nodes_json, validate, ConfigError, FunctionToolConfig, FunctionToolEntryConfig,
-    FunctionTooling, Located, NodeConfig, NodeTools, OtherNode, ResolvedWorkflow, ToolFormat,
-    ToolSpec, ToolingConfig, ToolingKind, Workflow, WorkflowError,
-};
-pub use content::{result_text, Attachment, BlockKind, ContentBlock};
-pub use context::sessions::check_session_name;
-pub use context::{
-    progress_fn, prompt_fn, AttachmentError, AttachmentRecord, AttachmentRef, AttachmentStore,
-    HumanPrompt, LogLevel, LogListener, LogRecord, LogSubscription, Progress, ProgressListener,
-    PromptAnswer, PromptError, PromptInput, PromptRequest, RegisterOptions, Session, SessionPaths,
-    SessionsRoot, TerminalPrompt,
-};
-pub use env::{read_env_file, EnvFileError};
+// What nearly every program uses: the pool, a call and how it failed.
+pub use catalog::Catalog;
 pub use error::{ErrorKind, ToolError};
 pub use pool::{
-    CallReport, InvokeContext, InvokeOptions, LatencyHistogram, Limits, Pool, PoolBuilder,
-    PoolStats, SessionIsolation, WorkerStats, CALL_LOG_TARGET,
+    CallReport, InvokeContext, InvokeOptions, Limits, Pool, PoolBuilder, SessionIsolation,
+    CALL_LOG_TARGET,
 };
 pub use pool_error::PoolError;
-pub use process::KillMechanism;
 pub use sandbox::SandboxMode;
-pub use trace_context::{TraceContext, TraceParent};
-pub use worker::{StartMethod, WorkerInfo};
+
+/// Workflow files (docs/workflows.md): ChatDev's YAML read strictly, checked
+/// against a catalog, and each agent node's tools resolved.
+pub mod workflow {
+    pub use crate::config::{
+        nodes_json, validate, ConfigError, FunctionToolConfig, FunctionToolEntryConfig,
+        FunctionTooling, Located, NodeConfig, NodeTools, OtherNode, ResolvedWorkflow, ToolFormat,
+        ToolSpec, ToolingConfig, ToolingKind, Workflow, WorkflowError,
+    };
+}
+
+/// What a pool says about itself: its counters ([`Pool::stats`]) and how
+/// its workers run ([`Pool::worker_info`]).
+///
+/// ```
+/// # #[tokio::main]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let tools = tempfile::tempdir()?;
+/// # std::fs::write(
+/// #     tools.path().join("ping.py"),
+/// #     "def ping() -> str:\n    \"\"\"Answer pong.\"\"\"\n    return 'pong'\n",
+/// # )?;
+/// use toolpool::stats::{KillMechanism, PoolStats};
+/// use toolpool::{InvokeOptions, Pool};
+///
+/// let pool = Pool::builder().functions_dir(tools.path()).workers(1).build().await?;
+/// pool.invoke("ping", serde_json::json!({}), InvokeOptions::default()).await?;
+/// let stats: PoolStats = pool.stats();
+/// assert_eq!((stats.calls, stats.succeeded, stats.timeouts), (1, 1, 0));
+/// let info = pool.worker_info();
+/// assert!(matches!(
+///     info.kill_mechanism,
+///     KillMechanism::PidNamespace | KillMechanism::ProcessTree
+/// ));
+/// pool.shutdown().await;
+/// # Ok(())
+/// # }
+/// ```
+pub mod stats {
+    pub use crate::pool::{LatencyHistogram, PoolStats, WorkerStats};
+    pub use crate::process::KillMechanism;
+    pub use crate::worker::{StartMethod, WorkerInfo};
+}
 
 /// Text as toolpool reads and writes it: seconds as operators give them
 /// and read them, and what a tool printed made safe for a terminal.

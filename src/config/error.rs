@@ -66,7 +66,7 @@ pub enum WorkflowError {
     /// is nested too deeply.
     #[error("{file}: not valid YAML{}: {message}", at_line(*line, *column))]
     Yaml {
-        /// The file, as [`Workflow::source`](crate::Workflow::source) names it.
+        /// The file, as [`Workflow::source`](crate::workflow::Workflow::source) names it.
         file: String,
         /// 1-based line of the error, when the parser could tell.
         line: Option<usize>,
@@ -79,7 +79,7 @@ pub enum WorkflowError {
     /// unknown functions, tool names that clash (every problem, by line).
     #[error("{file}: {}", invalid_summary(errors))]
     Invalid {
-        /// The file, as [`Workflow::source`](crate::Workflow::source) names it.
+        /// The file, as [`Workflow::source`](crate::workflow::Workflow::source) names it.
         file: String,
         /// Every problem found, sorted by line.
         errors: Vec<ConfigError>,
@@ -87,7 +87,7 @@ pub enum WorkflowError {
     /// No node has the id asked for.
     #[error("{file}: {}", unknown_node(id, available))]
     UnknownNode {
-        /// The file, as [`Workflow::source`](crate::Workflow::source) names it.
+        /// The file, as [`Workflow::source`](crate::workflow::Workflow::source) names it.
         file: String,
         /// The id asked for.
         id: String,
@@ -98,7 +98,7 @@ pub enum WorkflowError {
     /// agent node, or its tooling is all of other types).
     #[error("{file}: node '{id}' has no function tooling{}", node_kind(node_type.as_deref()))]
     NoFunctionTooling {
-        /// The file, as [`Workflow::source`](crate::Workflow::source) names it.
+        /// The file, as [`Workflow::source`](crate::workflow::Workflow::source) names it.
         file: String,
         /// The node's id.
         id: String,

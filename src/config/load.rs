@@ -44,7 +44,7 @@ impl Workflow {
     /// YAML fails here.
     ///
     /// ```
-    /// use toolpool::Workflow;
+    /// use toolpool::workflow::Workflow;
     ///
     /// let text = "nodes:
     /// - id: writer
@@ -64,7 +64,7 @@ impl Workflow {
     ///
     /// let error = Workflow::parse("nodes: [", "bad.yaml").unwrap_err();
     /// assert!(error.to_string().starts_with("bad.yaml: not valid YAML at line 1"), "{error}");
-    /// # Ok::<(), toolpool::WorkflowError>(())
+    /// # Ok::<(), toolpool::workflow::WorkflowError>(())
     /// ```
     pub fn parse(text: &str, source: &str) -> Result<Workflow, WorkflowError> {
         let root = parse_yaml(text).map_err(|(line, column, message)| WorkflowError::Yaml {

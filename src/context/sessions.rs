@@ -163,7 +163,7 @@ impl SessionsRoot {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use toolpool::SessionsRoot;
+    /// use toolpool::context::SessionsRoot;
     ///
     /// let dir = tempfile::tempdir()?;
     /// let sessions = SessionsRoot::new(dir.path(), Duration::from_secs(3600), &[])?;

@@ -7,8 +7,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use toolpool::prompt_fn;
-use toolpool::{InvokeOptions, Pool, PromptAnswer, PromptRequest};
+use toolpool::context::prompt_fn;
+use toolpool::context::{PromptAnswer, PromptRequest};
+use toolpool::{InvokeOptions, Pool};
 
 fn folder() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

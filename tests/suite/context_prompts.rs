@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 
 use crate::common::{alive, builder, call, call_with_timeout, gone_within, toolpool_command};
 use serde_json::json;
-use toolpool::prompt_fn;
-use toolpool::{ErrorKind, HumanPrompt, InvokeOptions, PromptAnswer, PromptError, PromptRequest};
+use toolpool::context::prompt_fn;
+use toolpool::context::{HumanPrompt, PromptAnswer, PromptError, PromptRequest};
+use toolpool::{ErrorKind, InvokeOptions};
 
 fn answering(text: &'static str, after: Duration) -> Arc<dyn HumanPrompt> {
     prompt_fn(move |_request| async move {

@@ -9,9 +9,8 @@ use std::sync::{Arc, Mutex};
 
 use crate::common::builder;
 use serde_json::json;
-use toolpool::{
-    progress_fn, InvokeOptions, LogLevel, LogListener, LogRecord, LogSubscription, Progress,
-};
+use toolpool::context::{progress_fn, LogLevel, LogListener, LogRecord, LogSubscription, Progress};
+use toolpool::InvokeOptions;
 
 #[tokio::test]
 async fn a_tools_reports_reach_the_callers_listener_in_order() {

@@ -11,7 +11,8 @@ use std::process::Command;
 use crate::common::run;
 use base64::Engine as _;
 use serde_json::{json, Value};
-use toolpool::{BlockKind, InvokeOptions, Pool};
+use toolpool::content::BlockKind;
+use toolpool::{InvokeOptions, Pool};
 
 fn project() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/original_project")

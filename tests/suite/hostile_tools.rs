@@ -15,8 +15,9 @@ use crate::common::*;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::json;
-use toolpool::prompt_fn;
-use toolpool::{ErrorKind, InvokeOptions, Pool, PoolBuilder, PromptAnswer};
+use toolpool::context::prompt_fn;
+use toolpool::context::PromptAnswer;
+use toolpool::{ErrorKind, InvokeOptions, Pool, PoolBuilder};
 
 fn hostile(dir: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -122,7 +123,7 @@ async fn without_a_pid_namespace_the_sweep_still_kills_a_tool_that_left_its_grou
         .unwrap();
     assert_eq!(
         pool.worker_info().kill_mechanism,
-        toolpool::KillMechanism::ProcessTree
+        toolpool::stats::KillMechanism::ProcessTree
     );
     let pid_file = session.path().join("escape.pids");
     let error = call_with_timeout(
@@ -161,7 +162,7 @@ async fn a_pid_namespace_is_the_kill_mechanism_where_the_kernel_allows_it() {
     assert_ne!(own, its, "the worker runs in a PID namespace of its own");
     assert_eq!(
         pool.worker_info().kill_mechanism,
-        toolpool::KillMechanism::PidNamespace
+        toolpool::stats::KillMechanism::PidNamespace
     );
     pool.shutdown().await;
 }

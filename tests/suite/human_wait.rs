@@ -12,7 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::json;
-use toolpool::{prompt_fn, InvokeOptions, Pool, PromptAnswer};
+use toolpool::context::{prompt_fn, PromptAnswer};
+use toolpool::{InvokeOptions, Pool};
 
 fn now() -> f64 {
     SystemTime::now()

@@ -392,7 +392,8 @@ async fn a_library_caller_passes_a_trace_with_invoke_options() {
         .build()
         .await
         .expect("pool");
-    let trace = toolpool::TraceContext::parse(TRACEPARENT, Some("k=v")).expect("valid");
+    let trace =
+        toolpool::trace_context::TraceContext::parse(TRACEPARENT, Some("k=v")).expect("valid");
     let options = toolpool::InvokeOptions::default().with_trace(trace);
     let value = pool
         .invoke("trace_seen", json!({}), options)

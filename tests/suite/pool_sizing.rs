@@ -13,8 +13,8 @@ use crate::common::*;
 async fn stats_reach(
     pool: &toolpool::Pool,
     limit: Duration,
-    check: impl Fn(&toolpool::PoolStats) -> bool,
-) -> toolpool::PoolStats {
+    check: impl Fn(&toolpool::stats::PoolStats) -> bool,
+) -> toolpool::stats::PoolStats {
     let until = Instant::now() + limit;
     loop {
         let stats = pool.stats();

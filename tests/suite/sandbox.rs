@@ -14,7 +14,8 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 use toolpool::SandboxMode;
 
-use toolpool::{ErrorKind, InvokeOptions, Pool, PoolBuilder, Session, SessionsRoot, ToolError};
+use toolpool::context::{Session, SessionsRoot};
+use toolpool::{ErrorKind, InvokeOptions, Pool, PoolBuilder, ToolError};
 
 fn escapes() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hostile/sandbox")

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use toolpool::{InvokeOptions, Pool, Session, SessionIsolation, SessionsRoot};
+use toolpool::context::{Session, SessionsRoot};
+use toolpool::{InvokeOptions, Pool, SessionIsolation};
 
 fn session_tools() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/session_tools")

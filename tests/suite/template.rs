@@ -8,7 +8,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
 use serde_json::json;
-use toolpool::StartMethod;
+use toolpool::stats::StartMethod;
 use toolpool::{InvokeOptions, Pool, ToolError};
 
 use crate::common::{builder, call, descendants, describe_pids, parent_of};

@@ -114,8 +114,8 @@ async fn a_dying_tool_fails_only_its_own_call() {
 async fn stats_until(
     pool: &toolpool::Pool,
     limit: std::time::Duration,
-    done: impl Fn(&toolpool::PoolStats) -> bool,
-) -> toolpool::PoolStats {
+    done: impl Fn(&toolpool::stats::PoolStats) -> bool,
+) -> toolpool::stats::PoolStats {
     let deadline = std::time::Instant::now() + limit;
     loop {
         let stats = pool.stats();

@@ -12,8 +12,9 @@ use crate::common::{run, toolpool_command, Run};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use toolpool::nodes_json;
-use toolpool::{validate, Catalog, ErrorKind, ToolFormat, Workflow, WorkflowError};
+use toolpool::workflow::nodes_json;
+use toolpool::workflow::{validate, ToolFormat, Workflow, WorkflowError};
+use toolpool::{Catalog, ErrorKind};
 
 fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/workflows")
@@ -217,7 +218,7 @@ fn unknown_functions_are_named_with_close_matches() {
 #[test]
 fn unknown_function_names_the_modules_that_failed_to_import() {
     let mut catalog = catalog();
-    catalog.errors.push(toolpool::LoadError {
+    catalog.errors.push(toolpool::catalog::LoadError {
         module: "broken".into(),
         file: "broken.py".into(),
         error: "ModuleNotFoundError: No module named 'requests'".into(),

@@ -90,8 +90,8 @@ pub struct Retired {
 }
 
 impl Retired {
-    fn since(before: &toolpool::PoolStats, after: &toolpool::PoolStats) -> Retired {
-        let left = |stats: &toolpool::PoolStats| stats.left_running.values().sum::<u64>();
+    fn since(before: &toolpool::stats::PoolStats, after: &toolpool::stats::PoolStats) -> Retired {
+        let left = |stats: &toolpool::stats::PoolStats| stats.left_running.values().sum::<u64>();
         Retired {
             max_calls: (after.recycled - after.retired_over_rss)
                 .saturating_sub(before.recycled - before.retired_over_rss),

@@ -71,7 +71,7 @@ impl AttachmentStore {
     /// `session_dir`; reads the manifest when there is one.
     ///
     /// ```
-    /// use toolpool::{AttachmentStore, RegisterOptions};
+    /// use toolpool::context::{AttachmentStore, RegisterOptions};
     ///
     /// let dir = tempfile::tempdir()?;
     /// let workspace = dir.path().canonicalize()?;

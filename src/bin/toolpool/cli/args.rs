@@ -150,7 +150,7 @@ pub enum SandboxArg {
 pub struct EnvFile(pub Vec<(String, String)>);
 
 fn parse_env_file(path: &str) -> Result<EnvFile, String> {
-    toolpool::read_env_file(std::path::Path::new(path))
+    toolpool::env::read_env_file(std::path::Path::new(path))
         .map(EnvFile)
         .map_err(|e| e.to_string())
 }

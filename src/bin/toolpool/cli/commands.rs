@@ -14,10 +14,10 @@ use super::{
     command, pretty, print_out, read_args, terminal_width, CatalogFormat, Cli, CliError, Command,
     IsolationArg, ResolveFormat, ServeArgs,
 };
-use toolpool::result_text;
-use toolpool::{nodes_json, ToolFormat, Workflow};
+use toolpool::content::result_text;
+use toolpool::context::{PromptInput, TerminalPrompt};
+use toolpool::workflow::{nodes_json, ToolFormat, Workflow};
 use toolpool::{InvokeOptions, Pool, PoolBuilder, SessionIsolation};
-use toolpool::{PromptInput, TerminalPrompt};
 
 /// What every subcommand starts from: the options, the stop signals
 /// listened for since the start, and the scratch session of the read-only

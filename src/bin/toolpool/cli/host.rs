@@ -31,11 +31,11 @@ use tokio::task::JoinHandle;
 
 use super::signals::StopSignals;
 use super::CliError;
-use toolpool::{nodes_json, ToolFormat, Workflow};
+use toolpool::context::{HumanPrompt, PromptAnswer, PromptError, PromptRequest, Session};
+use toolpool::context::{SessionPaths, SessionsRoot};
+use toolpool::workflow::{nodes_json, ToolFormat, Workflow};
 use toolpool::{ErrorKind, ToolError};
-use toolpool::{HumanPrompt, PromptAnswer, PromptError, PromptRequest, Session};
 use toolpool::{InvokeContext, InvokeOptions, Pool, PoolBuilder};
-use toolpool::{SessionPaths, SessionsRoot};
 
 /// The environment variable with the host's pid: the supervisor exits at
 /// once if its parent is already another process (the host died before
@@ -425,7 +425,7 @@ fn placed_session(host: &Host, dir: &std::path::Path) -> Result<Arc<Session>, St
     let id = dir
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
-        .filter(|n| toolpool::check_session_name(n).is_ok())
+        .filter(|n| toolpool::context::check_session_name(n).is_ok())
         .unwrap_or_else(|| "session".to_string());
     let paths = SessionPaths::prepare(&id, Some(dir)).map_err(|e| e.to_string())?;
     let session = Arc::new(Session::at(paths));

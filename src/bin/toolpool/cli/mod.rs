@@ -22,9 +22,9 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use signals::{StopSignal, StopSignals};
-use toolpool::ContentBlock;
+use toolpool::content::ContentBlock;
+use toolpool::workflow::WorkflowError;
 use toolpool::PoolError;
-use toolpool::WorkflowError;
 use toolpool::{CallReport, Pool, PoolBuilder};
 
 pub use args::{
