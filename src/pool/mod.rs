@@ -27,6 +27,7 @@ mod idle_deaths;
 mod lease;
 mod limits;
 mod options;
+mod outcome;
 mod parking;
 mod run;
 mod sandboxed;

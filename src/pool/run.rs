@@ -1,18 +1,18 @@
 //! One call through the pool: its options resolved (timeout, grace,
 //! context), a worker checked out and the call run on it — again elsewhere
-//! only when the kernel says the worker never read it — and the outcome
-//! made the agent's result.
+//! only when the kernel says the worker never read it — and how it ended
+//! ([`Ending`]) made the caller's result, in `outcome.rs`.
 
 use super::call::{AttemptEnd, CallNext, CallState};
 use super::lease::Lease;
+use super::outcome::{Ending, WorkerEnd};
 use super::stats::Gauge;
 use super::{CallReport, InvokeOptions, Pool, Shared, CALL_LOG_TARGET};
 use crate::content::ContentBlock;
 use crate::context::{AttachmentStore, CallbackHandler, CallbackService, SessionServices};
-use crate::duration_text::format_secs;
 use crate::error::{ErrorKind, ToolError};
 use crate::protocol::{CallContext, SessionDirs, WireBlock};
-use crate::worker::{CallOutcome, CallTime, Grace, Termination};
+use crate::worker::{CallOutcome, CallTime, Termination};
 use serde_json::Value;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -38,20 +38,10 @@ struct Call<'a> {
 
 /// How one attempt of a call on a worker ended.
 enum Attempt {
-    /// The call's result, an attachment result's blocks, the worker's pid.
-    Done(Result<Value, ToolError>, Option<Vec<WireBlock>>, i32),
+    /// The call ended on the worker of this pid.
+    Done(Ending, i32),
     /// The worker was broken before it started the call.
     NotStarted { pid: i32, how: Termination },
-}
-
-/// The error of a call whose state machine refused a transition: a bug in
-/// the pool, never a reason to run the call again.
-fn illegal(name: &str) -> ToolError {
-    ToolError::new(
-        name,
-        ErrorKind::WorkerDied,
-        "the pool lost track of the call (a bug in toolpool); it was not run again",
-    )
 }
 
 impl Shared {
@@ -107,8 +97,8 @@ impl Pool {
         let shared = &self.shared;
         shared.counters.calls.fetch_add(1, Ordering::Relaxed);
         let started = Instant::now();
-        let (result, content, worker_pid, queue_wait) = self.run_call(name, &args, options).await;
-        match &result {
+        let mut report = self.run_call(name, &args, options).await;
+        match &report.result {
             Ok(_) => {
                 shared.counters.succeeded.fetch_add(1, Ordering::Relaxed);
             }
@@ -123,73 +113,82 @@ impl Pool {
                 }
             }
         }
-        let elapsed = started.elapsed();
+        report.elapsed = started.elapsed();
         if let Ok(mut latency) = shared.counters.latency.lock() {
-            latency.record(elapsed);
+            latency.record(report.elapsed);
         }
+        report
+    }
+
+    /// The call's report, but for its `elapsed`, which the caller measures.
+    async fn run_call(&self, name: &str, args: &Value, options: InvokeOptions) -> CallReport {
+        let session = options.session.clone();
+        let prepared = self.prepare(name, options);
+        let (ending, pid, queue_wait) = self
+            .attempts(name, args, session.as_deref(), &prepared)
+            .await;
+        let memory_limit = self.shared.spec.memory_limit_bytes;
+        let (result, blocks) = ending.into_result(name, pid, memory_limit);
+        let content = match blocks {
+            Some(blocks) => Some(
+                self.shared
+                    .check_content(blocks, prepared.services.attachments.clone())
+                    .await,
+            ),
+            None => None,
+        };
         CallReport {
             result,
             content,
-            elapsed,
+            elapsed: Duration::ZERO,
             queue_wait,
-            worker_pid,
+            worker_pid: pid,
         }
     }
 
-    async fn run_call(
+    /// Runs the call on a worker, and once more on another when the kernel
+    /// says the first never read it: how it ended, on which worker, and how
+    /// long it waited for one.
+    async fn attempts(
         &self,
         name: &str,
         args: &Value,
-        options: InvokeOptions,
-    ) -> (
-        Result<Value, ToolError>,
-        Option<Vec<ContentBlock>>,
-        Option<i32>,
-        Duration,
-    ) {
+        session: Option<&crate::context::Session>,
+        prepared: &Prepared,
+    ) -> (Ending, Option<i32>, Duration) {
         let shared = &self.shared;
-        let session = options.session.clone();
-        let Prepared {
-            time,
-            services,
-            callbacks,
-            context,
-        } = self.prepare(name, options);
         let queued = Instant::now();
         let mut state = CallState::new();
         loop {
-            let checkout = shared.checkout(name, &services.session_id).await;
+            let checkout = shared.checkout(name, &prepared.services.session_id).await;
             let queue_wait = queued.elapsed();
             let mut lease = match checkout {
                 Ok(lease) => lease,
                 Err(e) => {
                     state.abandoned();
-                    return (Err(e), None, None, queue_wait);
+                    return (Ending::Refused(e), None, queue_wait);
                 }
             };
             if state.got_worker().is_err() {
-                return (Err(illegal(name)), None, None, queue_wait);
+                return (Ending::Lost, None, queue_wait);
             }
             if shared.spec.sandbox.is_some() {
-                lease = match shared
-                    .sandboxed_lease(lease, session.as_deref(), name)
-                    .await
-                {
+                lease = match shared.sandboxed_lease(lease, session, name).await {
                     Ok(lease) => lease,
-                    Err(e) => return (Err(e), None, None, queued.elapsed()),
+                    Err(e) => return (Ending::Refused(e), None, queued.elapsed()),
                 };
-            } else if !shared.admits(&mut lease, &services.session_id) {
+            } else if !shared.admits(&mut lease, &prepared.services.session_id) {
                 if state.refused_by_worker().is_err() {
-                    return (Err(illegal(name)), None, None, queue_wait);
+                    return (Ending::Lost, None, queue_wait);
                 }
                 continue;
             }
             let call = Call {
                 name,
                 args,
-                context: &context,
-                callbacks: &callbacks,
-                time,
+                context: &prepared.context,
+                callbacks: &prepared.callbacks,
+                time: prepared.time,
             };
             let attempt = self.run_on(lease, call).await;
             let end = match &attempt {
@@ -197,28 +196,14 @@ impl Pool {
                 Attempt::Done(..) => AttemptEnd::Ran,
             };
             match (state.attempt_ended(&end), attempt) {
-                (Err(_), _) => return (Err(illegal(name)), None, None, queue_wait),
+                (Err(_), _) => return (Ending::Lost, None, queue_wait),
                 // An earlier call broke that worker before it read this
                 // call's request: the call moves to a fresh worker, once.
                 (Ok(CallNext::CheckOutAgain), _) => {}
                 (Ok(_), Attempt::NotStarted { pid, how }) => {
-                    let message = format!(
-                        "the worker (pid {pid}) was found broken before it read '{name}', twice: it {how}"
-                    );
-                    let error = ToolError::new(name, ErrorKind::WorkerDied, message);
-                    return (Err(error), None, Some(pid), queue_wait);
+                    return (Ending::BrokenTwice(how), Some(pid), queue_wait);
                 }
-                (Ok(_), Attempt::Done(result, content, pid)) => {
-                    let content = match content {
-                        Some(blocks) => Some(
-                            shared
-                                .check_content(blocks, services.attachments.clone())
-                                .await,
-                        ),
-                        None => None,
-                    };
-                    return (result, content, Some(pid), queue_wait);
-                }
+                (Ok(_), Attempt::Done(ending, pid)) => return (ending, Some(pid), queue_wait),
             }
         }
     }
@@ -304,79 +289,23 @@ impl Pool {
             .invoke(name, args, context, time, Some(callbacks))
             .await;
         drop(busy);
+        if let CallOutcome::Reply {
+            left_running: Some(left),
+            ..
+        } = &outcome
+        {
+            shared.counters.count_left_behind(left.cause);
+        }
         let closing = shared.workers.is_closed();
-        let mut content = None;
-        // `ended`: how the worker ended, when the call ended it.
-        let (result, ended) = match outcome {
-            CallOutcome::Reply {
-                result,
-                left_running,
-            } => {
-                let ended = left_running.map(|left| {
-                    shared.counters.count_left_behind(left.cause);
-                    Termination::LeftRunning { what: left.what }
-                });
-                match result {
-                    Ok(reply) => {
-                        content = reply.content;
-                        (Ok(reply.value), ended)
-                    }
-                    Err(remote) => {
-                        let mut error = ToolError::new(name, remote.kind, remote.message);
-                        error.traceback = remote.traceback;
-                        (Err(error), ended)
-                    }
-                }
+        match Ending::of_attempt(outcome, time, closing) {
+            Ok((ending, WorkerEnd(ended))) => {
+                lease.finish(ended);
+                Attempt::Done(ending, pid)
             }
-            CallOutcome::TimedOut { stuck_at, grace } => {
-                let place = match stuck_at {
-                    Some(at) => format!("; it was at {at}"),
-                    None => "; no stack dump was received".to_string(),
-                };
-                let ending = match grace {
-                    Grace::None => place,
-                    Grace::CleanedUp(took) => format!("; cleaned up in {} ms", took.as_millis()),
-                    Grace::RanOut => format!(
-                        "; killed after the {} s grace{place}",
-                        format_secs(time.grace)
-                    ),
-                };
-                let message = format!(
-                    "function '{name}' timed out after {} s; its worker (pid {pid}) was killed{ending}",
-                    format_secs(time.timeout)
-                );
-                (
-                    Err(ToolError::new(name, ErrorKind::Timeout, message)),
-                    Some(Termination::TimedOut),
-                )
-            }
-            CallOutcome::Died(_) if closing => (
-                Err(ToolError::new(
-                    name,
-                    ErrorKind::PoolClosed,
-                    "the pool shut down before the call finished; its worker was killed",
-                )),
-                Some(Termination::ShutDown),
-            ),
-            CallOutcome::NotStarted(how) => {
+            Err(how) => {
                 lease.finish(Some(how.clone()));
-                return Attempt::NotStarted { pid, how };
+                Attempt::NotStarted { pid, how }
             }
-            CallOutcome::Died(how) => {
-                let mut message = format!("the worker (pid {pid}) running '{name}' {how}");
-                if let Some(bytes) = shared.spec.memory_limit_bytes {
-                    message.push_str(&format!(
-                        " (workers may use {} MB of address space: --memory-limit)",
-                        bytes / (1024 * 1024)
-                    ));
-                }
-                (
-                    Err(ToolError::new(name, ErrorKind::WorkerDied, message)),
-                    Some(how),
-                )
-            }
-        };
-        lease.finish(ended);
-        Attempt::Done(result, content, pid)
+        }
     }
 }
