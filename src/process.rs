@@ -5,7 +5,8 @@
 //! local (the worker may be 1 there, and `killpg(1)` is `kill(-1)`: every
 //! process of the user). The guardian's pid is what `spawn` returned; the
 //! worker's is the guardian's child as `/proc` lists it, held through a pidfd
-//! so that a reused pid is never signalled. [`ProcessId`] and
+//! so that a reused pid is never signalled; a group is signalled through its
+//! leader's pidfd where the kernel can (6.9+). [`ProcessId`] and
 //! [`ProcessGroup`] cannot hold 0, 1 or a negative number, so no signal of
 //! toolpool's can reach a process group it did not create, or every process.
 
@@ -75,25 +76,74 @@ impl Held {
         }
     }
 
+    /// A process a scan of `/proc` found, held only if the pidfd opened
+    /// after the scan names the same process (its start time unchanged): a
+    /// pid reused in between is left alone.
+    fn found(found: &crate::procfs::Stat) -> Option<Held> {
+        let held = Held::open(ProcessId::new(found.pid)?);
+        let same = crate::procfs::stat(found.pid)
+            .is_some_and(|now| now.start_time == found.start_time && now.group == found.group);
+        same.then_some(held)
+    }
+
     fn signal(&self, signal: Signal) {
         match &self.pidfd {
             Some(fd) => {
-                // SAFETY: a raw syscall with a valid fd and a null siginfo.
-                unsafe {
-                    libc::syscall(
-                        libc::SYS_pidfd_send_signal,
-                        fd.as_raw_fd(),
-                        signal as libc::c_int,
-                        std::ptr::null::<libc::siginfo_t>(),
-                        0,
-                    );
-                }
+                // ESRCH: it is gone, and nothing else is reached.
+                let _ = pidfd_send_signal(fd, signal, 0);
             }
             None => {
                 let _ = self.pid.signal(signal);
             }
         }
     }
+
+    /// Signals the process group this process leads (`group`, its own
+    /// pid), through its pidfd (Linux 6.9's `PIDFD_SIGNAL_PROCESS_GROUP`):
+    /// the kernel names the group by the process held, even once it is
+    /// reaped, so a group id given out again is never reached. Older
+    /// kernels, and no pidfd: `killpg(group)`, as before.
+    fn signal_group(&self, signal: Signal, group: ProcessId) {
+        if let Some(fd) = &self.pidfd {
+            match pidfd_send_signal(fd, signal, libc::PIDFD_SIGNAL_PROCESS_GROUP) {
+                Ok(()) => return,
+                // Gone: nothing of its group is reached through it.
+                Err(nix::errno::Errno::ESRCH) => return,
+                // A kernel before 6.9: the flag is unknown.
+                Err(_) => {}
+            }
+        }
+        let _ = group.group().signal(signal);
+    }
+}
+
+/// Signals the process group `group`, seen with members a moment ago:
+/// through its leader's pidfd when the leader is there, else by `killpg`
+/// (a group id cannot be given out again while the group has members).
+fn signal_group_of(group: ProcessId, signal: Signal) {
+    let leader = Held::open(group);
+    let leads = crate::procfs::stat(group.raw()).is_some_and(|s| s.group == group.raw());
+    match leads && leader.pidfd.is_some() {
+        true => leader.signal_group(signal, group),
+        false => {
+            let _ = group.group().signal(signal);
+        }
+    }
+}
+
+/// `pidfd_send_signal(2)` with a null siginfo and `flags`.
+fn pidfd_send_signal(fd: &OwnedFd, signal: Signal, flags: libc::c_uint) -> nix::Result<()> {
+    // SAFETY: a raw syscall with a valid fd, a null siginfo and integer flags.
+    let result = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            fd.as_raw_fd(),
+            signal as libc::c_int,
+            std::ptr::null::<libc::siginfo_t>(),
+            flags,
+        )
+    };
+    nix::errno::Errno::result(result).map(drop)
 }
 
 /// A worker's processes, and the one type that signals them: its guardian
@@ -184,10 +234,11 @@ impl WorkerProcesses {
                 // reaper for a moment: it is going, not left behind.
                 crate::reaper::expect_death(worker.pid.raw());
                 worker.signal(Signal::SIGKILL);
-                let _ = worker.pid.group().signal(Signal::SIGKILL);
+                worker.signal_group(Signal::SIGKILL, worker.pid);
             }
             None => {
-                let _ = self.guardian.pid.group().signal(Signal::SIGKILL);
+                self.guardian
+                    .signal_group(Signal::SIGKILL, self.guardian.pid);
             }
         }
     }
@@ -203,7 +254,8 @@ impl WorkerProcesses {
     /// The backstop: every descendant of the guardian, its group, itself.
     pub(crate) fn kill_tree(&self) {
         kill_descendants(self.guardian.pid);
-        let _ = self.guardian.pid.group().signal(Signal::SIGKILL);
+        self.guardian
+            .signal_group(Signal::SIGKILL, self.guardian.pid);
         self.guardian.signal(Signal::SIGKILL);
     }
 
@@ -225,15 +277,15 @@ impl WorkerProcesses {
         self.guardian.signal(signal);
         if let Some(worker) = &self.worker {
             worker.signal(signal);
-            let _ = worker.pid.group().signal(signal);
+            worker.signal_group(signal, worker.pid);
         }
         // Never the guardian's group nor the supervisor's own.
         let guardian_group = crate::procfs::stat(self.guardian.pid.raw()).map(|g| g.group);
         let own_group = nix::unistd::getpgrp().as_raw();
         let mut groups = Vec::new();
         for found in crate::procfs::descendants_of(self.guardian.pid.raw()) {
-            if let Some(pid) = ProcessId::new(found.pid) {
-                let _ = pid.signal(signal);
+            if let Some(held) = Held::found(&found) {
+                held.signal(signal);
             }
             if Some(found.group) != guardian_group
                 && found.group != own_group
@@ -242,10 +294,8 @@ impl WorkerProcesses {
                 groups.push(found.group);
             }
         }
-        for group in groups {
-            if let Some(group) = ProcessId::new(group) {
-                let _ = group.group().signal(signal);
-            }
+        for group in groups.into_iter().filter_map(ProcessId::new) {
+            signal_group_of(group, signal);
         }
     }
 
@@ -356,19 +406,14 @@ fn kill_descendants(root: ProcessId) -> usize {
     let mut signalled = 0;
     for _ in 0..20 {
         let found = crate::procfs::descendants_of(root.raw());
-        let alive: Vec<i32> = found
-            .into_iter()
-            .filter(|s| s.state != 'Z')
-            .map(|s| s.pid)
-            .collect();
+        let alive: Vec<crate::procfs::Stat> =
+            found.into_iter().filter(|s| s.state != 'Z').collect();
         if alive.is_empty() {
             break;
         }
-        for pid in alive {
-            if let Some(pid) = ProcessId::new(pid) {
-                let _ = pid.signal(Signal::SIGKILL);
-                signalled += 1;
-            }
+        for held in alive.iter().filter_map(Held::found) {
+            held.signal(Signal::SIGKILL);
+            signalled += 1;
         }
     }
     signalled
@@ -385,5 +430,69 @@ mod tests {
         }
         assert_eq!(ProcessId::from_u32(u32::MAX), None);
         assert_eq!(ProcessId::new(2).map(ProcessId::raw), Some(2));
+    }
+
+    /// A process held, then killed and reaped; its pid, and with it its
+    /// group's id, given by the kernel to a new group leader: nothing sent
+    /// through what held the first reaches the second. The pid is reused
+    /// deterministically by running `reused_pid_inner` as PID 1 of a PID
+    /// namespace of its own (`unshare`), where it sets the next pid.
+    #[test]
+    fn a_signal_never_reaches_a_reused_pid() {
+        let exe = std::env::current_exe().expect("the test binary");
+        let run = std::process::Command::new("unshare")
+            .args([
+                "--user",
+                "--map-root-user",
+                "--pid",
+                "--fork",
+                "--mount-proc",
+            ])
+            .arg(exe)
+            .args(["process::tests::reused_pid_inner", "--exact", "--ignored"])
+            .args(["--nocapture", "--test-threads", "1"])
+            .output()
+            .expect("unshare (util-linux) runs");
+        let out = String::from_utf8_lossy(&run.stdout);
+        let err = String::from_utf8_lossy(&run.stderr);
+        assert!(run.status.success(), "{out}\n{err}");
+        assert!(out.contains("is alive"), "{out}\n{err}");
+    }
+
+    #[test]
+    #[ignore = "run by a_signal_never_reaches_a_reused_pid, as PID 1 of a namespace"]
+    fn reused_pid_inner() {
+        if std::process::id() != 1 {
+            eprintln!("not PID 1 of a namespace of its own: nothing to check");
+            return;
+        }
+        let leader = || {
+            use std::os::unix::process::CommandExt;
+            std::process::Command::new("sleep")
+                .arg("60")
+                .process_group(0)
+                .spawn()
+                .expect("sleep starts")
+        };
+        let mut first = leader();
+        let pid = ProcessId::from_u32(first.id()).expect("a pid above 1");
+        let held = Held::open(pid);
+        assert!(held.pidfd.is_some(), "no pidfd");
+        held.signal(Signal::SIGKILL);
+        first.wait().expect("reaped");
+        // The next pid the namespace gives out is the first's.
+        std::fs::write("/proc/sys/kernel/ns_last_pid", (pid.raw() - 1).to_string())
+            .expect("ns_last_pid, as root of the namespace");
+        let mut second = leader();
+        assert_eq!(second.id(), pid.raw() as u32, "the pid was not reused");
+        held.signal(Signal::SIGKILL);
+        held.signal_group(Signal::SIGSTOP, pid);
+        held.signal_group(Signal::SIGKILL, pid);
+        std::thread::sleep(Duration::from_millis(100));
+        let state = crate::procfs::stat(pid.raw()).map(|s| s.state);
+        assert_eq!(state, Some('S'), "the new leader was signalled");
+        println!("the new leader of pid {pid} is alive");
+        let _ = second.kill();
+        let _ = second.wait();
     }
 }
