@@ -53,8 +53,12 @@ use crate::protocol::{
 
 /// The fd on which the worker's `faulthandler` writes stack dumps.
 const DUMP_FD: i32 = 3;
-/// How long to wait for the first bytes of a stack dump before killing anyway.
-const DUMP_FIRST_BYTE_WAIT: Duration = Duration::from_millis(50);
+/// How long to wait for the first bytes of a stack dump before killing
+/// anyway. `faulthandler` answers from its signal handler, in C, within a
+/// millisecond on a quiet machine; the wait is for a busy one, where the
+/// worker may not run for tens of milliseconds. Only a tool that blocks the
+/// request waits it out, and has its own timeout told that much later.
+const DUMP_FIRST_BYTE_WAIT: Duration = Duration::from_millis(200);
 /// A dump is complete when nothing more arrived for this long.
 const DUMP_IDLE: Duration = Duration::from_millis(3);
 /// How much of a worker's stderr is kept to explain a failed start.
