@@ -267,7 +267,10 @@ impl ServerHandler for ToolpoolServer {
         }
     }
 
-    /// 2026-07-28 `subscriptions/listen`: tool list changes, with `--watch`.
+    /// 2026-07-28 `subscriptions/listen`: tool and resource list changes
+    /// with `--watch`, and updates of the resources functions serve. Always
+    /// `Some`, if empty: `None` would answer the stream -32601 (not
+    /// implemented) although `resources.subscribe` is declared.
     fn accepted_subscription_filter(
         &self,
         requested: &SubscriptionFilter,
@@ -289,7 +292,7 @@ impl ServerHandler for ToolpoolServer {
         if !served.is_empty() {
             filter.resource_subscriptions = Some(served);
         }
-        (filter != SubscriptionFilter::new()).then_some(filter)
+        Some(filter)
     }
 
     async fn get_task(

@@ -153,6 +153,13 @@ class ListChanges(unittest.IsolatedAsyncioTestCase):
         with tempfile.TemporaryDirectory() as tmp:
             async with served("--workers", "1", "serve", functions=tools_dir(tmp)) as client:
                 self.assertFalse(client.server_capabilities.tools.list_changed)
+                # resources.subscribe is declared all the same: a listen stream
+                # is acknowledged (not -32601), honouring no list change.
+                self.assertTrue(client.server_capabilities.resources.subscribe)
+                async with client.listen(tools_list_changed=True, resources_list_changed=True) as subscription:
+                    self.assertFalse(subscription.honored.tools_list_changed)
+                    self.assertFalse(subscription.honored.resources_list_changed)
+                self.assertEqual(await names(client), ["first"])
 
     async def test_a_workflow_node_is_re_resolved(self):
         with tempfile.TemporaryDirectory() as tmp:
