@@ -81,8 +81,8 @@ impl Held {
     /// pid reused in between is left alone.
     fn found(found: &crate::procfs::Stat) -> Option<Held> {
         let held = Held::open(ProcessId::new(found.pid)?);
-        let same = crate::procfs::stat(found.pid)
-            .is_some_and(|now| now.start_time == found.start_time && now.group == found.group);
+        let same =
+            crate::procfs::stat(found.pid).is_some_and(|now| now.start_time == found.start_time);
         same.then_some(held)
     }
 
@@ -122,12 +122,11 @@ impl Held {
 /// (a group id cannot be given out again while the group has members).
 fn signal_group_of(group: ProcessId, signal: Signal) {
     let leader = Held::open(group);
-    let leads = crate::procfs::stat(group.raw()).is_some_and(|s| s.group == group.raw());
-    match leads && leader.pidfd.is_some() {
-        true => leader.signal_group(signal, group),
-        false => {
-            let _ = group.group().signal(signal);
-        }
+    // Checked after the pidfd was opened: it holds the leader itself.
+    if crate::procfs::stat(group.raw()).is_some_and(|s| s.group == group.raw()) {
+        leader.signal_group(signal, group);
+    } else {
+        let _ = group.group().signal(signal);
     }
 }
 

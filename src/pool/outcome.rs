@@ -40,20 +40,16 @@ pub(super) enum Ending {
     Refused(ToolError),
 }
 
-/// What a call's ending says of its worker, beside the ending itself: how
-/// the call ended the worker, if it did (`None`: it serves on).
-#[derive(Debug)]
-pub(super) struct WorkerEnd(pub(super) Option<Termination>);
-
 impl Ending {
-    /// The ending of an attempt that ran on a worker, and how that worker
-    /// ended; `None` for a worker lost before it read the request (the call
-    /// may run elsewhere). `closing`: the pool is shutting down.
+    /// The ending of an attempt that ran on a worker, and how the call
+    /// ended that worker (`None`: it serves on); `Err` for a worker lost
+    /// before it read the request (the call may run elsewhere). `closing`:
+    /// the pool is shutting down.
     pub(super) fn of_attempt(
         outcome: CallOutcome,
         time: CallTime,
         closing: bool,
-    ) -> Result<(Ending, WorkerEnd), Termination> {
+    ) -> Result<(Ending, Option<Termination>), Termination> {
         Ok(match outcome {
             CallOutcome::Reply {
                 result,
@@ -67,7 +63,7 @@ impl Ending {
                     },
                     Err(remote) => Ending::Raised(remote),
                 };
-                (ending, WorkerEnd(ended))
+                (ending, ended)
             }
             CallOutcome::TimedOut { stuck_at, grace } => (
                 Ending::TimedOut {
@@ -75,12 +71,10 @@ impl Ending {
                     grace,
                     time,
                 },
-                WorkerEnd(Some(Termination::TimedOut)),
+                Some(Termination::TimedOut),
             ),
-            CallOutcome::Died(_) if closing => {
-                (Ending::ShutDown, WorkerEnd(Some(Termination::ShutDown)))
-            }
-            CallOutcome::Died(how) => (Ending::Died(how.clone()), WorkerEnd(Some(how))),
+            CallOutcome::Died(_) if closing => (Ending::ShutDown, Some(Termination::ShutDown)),
+            CallOutcome::Died(how) => (Ending::Died(how.clone()), Some(how)),
             CallOutcome::NotStarted(how) => return Err(how),
         })
     }
@@ -229,7 +223,7 @@ mod tests {
             }),
             left_running: None,
         };
-        let (ending, WorkerEnd(ended)) = Ending::of_attempt(reply, time, false).unwrap();
+        let (ending, ended) = Ending::of_attempt(reply, time, false).unwrap();
         assert!(ended.is_none());
         assert_eq!(ending.into_result("f", None, None).0.unwrap(), 3);
         let lost = CallOutcome::NotStarted(Termination::HungUp);
@@ -238,7 +232,7 @@ mod tests {
             Termination::HungUp
         );
         let died = CallOutcome::Died(Termination::Exited { code: 1 });
-        let (ending, WorkerEnd(ended)) = Ending::of_attempt(died, time, true).unwrap();
+        let (ending, ended) = Ending::of_attempt(died, time, true).unwrap();
         assert!(matches!(ending, Ending::ShutDown));
         assert_eq!(ended, Some(Termination::ShutDown));
     }

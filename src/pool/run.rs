@@ -5,7 +5,7 @@
 
 use super::call::{AttemptEnd, CallNext, CallState};
 use super::lease::Lease;
-use super::outcome::{Ending, WorkerEnd};
+use super::outcome::Ending;
 use super::stats::Gauge;
 use super::{CallReport, InvokeOptions, Pool, Shared, CALL_LOG_TARGET};
 use crate::content::ContentBlock;
@@ -298,7 +298,7 @@ impl Pool {
         }
         let closing = shared.workers.is_closed();
         match Ending::of_attempt(outcome, time, closing) {
-            Ok((ending, WorkerEnd(ended))) => {
+            Ok((ending, ended)) => {
                 lease.finish(ended);
                 Attempt::Done(ending, pid)
             }
