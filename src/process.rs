@@ -150,7 +150,8 @@ fn pidfd_send_signal(fd: &OwnedFd, signal: Signal, flags: libc::c_uint) -> nix::
 /// forked (found through `/proc`, never through what the worker says).
 /// Both are held by pidfds, so no signal of it reaches a reused pid; the
 /// groups it signals are the ones they lead (`setsid`), never 0 or 1.
-#[derive(Debug, Clone)]
+/// Not `Clone`: the worker's actor is its one owner, and the one killer.
+#[derive(Debug)]
 pub(crate) struct WorkerProcesses {
     guardian: Held,
     /// `None` until the worker is found, and for a guardian that forked no
@@ -195,10 +196,6 @@ impl WorkerProcesses {
             .map(Held::open)
             // Opened after the pid was read: check it still names the guardian's child.
             .filter(|held| crate::procfs::parent_of(held.pid.raw()) == Some(guardian.raw()))
-    }
-
-    pub(crate) fn guardian(&self) -> ProcessId {
-        self.guardian.pid
     }
 
     /// The worker's pid (the guardian's when the guardian is the worker).

@@ -383,6 +383,9 @@ pub(super) fn catalog_from(
         CallOutcome::Died(how) | CallOutcome::NotStarted(how) => {
             Err(PoolError::Catalog(format!("the worker {how}")))
         }
+        CallOutcome::Unsent(why) => Err(PoolError::Catalog(format!(
+            "the request cannot be sent to the worker: {why}"
+        ))),
     }
 }
 

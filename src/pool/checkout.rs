@@ -6,57 +6,38 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
+use super::outcome::Refusal;
 use super::{Gauge, Lease, Shared};
-use crate::duration_text::format_secs;
-use crate::error::{ErrorKind, ToolError};
 use crate::worker::Worker;
 
 impl Shared {
-    /// Waits for a worker for a call of `tool` in `session`, within the
-    /// queue-wait limit.
-    pub(super) async fn checkout(
-        self: &Arc<Self>,
-        tool: &str,
-        session: &str,
-    ) -> Result<Lease, ToolError> {
+    /// Waits for a worker for a call in `session`, within the queue-wait
+    /// limit.
+    pub(super) async fn checkout(self: &Arc<Self>, session: &str) -> Result<Lease, Refusal> {
         let started = Instant::now();
         let limit = self.queue_wait.map(|limit| started + limit);
-        match self.wait_for_worker(tool, session, limit).await? {
+        match self.wait_for_worker(session, limit).await? {
             Some(worker) => Ok(Lease::new(worker, self)),
-            None => Err(ToolError::new(
-                tool,
-                ErrorKind::PoolBusy,
-                format!(
-                    "no worker became free within {} s ({} workers, all busy)",
-                    format_secs(started.elapsed()),
-                    self.size
-                ),
-            )),
+            None => Err(Refusal::Busy {
+                waited: started.elapsed(),
+                workers: self.size,
+            }),
         }
     }
 
     /// An idle worker; `None` when `limit` passed first.
     async fn wait_for_worker(
         self: &Arc<Self>,
-        tool: &str,
         session: &str,
         limit: Option<Instant>,
-    ) -> Result<Option<Worker>, ToolError> {
+    ) -> Result<Option<Worker>, Refusal> {
         let placement = self.placement();
-        let closed_error =
-            || ToolError::new(tool, ErrorKind::PoolClosed, "the pool is shutting down");
         if self.workers.is_closed() {
-            return Err(closed_error());
+            return Err(Refusal::Closing);
         }
         let fail_fast = || {
             let reason = self.start_failure.lock().ok()?.clone()?;
-            (self.workers.live_count() == 0).then(|| {
-                ToolError::new(
-                    tool,
-                    ErrorKind::WorkerDied,
-                    format!("no worker is running and none can start: {reason}"),
-                )
-            })
+            (self.workers.live_count() == 0).then_some(Refusal::CannotStart { reason })
         };
         if let Some(error) = fail_fast() {
             return Err(error);
@@ -94,7 +75,7 @@ impl Shared {
         drop(queued);
         match outcome {
             Some(Some(got)) => Ok(Some(got)),
-            Some(None) => Err(closed_error()),
+            Some(None) => Err(Refusal::Closing),
             None => Ok(None),
         }
     }

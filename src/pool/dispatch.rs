@@ -18,8 +18,7 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
 use super::call::Placement;
 use super::parking::Parked;
-use crate::process::WorkerProcesses;
-use crate::worker::{Worker, WorkerId};
+use crate::worker::{KillSwitch, Worker, WorkerId};
 
 /// What the pool tracks of each live worker.
 #[derive(Debug, Clone)]
@@ -27,8 +26,10 @@ pub(super) struct LiveWorker {
     pub(super) calls_served: u64,
     /// The reload generation whose code it imported.
     pub(super) generation: u64,
+    /// Its pid, for the stats (never signalled from the pool).
+    pub(super) pid: i32,
     /// Kills it at the end of a shutdown's grace period.
-    pub(super) processes: WorkerProcesses,
+    pub(super) switch: KillSwitch,
     /// The session whose calls it has served (none yet: `None`).
     pub(super) session: Option<String>,
 }
@@ -274,7 +275,8 @@ impl Dispatcher {
             LiveWorker {
                 calls_served: worker.calls_served(),
                 generation,
-                processes: worker.processes(),
+                pid: worker.pid(),
+                switch: worker.kill_switch(),
                 session: None,
             },
         );

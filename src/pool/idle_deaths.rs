@@ -3,39 +3,25 @@
 //! running — is noticed at once: taken out of the pool, its end counted by
 //! how it ended, and a replacement started, before any call would pick it.
 //!
-//! Each live worker has a task waiting on a pidfd of its guardian, which
-//! ends exactly when the worker does (it mirrors the worker's end). The
+//! Each live worker has a task waiting for its end notice, which its actor
+//! gives when the kernel says the guardian ended (it mirrors the worker's
+//! end) while the actor waited for a command, or when the actor ends. The
 //! task wakes only then; a worker busy with a call when it dies is the
 //! call's to report, and one that was retired is already gone from the pool.
 
-use std::os::fd::OwnedFd;
 use std::sync::{Arc, Weak};
-
-use tokio::io::unix::AsyncFd;
-use tokio::io::Interest;
 
 use super::dispatch::Waiting;
 use super::{Destination, Shared};
-use crate::process::pidfd_open;
-use crate::worker::{Worker, WorkerId};
+use crate::worker::{EndNotice, Worker, WorkerId};
 
 impl Shared {
     /// Lists `worker` as live (it imported the code of `generation`) and
     /// watches for its death while it waits.
     pub(super) fn enlist(self: &Arc<Self>, worker: &Worker, generation: u64) {
         self.workers.register(worker, generation);
-        let Some(pidfd) = pidfd_open(worker.guardian_pid()) else {
-            return; // a kernel without pidfds: a dead idle worker is found by its next call
-        };
-        // SAFETY: an OwnedFd's descriptor is open, and stays the same one
-        // until the AsyncFd drops it.
-        let Ok(ended) = (unsafe { AsyncFd::register_with_interest(pidfd, Interest::READABLE) })
-        else {
-            return;
-        };
-        let id = worker.id();
         let pool = Arc::downgrade(self);
-        tokio::spawn(watch(ended, pool, id));
+        tokio::spawn(watch(worker.end_notice(), pool, worker.id()));
     }
 
     /// The worker `id` ended: if it was waiting, it leaves the pool now.
@@ -55,11 +41,8 @@ impl Shared {
     }
 }
 
-async fn watch(ended: AsyncFd<OwnedFd>, pool: Weak<Shared>, id: WorkerId) {
-    // Readable once the guardian has ended (it is not reaped here).
-    if ended.readable().await.is_err() {
-        return;
-    }
+async fn watch(end: EndNotice, pool: Weak<Shared>, id: WorkerId) {
+    end.given().await;
     if let Some(shared) = pool.upgrade() {
         if !shared.workers.is_closed() {
             shared.died_waiting(id).await;

@@ -92,7 +92,7 @@ impl Drop for Lease {
             self.shared.counters.count_end(&Termination::Cancelled);
             let spec = worker.spec().clone();
             self.shared.workers.unregister(worker.id());
-            worker.kill_now();
+            worker.pull_kill_switch();
             self.shared.finish_off(worker);
             self.shared.replace_like(&spec);
         }

@@ -43,6 +43,7 @@ use self::dispatch::Dispatcher;
 use self::lease::Lease;
 pub use self::limits::Limits;
 pub use self::options::{CallReport, InvokeContext, InvokeOptions, SessionIsolation};
+pub(crate) use self::outcome::Refusal;
 use self::starts::Destination;
 use self::stats::{Counters, Gauge};
 pub use self::stats::{LatencyHistogram, PoolStats, WorkerStats};
@@ -349,7 +350,7 @@ impl Pool {
         // Whatever is still busy after the grace period is killed; its call
         // returns PoolClosed.
         for worker in shared.workers.live() {
-            worker.processes.kill();
+            worker.switch.pull();
         }
         while retiring.join_next().await.is_some() {}
         // The calls just killed hand their workers to `dying` as they return.

@@ -3,6 +3,8 @@
 //! whose `Display` is the agent's text. Every front end (the CLI, MCP, the
 //! Python module through `toolpool host`) shows that text as it is.
 
+use std::time::Duration;
+
 use serde_json::Value;
 
 use crate::duration_text::format_secs;
@@ -36,8 +38,49 @@ pub(super) enum Ending {
     /// The call's state machine refused a step: a bug in the pool, never a
     /// reason to run the call again.
     Lost,
-    /// The call reached no worker: the checkout's error, as it is.
-    Refused(ToolError),
+    /// The call reached no worker.
+    Refused(Refusal),
+    /// Its arguments could not be encoded for the worker (nothing was sent;
+    /// the worker serves on).
+    Unsent(String),
+}
+
+/// Why a call reached no worker.
+#[derive(Debug)]
+pub(crate) enum Refusal {
+    /// The pool (or the server in front of it) is shutting down.
+    Closing,
+    /// No worker became free within the queue-wait limit.
+    Busy { waited: Duration, workers: usize },
+    /// No worker runs, and the last start failed for `reason`.
+    CannotStart { reason: String },
+    /// The sandboxed worker of `session` could not start.
+    SandboxCannotStart { session: String, reason: String },
+}
+
+impl Refusal {
+    /// The refusal as the caller of `tool` gets it.
+    pub(crate) fn into_error(self, tool: &str) -> ToolError {
+        let (kind, message) = match self {
+            Refusal::Closing => (ErrorKind::PoolClosed, "the pool is shutting down".into()),
+            Refusal::Busy { waited, workers } => (
+                ErrorKind::PoolBusy,
+                format!(
+                    "no worker became free within {} s ({workers} workers, all busy)",
+                    format_secs(waited)
+                ),
+            ),
+            Refusal::CannotStart { reason } => (
+                ErrorKind::WorkerDied,
+                format!("no worker is running and none can start: {reason}"),
+            ),
+            Refusal::SandboxCannotStart { session, reason } => (
+                ErrorKind::WorkerDied,
+                format!("cannot start a sandboxed worker for session '{session}': {reason}"),
+            ),
+        };
+        ToolError::new(tool, kind, message)
+    }
 }
 
 impl Ending {
@@ -76,6 +119,7 @@ impl Ending {
             CallOutcome::Died(_) if closing => (Ending::ShutDown, Some(Termination::ShutDown)),
             CallOutcome::Died(how) => (Ending::Died(how.clone()), Some(how)),
             CallOutcome::NotStarted(how) => return Err(how),
+            CallOutcome::Unsent(why) => (Ending::Unsent(why), None),
         })
     }
 
@@ -146,7 +190,11 @@ impl Ending {
                 ErrorKind::WorkerDied,
                 "the pool lost track of the call (a bug in toolpool); it was not run again".into(),
             ),
-            Ending::Refused(error) => Err(error),
+            Ending::Refused(refusal) => Err(refusal.into_error(name)),
+            Ending::Unsent(why) => error(
+                ErrorKind::InvalidArguments,
+                format!("arguments cannot be sent to the worker: {why}"),
+            ),
         };
         (result, None)
     }
@@ -154,8 +202,6 @@ impl Ending {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
 
     fn text(ending: Ending) -> String {
@@ -194,6 +240,31 @@ mod tests {
             text(Ending::ShutDown).starts_with("Tool wait error: PoolClosed: the pool shut down")
         );
         assert!(text(Ending::Lost).contains("it was not run again"));
+        assert_eq!(
+            text(Ending::Unsent("a value nested too deep".into())),
+            "Tool wait error: InvalidArguments: arguments cannot be sent to the worker: a value nested too deep"
+        );
+        let refused = |refusal| text(Ending::Refused(refusal));
+        assert_eq!(
+            refused(Refusal::Closing),
+            "Tool wait error: PoolClosed: the pool is shutting down"
+        );
+        assert_eq!(
+            refused(Refusal::Busy {
+                waited: Duration::from_millis(250),
+                workers: 2
+            }),
+            "Tool wait error: PoolBusy: no worker became free within 0.25 s (2 workers, all busy)"
+        );
+        assert!(refused(Refusal::CannotStart {
+            reason: "python3: not found".into()
+        })
+        .ends_with("WorkerDied: no worker is running and none can start: python3: not found"));
+        assert!(refused(Refusal::SandboxCannotStart {
+            session: "s1".into(),
+            reason: "no cgroup".into()
+        })
+        .ends_with("cannot start a sandboxed worker for session 's1': no cgroup"));
         let raised = Ending::Raised(RemoteError {
             kind: ErrorKind::Raised("ValueError".into()),
             message: "no".into(),

@@ -160,7 +160,7 @@ impl Pool {
         let queued = Instant::now();
         let mut state = CallState::new();
         loop {
-            let checkout = shared.checkout(name, &prepared.services.session_id).await;
+            let checkout = shared.checkout(&prepared.services.session_id).await;
             let queue_wait = queued.elapsed();
             let mut lease = match checkout {
                 Ok(lease) => lease,
@@ -173,7 +173,7 @@ impl Pool {
                 return (Ending::Lost, None, queue_wait);
             }
             if shared.spec.sandbox.is_some() {
-                lease = match shared.sandboxed_lease(lease, session, name).await {
+                lease = match shared.sandboxed_lease(lease, session).await {
                     Ok(lease) => lease,
                     Err(e) => return (Ending::Refused(e), None, queued.elapsed()),
                 };

@@ -4,9 +4,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::outcome::Refusal;
 use super::{Destination, Lease, Shared};
 use crate::context::{Session, SessionPaths};
-use crate::error::{ErrorKind, ToolError};
 use crate::worker::{Termination, WorkerSpec};
 
 /// Under `--sandbox` a worker's mount view holds the directories of the one
@@ -26,8 +26,7 @@ impl Shared {
         self: &Arc<Self>,
         mut lease: Lease,
         session: Option<&Session>,
-        tool: &str,
-    ) -> Result<Lease, ToolError> {
+    ) -> Result<Lease, Refusal> {
         let paths = session.map_or(&self.session, |session| &session.paths);
         let mut taken = 1;
         loop {
@@ -38,13 +37,13 @@ impl Shared {
             // A worker of a swept session.
             let orphaned = !bound.exists();
             if orphaned || taken >= self.size {
-                return self.cold_lease(lease, paths, tool).await;
+                return self.cold_lease(lease, paths).await;
             }
             taken += 1;
             if let Some(worker) = lease.worker.take() {
                 self.make_idle(worker);
             }
-            lease = self.checkout(tool, &paths.id).await?;
+            lease = self.checkout(&paths.id).await?;
         }
     }
 
@@ -54,28 +53,17 @@ impl Shared {
         self: &Arc<Self>,
         mut lease: Lease,
         paths: &SessionPaths,
-        tool: &str,
-    ) -> Result<Lease, ToolError> {
-        let cannot_start = |reason: String| {
-            ToolError::new(
-                tool,
-                ErrorKind::WorkerDied,
-                format!(
-                    "cannot start a sandboxed worker for session '{}': {reason}",
-                    paths.id
-                ),
-            )
+    ) -> Result<Lease, Refusal> {
+        let cannot_start = |reason: String| Refusal::SandboxCannotStart {
+            session: paths.id.to_string(),
+            reason,
         };
         if self.workers.is_closed() {
             // Handed back, it is retired: no new worker for a closing pool.
             if let Some(worker) = lease.worker.take() {
                 self.make_idle(worker);
             }
-            return Err(ToolError::new(
-                tool,
-                ErrorKind::PoolClosed,
-                "the pool is shutting down",
-            ));
+            return Err(Refusal::Closing);
         }
         let spec = if paths.dir == self.session.dir {
             self.spec.clone()

@@ -211,7 +211,7 @@ impl Pool {
             .live()
             .into_iter()
             .map(|worker| {
-                let pid = worker.processes.pid();
+                let pid = worker.pid;
                 WorkerStats {
                     pid,
                     calls_served: worker.calls_served,

@@ -1,9 +1,12 @@
 //! The worker's actor: one task per worker that owns its processes (the
-//! guardian, as this process's child, and the worker it forked), its
+//! guardian, as this process's child, and the worker it forked: the only
+//! holder of their pidfds, and so the only one that kills them), its
 //! channel's read side (the framed stdout, the dump pipe) and, while a
 //! request runs, the worker's stdin (handed over with the job, handed back
 //! with its end). The [`Worker`](super::Worker) handle the pool moves
-//! around sends it [`Command`]s and awaits the answers.
+//! around sends it [`Command`]s and awaits the answers; the handle, a call
+//! given up and the pool's shutdown end the worker by pulling its
+//! [`KillSwitch`], which this task watches whatever it is doing.
 //!
 //! A request's job runs to its end here: its request written, its callbacks
 //! served, its deadline kept, the worker killed at the deadline (or when
@@ -11,9 +14,12 @@
 //! left running checked before the worker may serve again. One request at
 //! a time: nothing is ever written to a worker behind a running call.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::time::Duration;
+
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
 
 use tokio::net::unix::pipe;
 use tokio::sync::{mpsc, oneshot};
@@ -23,10 +29,11 @@ use super::guardian::GuardianProcess;
 use super::leftovers::Leftovers;
 use super::request::RequestState;
 use super::stderr::StderrLog;
+use super::switches::{EndNotice, KillSwitch};
 use super::{
     describe_exit, CallOutcome, CallbackService, StartError, StderrText, Termination, WorkerSpec,
 };
-use crate::process::{KillMechanism, WorkerProcesses};
+use crate::process::{pidfd_open, KillMechanism, ProcessId, WorkerProcesses};
 use crate::protocol::{next_message, Message, MessageReader, ProtocolError, PROTOCOL_VERSION};
 use crate::sandbox::WorkerCgroup;
 
@@ -111,9 +118,20 @@ pub(super) struct Actor {
     /// Its stderr, logged to its end after each reply.
     pub(super) stderr: Arc<StderrLog>,
     pub(super) spec: Arc<WorkerSpec>,
-    /// Set once the guardian is reaped; the handle reads it too, so that
-    /// nothing signals a pid the kernel may have given to another process.
-    pub(super) reaped: Arc<AtomicBool>,
+    /// Set once the guardian is reaped: nothing is signalled after that (a
+    /// group the kernel may have given to another process).
+    pub(super) reaped: bool,
+    /// Pulled by whoever else wants the worker gone (see [`KillSwitch`]).
+    pub(super) switch: KillSwitch,
+    /// Set once SIGKILL went to the worker and its group: a worker is
+    /// killed once, whoever asked first.
+    pub(super) killed: bool,
+    /// Given when the guardian ends while this waits for a command, or
+    /// when this ends.
+    pub(super) end: EndNotice,
+    /// A pidfd of the guardian, readable once it ended, watched between
+    /// commands (`None` on a kernel without pidfds, and once it fired).
+    guardian_end: Option<AsyncFd<OwnedFd>>,
     /// Removed once the worker's processes are gone (`--sandbox`).
     pub(super) _cgroup: Arc<WorkerCgroup>,
     /// What a call left running, checked after each reply (set once the
@@ -129,9 +147,59 @@ pub(super) struct Hello {
     pub(super) kill_mechanism: KillMechanism,
 }
 
+/// What woke the actor between commands. Lives for one step on the stack:
+/// a job boxed to even the variants out would cost an allocation a call.
+#[allow(clippy::large_enum_variant)]
+enum Wake {
+    Command(Command),
+    KillSwitch,
+    GuardianEnded,
+    /// The handle is gone.
+    Orphaned,
+}
+
 impl Actor {
+    /// The actor of a guardian just spawned (or cloned) as `guardian`,
+    /// which must be this process's child not yet reaped.
+    pub(super) fn new(
+        (guardian_process, guardian): (GuardianProcess, ProcessId),
+        messages: MessageReader<pipe::Receiver>,
+        dump: pipe::Receiver,
+        stderr: Arc<StderrLog>,
+        spec: Arc<WorkerSpec>,
+        cgroup: Arc<WorkerCgroup>,
+    ) -> Actor {
+        let guardian_end = pidfd_open(guardian).and_then(|fd| {
+            // SAFETY: an OwnedFd's descriptor is open, and stays the same
+            // one until the AsyncFd drops it.
+            unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }.ok()
+        });
+        Actor {
+            guardian_process,
+            processes: WorkerProcesses::of_guardian(guardian),
+            last_call: None,
+            messages,
+            dump,
+            stderr,
+            spec,
+            reaped: false,
+            switch: KillSwitch::default(),
+            killed: false,
+            end: EndNotice::default(),
+            guardian_end,
+            _cgroup: cgroup,
+            leftovers: None,
+        }
+    }
+
     pub(super) fn is_reaped(&self) -> bool {
-        self.reaped.load(Ordering::Acquire)
+        self.reaped
+    }
+
+    /// Whether a kill would still do anything: the worker is neither
+    /// killed nor reaped (a pulled switch is then answered once).
+    pub(super) fn may_kill(&self) -> bool {
+        !self.killed && !self.reaped
     }
 
     pub(super) fn stderr_text(&self) -> StderrText {
@@ -253,9 +321,33 @@ impl Actor {
     }
 
     /// The actor's life: commands until the handle is gone. Then the
-    /// worker goes with it (`Drop`).
+    /// worker goes with it (`Drop`). A pulled switch kills the worker and
+    /// reaps it between commands (during a job, the exchange watches it).
     pub(super) async fn serve(mut self, mut mailbox: mpsc::UnboundedReceiver<Command>) {
-        while let Some(command) = mailbox.recv().await {
+        loop {
+            let wake = tokio::select! {
+                biased;
+                () = self.switch.pulled(), if self.may_kill() => Wake::KillSwitch,
+                _ = guardian_ended(&self.guardian_end), if !self.reaped => Wake::GuardianEnded,
+                command = mailbox.recv() => command.map_or(Wake::Orphaned, Wake::Command),
+            };
+            let command = match wake {
+                Wake::Command(command) => command,
+                Wake::KillSwitch => {
+                    self.kill().await;
+                    // Killed and reaped, or reaped already: the branch
+                    // fires once either way.
+                    self.killed = true;
+                    continue;
+                }
+                Wake::GuardianEnded => {
+                    // Reaped when the pool asks how it ended (or kills it).
+                    self.guardian_end = None;
+                    self.end.give();
+                    continue;
+                }
+                Wake::Orphaned => break,
+            };
             match command {
                 Command::Run(job) => self.run_job(job).await,
                 Command::Kill(answer) => {
@@ -305,9 +397,19 @@ impl Actor {
             stdin: sound.then_some(stdin),
         };
         if run.end.send(end).is_err() {
-            // The caller gave up as the answer came: it kills the worker
-            // (its lease's drop); nothing more runs here.
+            // The caller gave up as the answer came: the worker, whose
+            // stdin went with the answer, serves nothing more.
             self.kill_now();
         }
+    }
+}
+
+/// Resolves once the guardian behind `pidfd` has ended (never without one).
+async fn guardian_ended(pidfd: &Option<AsyncFd<OwnedFd>>) {
+    match pidfd {
+        Some(pidfd) => {
+            let _ = pidfd.readable().await;
+        }
+        None => std::future::pending().await,
     }
 }

@@ -204,9 +204,17 @@ impl Actor {
                     Event::Deadline
                 }
                 () = job.end.closed() => Event::Abandoned,
+                () = self.switch.pulled(), if self.may_kill() => Event::KillSwitch,
             };
             let (call_id, result) = match event {
                 Event::Abandoned => return Exchange::Abandoned,
+                Event::KillSwitch => {
+                    // Killed where it stands (the pool's shutdown): the
+                    // closed channel, read next, says how it ended.
+                    self.kill_now();
+                    self.killed = true;
+                    continue;
+                }
                 Event::Deadline => match self.deadline_fired(state, deadline) {
                     Some(ended) => return ended,
                     None => continue,
@@ -245,32 +253,42 @@ impl Actor {
                         Started::Refused(error) => (call_id, Err(error)),
                     }
                 }
-                Event::Answered(done) => {
-                    let (task, result) = match done {
-                        Ok((task, result)) => (task, result),
-                        Err(e) => (
-                            e.id(),
-                            Err(CallbackError::new(
-                                "RuntimeError",
-                                format!("the supervisor failed while serving the callback: {e}"),
-                            )),
-                        ),
-                    };
-                    let Some((call_id, human)) = in_flight.remove(&task) else {
-                        continue;
-                    };
-                    if human && deadline.prompt_closed() {
-                        // Running again before the answer is written, so
-                        // the thread waiting for it can read it.
-                        self.thaw();
-                    }
-                    (call_id, result)
-                }
+                Event::Answered(done) => match self.answered(done, &mut in_flight, deadline) {
+                    Some(answer) => answer,
+                    None => continue,
+                },
             };
             if let Err(ended) = self.answer_callback(call_id, result, stdin, deadline).await {
                 return ended;
             }
         }
+    }
+
+    /// A callback's task ended: its worker-side id and its answer (`None`
+    /// for a task no longer in flight). The tool's processes run again
+    /// before the answer to a human prompt is written, so the thread
+    /// waiting for it can read it.
+    fn answered(
+        &mut self,
+        done: Answered,
+        in_flight: &mut HashMap<tokio::task::Id, (u64, bool)>,
+        deadline: &mut Deadline,
+    ) -> Option<(u64, Result<Value, CallbackError>)> {
+        let (task, result) = match done {
+            Ok((task, result)) => (task, result),
+            Err(e) => (
+                e.id(),
+                Err(CallbackError::new(
+                    "RuntimeError",
+                    format!("the supervisor failed while serving the callback: {e}"),
+                )),
+            ),
+        };
+        let (call_id, human) = in_flight.remove(&task)?;
+        if human && deadline.prompt_closed() {
+            self.thaw();
+        }
+        Some((call_id, result))
     }
 
     /// The deadline's timer fired: `Some` ends the exchange, `None` reads
@@ -479,11 +497,16 @@ enum Exchange {
     Abandoned,
 }
 
+/// A callback's task, ended: its answer, or how the task failed.
+type Answered = Result<(tokio::task::Id, Result<Value, CallbackError>), tokio::task::JoinError>;
+
 /// What woke an exchange up.
 enum Event {
     Message(Result<Message, ProtocolError>),
-    Answered(Result<(tokio::task::Id, Result<Value, CallbackError>), tokio::task::JoinError>),
+    Answered(Answered),
     Deadline,
     /// The caller gave up (the answer's receiver is gone).
     Abandoned,
+    /// The worker's kill switch was pulled.
+    KillSwitch,
 }

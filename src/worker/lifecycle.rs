@@ -2,7 +2,6 @@
 //! signals themselves are [`WorkerProcesses`]'s alone).
 
 use std::process::ExitStatus;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::time::timeout;
@@ -58,9 +57,12 @@ impl Actor {
         }
     }
 
-    /// SIGKILL to the worker and its group, at once (see [`WorkerProcesses::kill`]).
-    pub(super) fn kill_now(&self) {
-        if !self.is_reaped() {
+    /// SIGKILL to the worker and its group, at once (see
+    /// [`WorkerProcesses::kill`]); once: a second ask (a caller that gave
+    /// up, then its pulled switch) sends nothing more.
+    pub(super) fn kill_now(&mut self) {
+        if self.may_kill() {
+            self.killed = true;
             self.processes.kill();
         }
     }
@@ -93,7 +95,7 @@ impl Actor {
             .await
             .ok()?
             .ok()?;
-        self.reaped.store(true, Ordering::Release);
+        self.reaped = true;
         // The guardian kills the worker's tree before it exits; this covers
         // a guardian that was itself killed.
         self.processes.kill_worker();
@@ -106,11 +108,9 @@ impl Actor {
             return Some(status);
         }
         self.kill_tree();
-        self.guardian_process
-            .wait()
-            .await
-            .ok()
-            .inspect(|_| self.reaped.store(true, Ordering::Release))
+        let status = self.guardian_process.wait().await.ok();
+        self.reaped |= status.is_some();
+        status
     }
 
     /// How a worker that died while it waited ended, once its guardian is
@@ -140,6 +140,7 @@ impl Actor {
 
 impl Drop for Actor {
     fn drop(&mut self) {
+        self.end.give();
         if self.is_reaped() {
             return;
         }
@@ -147,7 +148,7 @@ impl Drop for Actor {
         // must not outlive it; tokio reaps the guardian in the background.
         // Nothing can wait here for the guardian: it is asked to kill what
         // the tree left elsewhere and exit.
-        self.processes.kill();
+        self.kill_now();
         self.processes.ask_guardian_to_end();
     }
 }

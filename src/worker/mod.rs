@@ -9,7 +9,6 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::process::ExitStatus;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,6 +28,7 @@ pub(crate) mod request;
 mod spawn;
 mod spec;
 mod stderr;
+mod switches;
 mod template;
 mod termination;
 
@@ -43,9 +43,9 @@ pub(crate) use self::spawn::Spawner;
 pub(crate) use self::spec::{BootConfig, WorkerSpec};
 use self::stderr::StderrLog;
 pub(crate) use self::stderr::StderrText;
+pub(crate) use self::switches::{EndNotice, KillSwitch};
 pub(crate) use self::termination::{describe_exit, Termination};
-use crate::error::ErrorKind;
-use crate::process::{KillMechanism, ProcessId, WorkerProcesses};
+use crate::process::KillMechanism;
 use crate::protocol::{
     encode_frame, encode_invoke_frame, message_reader, CallContext, ProtocolError, RemoteError,
     ReplyValue, Request, PROTOCOL_VERSION,
@@ -169,6 +169,9 @@ pub(crate) enum CallOutcome {
     /// kernel counted every byte still in the pipe): an earlier call damaged
     /// it. It is gone; the request may run elsewhere.
     NotStarted(Termination),
+    /// The request could not be encoded (too large, nested too deep), so
+    /// nothing was sent: the worker serves on.
+    Unsent(String),
 }
 
 /// A timed-out call's grace: how long its tool may clean up after the
@@ -244,8 +247,14 @@ pub(crate) struct Worker {
     /// The actor's mailbox; closed when this handle is dropped, and the
     /// actor then ends the worker.
     mailbox: mpsc::UnboundedSender<Command>,
-    /// The guardian and the worker process, as the kernel names them.
-    processes: WorkerProcesses,
+    /// Ends the worker: its actor, the only holder of its processes' pidfds,
+    /// kills it once pulled.
+    switch: KillSwitch,
+    /// Given once the worker ended while it waited, or its actor ended.
+    end: EndNotice,
+    /// The worker's pid (the guardian's when the guardian is the worker),
+    /// for messages and operators: never signalled from here.
+    pid: i32,
     /// Its stderr: each request is named there before it is written.
     stderr: Arc<StderrLog>,
     spec: Arc<WorkerSpec>,
@@ -259,8 +268,6 @@ pub(crate) struct Worker {
     next_id: u64,
     calls_served: u64,
     info: WorkerInfo,
-    /// Set by the actor once the guardian is reaped.
-    reaped: Arc<AtomicBool>,
 }
 
 impl Worker {
@@ -297,27 +304,25 @@ impl Worker {
             GuardianProcess::Cloned(_) => StartMethod::Template,
             GuardianProcess::Spawned(_) => StartMethod::Spawned,
         };
-        let reaped = Arc::new(AtomicBool::new(false));
-        let mut actor = Actor {
-            guardian_process,
-            processes: WorkerProcesses::of_guardian(guardian),
-            last_call: None,
-            messages: message_reader(stdout, spec.max_frame),
+        let mut actor = Actor::new(
+            (guardian_process, guardian),
+            message_reader(stdout, spec.max_frame),
             dump,
-            stderr: stderr.clone(),
-            spec: spec.clone(),
-            reaped: reaped.clone(),
-            _cgroup: cgroup,
-            leftovers: None,
-        };
+            stderr.clone(),
+            spec.clone(),
+            cgroup,
+        );
+        let (switch, end) = (actor.switch.clone(), actor.end.clone());
         let hello = actor.handshake(pump).await?;
-        let processes = actor.processes.clone();
-        actor.leftovers = Some(Leftovers::new(processes.pid(), guardian.raw()));
+        let pid = actor.pid();
+        actor.leftovers = Some(Leftovers::new(pid, guardian.raw()));
         let (mailbox, commands) = mpsc::unbounded_channel();
         let worker = Worker {
             id: WorkerId::next(),
             mailbox,
-            processes,
+            switch,
+            end,
+            pid,
             stderr,
             spec,
             stdin: Some(stdin),
@@ -330,7 +335,6 @@ impl Worker {
                 kill_mechanism: hello.kill_mechanism,
                 started,
             },
-            reaped,
         };
         tokio::spawn(actor.serve(commands));
         Ok(worker)
@@ -340,16 +344,22 @@ impl Worker {
         &self.info
     }
 
-    /// The worker's process as the kernel knows it, for killing it from
-    /// elsewhere (shutdown). `None` when the guardian is the worker.
-    pub(crate) fn processes(&self) -> WorkerProcesses {
-        self.processes.clone()
+    /// The worker's kill switch, for ending it from elsewhere (shutdown).
+    pub(crate) fn kill_switch(&self) -> KillSwitch {
+        self.switch.clone()
+    }
+
+    /// Given once the worker ends while it waits (killed from outside, out
+    /// of memory, a crash in a thread a tool left running), or its actor
+    /// ends: how the pool notices a dead idle worker before a call picks it.
+    pub(crate) fn end_notice(&self) -> EndNotice {
+        self.end.clone()
     }
 
     /// The worker's pid as the kernel names it (the guardian's when the
     /// guardian is the worker), for messages and operators.
     pub(crate) fn pid(&self) -> i32 {
-        self.processes.pid()
+        self.pid
     }
 
     /// The pool's name for this worker: unique for the life of the process.
@@ -360,11 +370,6 @@ impl Worker {
     /// What it was started with (under `--sandbox`, for one session).
     pub(crate) fn spec(&self) -> &Arc<WorkerSpec> {
         &self.spec
-    }
-
-    /// The guardian's pid, as the kernel gave it (it ends when the worker does).
-    pub(crate) fn guardian_pid(&self) -> ProcessId {
-        self.processes.guardian()
     }
 
     pub(crate) fn calls_served(&self) -> u64 {
@@ -439,17 +444,8 @@ impl Worker {
     ) -> CallOutcome {
         let frame = match frame {
             Ok(frame) => frame,
-            Err(e) => {
-                // Nothing was sent: the worker is still usable.
-                return CallOutcome::Reply {
-                    result: Err(RemoteError {
-                        kind: ErrorKind::InvalidArguments,
-                        message: format!("arguments cannot be sent to the worker: {e}"),
-                        traceback: None,
-                    }),
-                    left_running: None,
-                };
-            }
+            // Nothing was sent: the worker is still usable.
+            Err(e) => return CallOutcome::Unsent(e.to_string()),
         };
         let Some(stdin) = self.stdin.take() else {
             return CallOutcome::NotStarted(Termination::StatusUnknown);
@@ -489,14 +485,13 @@ impl Worker {
         }
     }
 
-    /// SIGKILL to the worker (by pidfd) and to its group, at once: in a PID
-    /// namespace that ends every process of the call; otherwise what left
-    /// the group is killed by the guardian, the tree's subreaper, when it
-    /// sees the worker gone (and by [`Worker::kill`]'s sweep).
-    pub(crate) fn kill_now(&self) {
-        if !self.reaped.load(Ordering::Acquire) {
-            self.processes.kill();
-        }
+    /// Has the actor kill the worker now, without waiting for it: SIGKILL
+    /// to the worker (by pidfd) and to its group, which in a PID namespace
+    /// ends every process of the call; otherwise what left the group is
+    /// killed by the guardian, the tree's subreaper, when it sees the worker
+    /// gone (and by [`Worker::kill`]'s sweep).
+    pub(crate) fn pull_kill_switch(&self) {
+        self.switch.pull();
     }
 
     /// Kills every process of the worker and reaps the guardian (see
@@ -545,8 +540,8 @@ fn write_now(stdin: &pipe::Sender, frame: &[u8]) -> usize {
 impl Drop for Worker {
     fn drop(&mut self) {
         // A worker dropped mid-call (a cancelled call, a dropped pool) must
-        // not outlive its owner: killed now; its actor, whose mailbox just
-        // closed, finishes the clean-up and the reaping.
-        self.kill_now();
+        // not outlive its owner: killed now by its actor, which then reaps
+        // it (its mailbox just closed).
+        self.pull_kill_switch();
     }
 }

@@ -369,6 +369,60 @@ fn the_binary_is_on_the_public_api() {
     assert!(!lib.contains("doc(hidden)"), "src/lib.rs hides a module");
 }
 
+/// One owner kills a worker: its actor. The worker's processes (the type
+/// that holds their pidfds and signals them) are named only by the actor's
+/// files and `process.rs`, and a pidfd is opened only there and by the
+/// template (for the guardian it clones, handed to the actor). Everyone else
+/// pulls the worker's kill switch.
+#[test]
+fn only_the_worker_actor_holds_a_workers_processes() {
+    let src = root().join("src");
+    let mut sources = Vec::new();
+    files(&src, "rs", &mut sources);
+    let actor = [
+        "worker/actor.rs",
+        "worker/lifecycle.rs",
+        "worker/exchange.rs",
+        "worker/dump.rs",
+    ];
+    let mut named = Vec::new();
+    for file in &sources {
+        let relative = file
+            .strip_prefix(&src)
+            .unwrap()
+            .to_string_lossy()
+            .to_string();
+        let code = code_of(&std::fs::read_to_string(file).unwrap());
+        let holds = code.contains("WorkerProcesses");
+        let opens = code.contains("pidfd_open");
+        if relative == "process.rs" {
+            continue;
+        }
+        if holds && !actor.contains(&relative.as_str()) {
+            named.push(format!("{relative}: WorkerProcesses"));
+        }
+        if opens && !["worker/actor.rs", "worker/template.rs"].contains(&relative.as_str()) {
+            named.push(format!("{relative}: pidfd_open"));
+        }
+    }
+    assert!(named.is_empty(), "{named:#?}");
+    let process = std::fs::read_to_string(src.join("process.rs")).unwrap();
+    let declared = process
+        .find("pub(crate) struct WorkerProcesses")
+        .expect("WorkerProcesses is declared in process.rs");
+    let lines: Vec<&str> = process[..declared].lines().collect();
+    let derives = lines.last().copied().unwrap_or_default();
+    assert!(
+        !derives.contains("Clone"),
+        "WorkerProcesses can be cloned: {derives}"
+    );
+    let pool = ["pool/dispatch.rs", "pool/mod.rs", "pool/lease.rs"];
+    for file in pool {
+        let code = code_of(&std::fs::read_to_string(src.join(file)).unwrap());
+        assert!(!code.contains("kill_now"), "{file} kills a worker itself");
+    }
+}
+
 /// The trace context (checked W3C headers) and the OpenTelemetry exporter's
 /// set-up are leaves: the pool, the wire and the MCP server use them, they
 /// use nothing of the crate.
