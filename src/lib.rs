@@ -64,6 +64,7 @@ mod http;
 pub mod mcp;
 pub mod metrics;
 mod node_calls;
+mod outcome;
 mod pool;
 mod pool_error;
 mod process;

@@ -15,9 +15,10 @@ use super::{Counters, Destination, Dispatcher, Pool, PoolBuilder, Shared, MAX_QU
 use crate::catalog::Catalog;
 use crate::context::{AttachmentStore, SessionPaths, SessionServices};
 use crate::embedded::PrivateInstall;
+use crate::outcome::CallOutcome;
 use crate::pool_error::PoolError;
 use crate::sandbox::{Sandbox, SandboxMode, SandboxPaths};
-use crate::worker::{BootConfig, CallOutcome, Spawner, StartError, Worker, WorkerSpec};
+use crate::worker::{BootConfig, Spawner, StartError, Worker, WorkerSpec};
 
 impl PoolBuilder {
     /// Starts the workers (in parallel) and builds the catalog.

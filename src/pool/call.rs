@@ -16,7 +16,7 @@
 //! the request left the pipe; and only once, so that a pool whose workers
 //! keep breaking fails the call instead of cycling through them.
 
-use crate::worker::Termination;
+use crate::outcome::Termination;
 
 /// Where a call is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

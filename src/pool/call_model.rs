@@ -188,7 +188,7 @@ impl Model {
         };
         worker.calls += 1;
         let stale = worker.generation < self.generation;
-        let termination = ended.then_some(crate::worker::Termination::TimedOut);
+        let termination = ended.then_some(crate::outcome::Termination::TimedOut);
         match worker_after(
             termination,
             worker.calls,

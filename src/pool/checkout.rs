@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use super::outcome::Refusal;
 use super::{Gauge, Lease, Shared};
+use crate::outcome::Refusal;
 use crate::worker::Worker;
 
 impl Shared {

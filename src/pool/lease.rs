@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use super::call::{worker_after, WorkerAfter};
 use super::Shared;
-use crate::worker::{Termination, Worker};
+use crate::outcome::Termination;
+use crate::worker::Worker;
 
 /// A worker checked out for one call. Dropped mid-call (the caller gave up),
 /// it kills the worker — a call in flight leaves it in an unknown state — and

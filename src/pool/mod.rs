@@ -27,7 +27,6 @@ mod idle_deaths;
 mod lease;
 mod limits;
 mod options;
-mod outcome;
 mod parking;
 mod run;
 mod sandboxed;
@@ -43,15 +42,15 @@ use self::dispatch::Dispatcher;
 use self::lease::Lease;
 pub use self::limits::Limits;
 pub use self::options::{CallReport, InvokeContext, InvokeOptions, SessionIsolation};
-pub(crate) use self::outcome::Refusal;
 use self::starts::Destination;
 use self::stats::{Counters, Gauge};
 pub use self::stats::{LatencyHistogram, PoolStats, WorkerStats};
 use crate::catalog::Catalog;
 use crate::context::{AttachmentStore, SessionPaths, SessionServices};
+use crate::outcome::Termination;
 use crate::pool_error::PoolError;
 use crate::sandbox::Sandbox;
-use crate::worker::{Spawner, Termination, Worker, WorkerInfo, WorkerSpec};
+use crate::worker::{Spawner, Worker, WorkerInfo, WorkerSpec};
 
 /// The tracing target of the log line of each failed call (and, at debug
 /// level, its traceback).

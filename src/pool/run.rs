@@ -1,18 +1,17 @@
 //! One call through the pool: its options resolved (timeout, grace,
 //! context), a worker checked out and the call run on it — again elsewhere
 //! only when the kernel says the worker never read it — and how it ended
-//! ([`Ending`]) made the caller's result, in `outcome.rs`.
+//! ([`Ending`]) made the caller's result (`crate::outcome`).
 
 use super::call::{AttemptEnd, CallNext, CallState};
 use super::lease::Lease;
-use super::outcome::Ending;
 use super::stats::Gauge;
 use super::{CallReport, InvokeOptions, Pool, Shared, CALL_LOG_TARGET};
 use crate::content::ContentBlock;
 use crate::context::{AttachmentStore, CallbackHandler, CallbackService, SessionServices};
 use crate::error::{ErrorKind, ToolError};
+use crate::outcome::{CallOutcome, CallTime, Ending, Termination};
 use crate::protocol::{CallContext, SessionDirs, WireBlock};
-use crate::worker::{CallOutcome, CallTime, Termination};
 use serde_json::Value;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

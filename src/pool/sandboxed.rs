@@ -4,10 +4,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::outcome::Refusal;
 use super::{Destination, Lease, Shared};
 use crate::context::{Session, SessionPaths};
-use crate::worker::{Termination, WorkerSpec};
+use crate::outcome::{Refusal, Termination};
+use crate::worker::WorkerSpec;
 
 /// Under `--sandbox` a worker's mount view holds the directories of the one
 /// session it was started for ([`WorkerSpec::for_session`]), so it serves

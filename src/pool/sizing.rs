@@ -14,7 +14,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use super::Shared;
-use crate::worker::Termination;
+use crate::outcome::Termination;
 
 /// How the pool sizes itself.
 pub(super) struct Sizing {

@@ -4,7 +4,8 @@
 
 use super::build::warm;
 use super::{Shared, MAX_RESTART_BACKOFF, SPARE_REFILL_DELAY};
-use crate::worker::{Termination, Worker, WorkerSpec};
+use crate::outcome::Termination;
+use crate::worker::{Worker, WorkerSpec};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::Pool;
-use crate::worker::{LeftBehind, Termination};
+use crate::outcome::{LeftBehind, Termination};
 
 #[derive(Default)]
 pub(super) struct Counters {

@@ -25,41 +25,13 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::time::Duration;
 
+use crate::outcome::LeftBehind;
+
 /// How often, and how far apart, a thread the idle worker did not have is
 /// looked for again: a thread the tool joined may take a moment to leave
 /// the kernel's list after its Python side ended.
 const RECHECKS: u32 = 5;
 const RECHECK_EVERY: Duration = Duration::from_millis(1);
-
-/// What a call left behind, and which kind of thing it is (the cause the
-/// pool counts retirements by, `PoolStats::left_running`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct LeftBehind {
-    /// One of [`LeftBehind::CAUSES`].
-    pub cause: &'static str,
-    /// What, for the log and the worker's termination.
-    pub what: String,
-}
-
-impl LeftBehind {
-    /// Every cause, in the order operators see them.
-    pub(crate) const CAUSES: [&'static str; 7] = [
-        "threads",
-        "processes",
-        "pending_signals",
-        "blocked_signals",
-        "signal_handlers",
-        "posix_timers",
-        "unreadable",
-    ];
-
-    fn new(cause: &'static str, what: impl Into<String>) -> LeftBehind {
-        LeftBehind {
-            cause,
-            what: what.into(),
-        }
-    }
-}
 
 /// The worker's signal sets, from `/proc/<worker>/status`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -30,13 +30,11 @@ mod spec;
 mod stderr;
 mod switches;
 mod template;
-mod termination;
 
 pub(crate) use self::actor::JobParts;
 use self::actor::{Actor, Command, Job, JobEnd};
 use self::guardian::GuardianProcess;
 use self::launch::Spawned;
-pub(crate) use self::leftovers::LeftBehind;
 use self::leftovers::Leftovers;
 use self::request::{unread_in_pipe, RequestState};
 pub(crate) use self::spawn::Spawner;
@@ -44,11 +42,11 @@ pub(crate) use self::spec::{BootConfig, WorkerSpec};
 use self::stderr::StderrLog;
 pub(crate) use self::stderr::StderrText;
 pub(crate) use self::switches::{EndNotice, KillSwitch};
-pub(crate) use self::termination::{describe_exit, Termination};
+use crate::outcome::{describe_exit, CallOutcome, CallTime, Grace, Termination};
 use crate::process::KillMechanism;
 use crate::protocol::{
-    encode_frame, encode_invoke_frame, message_reader, CallContext, ProtocolError, RemoteError,
-    ReplyValue, Request, PROTOCOL_VERSION,
+    encode_frame, encode_invoke_frame, message_reader, CallContext, ProtocolError, Request,
+    PROTOCOL_VERSION,
 };
 
 /// The fd on which the worker's `faulthandler` writes stack dumps.
@@ -141,57 +139,6 @@ pub enum StartError {
         file: String,
         reason: String,
     },
-}
-
-/// How a call on a worker ended, seen from the worker's side.
-#[derive(Debug)]
-pub(crate) enum CallOutcome {
-    /// The worker answered. `left_running`: what the call left behind in
-    /// the worker (threads, processes, signals, timers); then the worker
-    /// has been killed and must not serve again. `None`: the worker is as
-    /// it was.
-    Reply {
-        result: Result<ReplyValue, RemoteError>,
-        left_running: Option<LeftBehind>,
-    },
-    /// The deadline passed; the worker's group was killed (the guardian
-    /// finishes the clean-up, and is reaped, when the `Worker` is dropped).
-    TimedOut {
-        /// Where the code was, from the stack dump (`file:line in function`).
-        stuck_at: Option<String>,
-        /// What the tool did with a grace after its deadline.
-        grace: Grace,
-    },
-    /// The worker died or broke the protocol, and may have run the request
-    /// (it read some of it): it is gone, and the call must not run again.
-    Died(Termination),
-    /// The worker was lost before it read a byte of the request (the
-    /// kernel counted every byte still in the pipe): an earlier call damaged
-    /// it. It is gone; the request may run elsewhere.
-    NotStarted(Termination),
-    /// The request could not be encoded (too large, nested too deep), so
-    /// nothing was sent: the worker serves on.
-    Unsent(String),
-}
-
-/// A timed-out call's grace: how long its tool may clean up after the
-/// deadline (`TimeoutError` raised in its main thread) before it is killed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Grace {
-    /// It had none: killed at the deadline.
-    None,
-    /// It answered this long after it was asked to clean up.
-    CleanedUp(Duration),
-    /// It was still running when the grace ran out.
-    RanOut,
-}
-
-/// How long a call may run: its timeout, then (for a tool asked to clean
-/// up) its grace.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct CallTime {
-    pub timeout: Duration,
-    pub grace: Duration,
 }
 
 /// What a worker said about itself in its hello, and how it is killed.

@@ -65,7 +65,7 @@ impl ToolpoolServer {
         let _in_flight = self.inner.calls.enter();
         let name = request.name.to_string();
         if self.inner.closing.load(Ordering::Acquire) {
-            let error = crate::pool::Refusal::Closing.into_error(&name);
+            let error = crate::outcome::Refusal::Closing.into_error(&name);
             return Ok(CallToolResponse::Complete(call_result(
                 Err(error),
                 None,

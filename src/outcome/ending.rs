@@ -7,14 +7,14 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use super::{CallOutcome, CallTime, Grace, Termination};
 use crate::duration_text::format_secs;
 use crate::error::{ErrorKind, ToolError};
 use crate::protocol::{RemoteError, WireBlock};
-use crate::worker::{CallOutcome, CallTime, Grace, Termination};
 
 /// How one call ended.
 #[derive(Debug)]
-pub(super) enum Ending {
+pub(crate) enum Ending {
     /// The tool returned: its value, and an attachment result's blocks.
     Returned {
         value: Value,
@@ -88,7 +88,7 @@ impl Ending {
     /// ended that worker (`None`: it serves on); `Err` for a worker lost
     /// before it read the request (the call may run elsewhere). `closing`:
     /// the pool is shutting down.
-    pub(super) fn of_attempt(
+    pub(crate) fn of_attempt(
         outcome: CallOutcome,
         time: CallTime,
         closing: bool,
@@ -126,7 +126,7 @@ impl Ending {
     /// The call's result as its caller gets it, and an attachment result's
     /// blocks. `pid`: the worker's; `memory_limit`: the pool's
     /// `--memory-limit` in bytes, named when a worker dies under it.
-    pub(super) fn into_result(
+    pub(crate) fn into_result(
         self,
         name: &str,
         pid: Option<i32>,
