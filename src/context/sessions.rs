@@ -126,6 +126,11 @@ pub struct SessionsRoot {
     /// workers start in it).
     pinned: Vec<PathBuf>,
     open: Mutex<HashMap<String, Arc<Session>>>,
+    /// What the ids of its sessions start with: `TENANT~` for a tenant's
+    /// (a `~` no session name has, so ids never meet), else nothing.
+    id_prefix: String,
+    /// The tenants' own roots, under `tenants/` (`--auth-tokens`).
+    tenants: Mutex<HashMap<String, Arc<SessionsRoot>>>,
 }
 
 impl SessionsRoot {
@@ -149,7 +154,31 @@ impl SessionsRoot {
                 .filter_map(|p| p.canonicalize().ok())
                 .collect(),
             open: Mutex::new(HashMap::new()),
+            id_prefix: String::new(),
+            tenants: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// The sessions of `tenant` (a session-name-shaped word): a root of
+    /// their own, `tenants/TENANT` under this one, whose sessions' ids are
+    /// `TENANT~NAME`, so that two tenants' sessions of one name are two
+    /// sessions, in two directories, on two sets of workers. Swept with
+    /// this root.
+    #[cfg(feature = "http")]
+    pub(crate) fn for_tenant(&self, tenant: &str) -> Result<Arc<SessionsRoot>, PoolError> {
+        check_session_name(tenant).map_err(PoolError::Setting)?;
+        let mut tenants = self
+            .tenants
+            .lock()
+            .map_err(|_| PoolError::Setting("the tenants table is poisoned".into()))?;
+        if let Some(root) = tenants.get(tenant) {
+            return Ok(root.clone());
+        }
+        let mut root = SessionsRoot::new(&self.root.join("tenants").join(tenant), self.keep, &[])?;
+        root.id_prefix = format!("{tenant}~");
+        let root = Arc::new(root);
+        tenants.insert(tenant.to_string(), root.clone());
+        Ok(root)
     }
 
     /// The directory that holds the sessions (canonical).
@@ -192,7 +221,8 @@ impl SessionsRoot {
     }
 
     fn make(&self, name: &str) -> Result<Session, PoolError> {
-        let paths = SessionPaths::prepare(name, Some(&self.claim(name)?))?;
+        let id = format!("{}{name}", self.id_prefix);
+        let paths = SessionPaths::prepare(&id, Some(&self.claim(name)?))?;
         Ok(Session::at(paths))
     }
 
@@ -239,11 +269,16 @@ impl SessionsRoot {
     /// Only directories holding toolpool's marker are sessions; symbolic
     /// links are never followed.
     pub fn sweep(&self) -> usize {
+        let tenants: Vec<Arc<SessionsRoot>> = self
+            .tenants
+            .lock()
+            .map(|t| t.values().cloned().collect())
+            .unwrap_or_default();
+        let mut removed: usize = tenants.iter().map(|tenant| tenant.sweep()).sum();
         let Ok(entries) = std::fs::read_dir(&self.root) else {
-            return 0;
+            return removed;
         };
         let now = SystemTime::now();
-        let mut removed = 0;
         for entry in entries.flatten() {
             let Ok(meta) = entry.path().symlink_metadata() else {
                 continue;

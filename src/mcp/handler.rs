@@ -301,7 +301,8 @@ impl ServerHandler for ToolpoolServer {
         context: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, McpError> {
         let span = self.span(&context, "tasks/get", None, None);
-        let result = match self.inner.tasks.get(&request.task_id) {
+        let tenant = self.session.tenant(&context);
+        let result = match self.inner.tasks.get(&request.task_id, tenant.as_deref()) {
             Some(task) => Ok(GetTaskResult::new(task)),
             None => Err(self.no_task(&request.task_id)),
         };
@@ -315,7 +316,8 @@ impl ServerHandler for ToolpoolServer {
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
         let span = self.span(&context, "tasks/cancel", None, None);
-        let result = if self.inner.tasks.cancel(&request.task_id) {
+        let tenant = self.session.tenant(&context);
+        let result = if self.inner.tasks.cancel(&request.task_id, tenant.as_deref()) {
             Ok(())
         } else {
             Err(self.no_task(&request.task_id))
@@ -331,11 +333,12 @@ impl ServerHandler for ToolpoolServer {
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
         let span = self.span(&context, "tasks/update", None, None);
-        let result = if self
-            .inner
-            .tasks
-            .update(&request.task_id, &request.input_responses)
-        {
+        let tenant = self.session.tenant(&context);
+        let result = if self.inner.tasks.update(
+            &request.task_id,
+            &request.input_responses,
+            tenant.as_deref(),
+        ) {
             Ok(())
         } else {
             Err(self.no_task(&request.task_id))

@@ -70,6 +70,9 @@ class HttpServer(Server):
     of its own (2026-07-28 has no sessions), its answer read from the JSON or
     SSE body."""
 
+    # Sent with every request (a bearer token, say).
+    extra_headers: dict = {}
+
     def __init__(self, tmp, *args):
         self.stderr_path = Path(tmp) / "stderr.txt"
         self.stderr = open(self.stderr_path, "w")
@@ -96,6 +99,7 @@ class HttpServer(Server):
             name = params.get("name", params.get("taskId"))
         if name is not None:
             headers["Mcp-Name"] = name
+        headers.update(self.extra_headers)
         connection = http.client.HTTPConnection(self.url.hostname, self.url.port, timeout=60)
         try:
             connection.request("POST", self.url.path, json.dumps(message), headers)

@@ -202,6 +202,11 @@ fn python_client_sessions_of_their_own_and_health() {
     run_python_module("test_sessions");
 }
 
+#[test]
+fn python_client_tenants_by_token_each_with_sessions_of_its_own() {
+    run_python_module("test_tenants");
+}
+
 /// Two replicas behind HAProxy (scripts/test-deps installs it): 200
 /// sessions x 10 calls, a replica killed, a replica drained.
 #[test]

@@ -270,7 +270,10 @@ impl ToolpoolServer {
                 )]))
             }
             None => {
-                let task = self.inner.tasks.adopt(call, None);
+                let task = self
+                    .inner
+                    .tasks
+                    .adopt(call, None, self.session.tenant(context));
                 tracing::info!(tool = %name, task = %task.task.task_id, "the call runs on as a task");
                 CallToolResponse::Task(task)
             }
@@ -301,6 +304,7 @@ impl ToolpoolServer {
         name: &str,
         running: mrtr::Running,
         session: Option<Arc<Session>>,
+        owner: Option<String>,
     ) -> CallToolResponse {
         let questions = Arc::new(task_input::Questions::default());
         let (report, mut asked) = running.into_parts();
@@ -323,7 +327,7 @@ impl ToolpoolServer {
                 _ = forward => unreachable!("the forwarding loop never ends"),
             }
         });
-        let task = self.inner.tasks.adopt(call, Some(questions));
+        let task = self.inner.tasks.adopt(call, Some(questions), owner);
         tracing::info!(tool = %name, task = %task.task.task_id, "the call runs on as a task");
         CallToolResponse::Task(task)
     }
@@ -345,7 +349,13 @@ impl ToolpoolServer {
         as_task: Option<Duration>,
     ) -> Result<CallToolResponse, McpError> {
         let trace = CallTrace::of(context);
-        let binding = mrtr::binding(context.client_info().as_ref(), &name, &args);
+        let tenant = self.session.tenant(context);
+        let binding = mrtr::binding(
+            context.client_info().as_ref(),
+            tenant.as_deref(),
+            &name,
+            &args,
+        );
         let mut notices = None;
         let running = match &request.request_state {
             Some(state) => match self.inner.round_trips.resume(
@@ -416,7 +426,9 @@ impl ToolpoolServer {
                 tracing::info!(tool = %name, id = %context.id, "call cancelled by the client");
                 CallToolResponse::Complete(cancelled())
             }
-            mrtr::Step::Working(running) => self.as_task(&name, running, session),
+            mrtr::Step::Working(running) => {
+                self.as_task(&name, running, session, self.session.tenant(context))
+            }
         })
     }
 

@@ -402,9 +402,12 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// What a call's handle is bound to: the client (name and version as it
-/// gives them in the request), the tool and its arguments.
+/// gives them in the request), its tenant (`--auth-tokens`: another
+/// tenant's handle is then one this server never gave, the same refusal as
+/// a made-up one), the tool and its arguments.
 pub(crate) fn binding(
     client: Option<&rmcp::model::Implementation>,
+    tenant: Option<&str>,
     tool: &str,
     args: &Value,
 ) -> [u8; 32] {
@@ -412,6 +415,7 @@ pub(crate) fn binding(
     for part in [
         client.map_or("", |c| c.name.as_str()),
         client.map_or("", |c| c.version.as_str()),
+        tenant.unwrap_or(""),
         tool,
         &args.to_string(),
     ] {

@@ -50,6 +50,8 @@ struct Entry {
     state: State,
     /// The questions its tool asks a human, when its client can answer.
     questions: Option<Arc<Questions>>,
+    /// The tenant whose call it is (`--auth-tokens`): no other finds it.
+    owner: Option<String>,
 }
 
 pub(crate) struct Tasks {
@@ -76,6 +78,7 @@ impl Tasks {
         self: &Arc<Self>,
         call: tokio::task::JoinHandle<TaskEnd>,
         questions: Option<Arc<Questions>>,
+        owner: Option<String>,
     ) -> CreateTaskResult {
         let id = task_id();
         let now = timestamp(SystemTime::now());
@@ -84,6 +87,7 @@ impl Tasks {
             updated_at: now,
             state: State::Working(call.abort_handle()),
             questions,
+            owner,
         };
         self.lock().insert(id.clone(), entry);
         let tasks = Arc::downgrade(self);
@@ -118,10 +122,11 @@ impl Tasks {
         CreateTaskResult::new(task)
     }
 
-    /// `tasks/get`.
-    pub(crate) fn get(&self, id: &str) -> Option<DetailedTask> {
+    /// `tasks/get` from `caller` (its tenant): `None` for an unknown id and
+    /// for another tenant's task alike.
+    pub(crate) fn get(&self, id: &str, caller: Option<&str>) -> Option<DetailedTask> {
         let tasks = self.lock();
-        let entry = tasks.get(id)?;
+        let entry = tasks.get(id).filter(|e| e.owner.as_deref() == caller)?;
         let payload = match &entry.state {
             State::Working(_) => match pending(entry) {
                 Some(input_requests) => TaskPayload::InputRequired { input_requests },
@@ -143,10 +148,15 @@ impl Tasks {
 
     /// `tasks/update`: hands the client's answers to the task's open
     /// questions (answered keys are done; the rest stay open). False for an
-    /// unknown id.
-    pub(crate) fn update(&self, id: &str, responses: &InputResponses) -> bool {
+    /// unknown id, or another tenant's task.
+    pub(crate) fn update(
+        &self,
+        id: &str,
+        responses: &InputResponses,
+        caller: Option<&str>,
+    ) -> bool {
         let tasks = self.lock();
-        let Some(entry) = tasks.get(id) else {
+        let Some(entry) = tasks.get(id).filter(|e| e.owner.as_deref() == caller) else {
             return false;
         };
         if let Some(questions) = &entry.questions {
@@ -155,10 +165,11 @@ impl Tasks {
         true
     }
 
-    /// `tasks/cancel`: kills a working task's call. False for an unknown id.
-    pub(crate) fn cancel(self: &Arc<Self>, id: &str) -> bool {
+    /// `tasks/cancel`: kills a working task's call. False for an unknown
+    /// id, or another tenant's task.
+    pub(crate) fn cancel(self: &Arc<Self>, id: &str, caller: Option<&str>) -> bool {
         let mut tasks = self.lock();
-        let Some(entry) = tasks.get_mut(id) else {
+        let Some(entry) = tasks.get_mut(id).filter(|e| e.owner.as_deref() == caller) else {
             return false;
         };
         if let State::Working(call) = &entry.state {

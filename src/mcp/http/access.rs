@@ -11,7 +11,9 @@
 //!   https) or one given with `--allow-origin`.
 //! - With a token (`--auth-token-file`, or `TOOLPOOL_AUTH_TOKEN`), every
 //!   request needs `Authorization: Bearer <token>`, compared in constant time.
-//!   A non-loopback address needs a token unless `--no-auth` is given.
+//!   With `--auth-tokens FILE`, one of the file's tokens, which names the
+//!   request's tenant ([`super::tokens`]). A non-loopback address needs a
+//!   token unless `--no-auth` is given.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -19,12 +21,11 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
+use super::tokens::{check_token, constant_time_eq, Tenant, TenantTokens};
+
 /// The environment variable that holds the bearer token (when no
 /// `--auth-token-file` is given).
 pub const TOKEN_ENV: &str = "TOOLPOOL_AUTH_TOKEN";
-
-/// Shortest token accepted: anything shorter could be guessed.
-const MIN_TOKEN_LEN: usize = 16;
 
 /// The `serve --http` options beyond the address, as given (checked by
 /// [`HttpOptions::new`]); [`Default`] is what the command line defaults to.
@@ -48,10 +49,21 @@ pub struct HttpArgs {
     /// With --http: require `Authorization: Bearer <token>`, the token being FILE's first line (else TOOLPOOL_AUTH_TOKEN)
     #[cfg_attr(feature = "cli", arg(long, value_name = "FILE", requires = "http"))]
     pub auth_token_file: Option<PathBuf>,
+    /// With --http: one `TENANT TOKEN` pair a line (`#` comments): a request's token names its tenant, whose sessions are its own; re-read on SIGHUP
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            long,
+            value_name = "FILE",
+            requires = "http",
+            conflicts_with = "auth_token_file"
+        )
+    )]
+    pub auth_tokens: Option<PathBuf>,
     /// With --http: serve a non-loopback address without a token (anyone who reaches it runs the tools)
     #[cfg_attr(
         feature = "cli",
-        arg(long, requires = "http", conflicts_with = "auth_token_file")
+        arg(long, requires = "http", conflicts_with_all = ["auth_token_file", "auth_tokens"])
     )]
     pub no_auth: bool,
     /// With --http: end a session after SECS without a message from or to its client
@@ -77,6 +89,7 @@ impl Default for HttpArgs {
             allow_origin: Vec::new(),
             allow_host: Vec::new(),
             auth_token_file: None,
+            auth_tokens: None,
             no_auth: false,
             session_idle: Duration::from_secs(300),
             max_sessions: 256,
@@ -128,6 +141,18 @@ impl HttpOptions {
                     .ok_or_else(|| format!("--allow-host '{text}': give HOST or HOST:PORT"))
             })
             .collect::<Result<Vec<_>, _>>()?;
+        if let Some(file) = &args.auth_tokens {
+            let tokens = TenantTokens::load(file)?;
+            return Ok(HttpOptions::checked(
+                addr,
+                args,
+                Access {
+                    origins,
+                    hosts,
+                    credentials: Credentials::Tenants(tokens),
+                },
+            ));
+        }
         let token = match &args.auth_token_file {
             Some(path) => {
                 let text = std::fs::read_to_string(path).map_err(|e| {
@@ -150,13 +175,25 @@ impl HttpOptions {
                  give a token (--auth-token-file FILE or {TOKEN_ENV}), or --no-auth to serve it without one"
             ));
         }
-        Ok(HttpOptions {
+        let credentials = match token {
+            Some(token) => Credentials::One(Sha256::digest(token.as_bytes()).into()),
+            None => Credentials::None,
+        };
+        Ok(HttpOptions::checked(
             addr,
-            access: Access {
+            args,
+            Access {
                 origins,
                 hosts,
-                token: token.map(|token| Sha256::digest(token.as_bytes()).into()),
+                credentials,
             },
+        ))
+    }
+
+    fn checked(addr: SocketAddr, args: &HttpArgs, access: Access) -> HttpOptions {
+        HttpOptions {
+            addr,
+            access,
             session_idle: args.session_idle,
             max_sessions: args.max_sessions as usize,
             max_connections: args.max_connections as usize,
@@ -164,22 +201,8 @@ impl HttpOptions {
             keep_sessions: args
                 .keep_sessions
                 .unwrap_or(crate::context::sessions::DEFAULT_KEEP),
-        })
+        }
     }
-}
-
-fn check_token(token: String, what: &str) -> Result<String, String> {
-    if token.chars().count() < MIN_TOKEN_LEN {
-        return Err(format!(
-            "{what} is too short: a token needs at least {MIN_TOKEN_LEN} characters"
-        ));
-    }
-    if !token.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err(format!(
-            "{what} has spaces or characters other than printable ASCII, which an Authorization header cannot carry"
-        ));
-    }
-    Ok(token)
 }
 
 /// The request checks, in the order [`Access::check`] makes them.
@@ -187,9 +210,20 @@ fn check_token(token: String, what: &str) -> Result<String, String> {
 pub(crate) struct Access {
     origins: Vec<Origin>,
     hosts: Vec<AllowedHost>,
-    /// SHA-256 of the token: comparing digests takes the same time whatever
+    credentials: Credentials,
+}
+
+/// What a request must authenticate with.
+#[derive(Debug, Clone, Default)]
+enum Credentials {
+    /// Nothing (a loopback address, or `--no-auth`).
+    #[default]
+    None,
+    /// One token, as SHA-256: comparing digests takes the same time whatever
     /// the length or content of what a client sends.
-    token: Option<[u8; 32]>,
+    One([u8; 32]),
+    /// One of `--auth-tokens`' tokens, which names the tenant.
+    Tenants(TenantTokens),
 }
 
 /// Why a request is refused: the status and the text for the client.
@@ -239,16 +273,25 @@ pub(crate) fn authority_and_origin<B>(
 
 impl Access {
     pub(crate) fn requires_token(&self) -> bool {
-        self.token.is_some()
+        !matches!(self.credentials, Credentials::None)
     }
 
-    /// Host, then Origin, then the token.
+    /// The tenants' tokens, under `--auth-tokens` (re-read on SIGHUP).
+    pub(crate) fn tenant_tokens(&self) -> Option<&TenantTokens> {
+        match &self.credentials {
+            Credentials::Tenants(tokens) => Some(tokens),
+            _ => None,
+        }
+    }
+
+    /// Host, then Origin, then the token; the tenant it names, under
+    /// `--auth-tokens`.
     pub(crate) fn check(
         &self,
         host: Option<&str>,
         origin: Option<&str>,
         authorization: Option<&str>,
-    ) -> Result<(), Refusal> {
+    ) -> Result<Option<Tenant>, Refusal> {
         self.check_host(host)?;
         self.check_origin(origin)?;
         self.check_token(authorization)
@@ -298,10 +341,10 @@ impl Access {
         }
     }
 
-    fn check_token(&self, authorization: Option<&str>) -> Result<(), Refusal> {
-        let Some(expected) = &self.token else {
-            return Ok(());
-        };
+    fn check_token(&self, authorization: Option<&str>) -> Result<Option<Tenant>, Refusal> {
+        if let Credentials::None = self.credentials {
+            return Ok(None);
+        }
         let Some(header) = authorization else {
             return Err(Refusal::Unauthorized {
                 message: "this server needs `Authorization: Bearer <token>`".to_string(),
@@ -317,22 +360,22 @@ impl Access {
                 })
             }
         };
-        let given: [u8; 32] = Sha256::digest(given.as_bytes()).into();
-        if constant_time_eq(&given, expected) {
-            Ok(())
-        } else {
-            Err(Refusal::Unauthorized {
-                message: "the bearer token is wrong".to_string(),
-                invalid: true,
-            })
+        let wrong = || Refusal::Unauthorized {
+            message: "the bearer token is wrong".to_string(),
+            invalid: true,
+        };
+        match &self.credentials {
+            Credentials::None => Ok(None),
+            Credentials::One(expected) => {
+                let given: [u8; 32] = Sha256::digest(given.as_bytes()).into();
+                match constant_time_eq(&given, expected) {
+                    true => Ok(None),
+                    false => Err(wrong()),
+                }
+            }
+            Credentials::Tenants(tokens) => tokens.tenant_of(given).map(Some).ok_or_else(wrong),
         }
     }
-}
-
-/// Equal or not, looking at every byte either way.
-fn constant_time_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
-    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
-    std::hint::black_box(diff) == 0
 }
 
 #[derive(Debug, Clone)]
@@ -429,6 +472,7 @@ mod tests {
             allow_origin: origins.iter().map(|s| s.to_string()).collect(),
             allow_host: hosts.iter().map(|s| s.to_string()).collect(),
             auth_token_file: None,
+            auth_tokens: None,
             no_auth: false,
             session_idle: Duration::from_secs(1),
             max_sessions: 1,
@@ -454,7 +498,7 @@ mod tests {
             "MCP.example.com",
             "other.example:8443",
         ] {
-            assert_eq!(a.check(Some(ok), None, None), Ok(()), "{ok}");
+            assert_eq!(a.check(Some(ok), None, None), Ok(None), "{ok}");
         }
         for bad in [
             "attacker.example:8080",
@@ -481,7 +525,7 @@ mod tests {
             "https://app.example.com",
             "https://app.example.com:443",
         ] {
-            assert_eq!(a.check(Some("localhost"), Some(ok), None), Ok(()), "{ok}");
+            assert_eq!(a.check(Some("localhost"), Some(ok), None), Ok(None), "{ok}");
         }
         for bad in [
             "http://evil.example",
@@ -504,9 +548,9 @@ mod tests {
         let token = "s3cret-token-0123456789";
         let a = access(&[], &[], Some(token));
         let ok = format!("Bearer {token}");
-        assert_eq!(a.check(Some("localhost"), None, Some(&ok)), Ok(()));
+        assert_eq!(a.check(Some("localhost"), None, Some(&ok)), Ok(None));
         let lower = format!("bearer {token}");
-        assert_eq!(a.check(Some("localhost"), None, Some(&lower)), Ok(()));
+        assert_eq!(a.check(Some("localhost"), None, Some(&lower)), Ok(None));
         for bad in [
             None,
             Some("Bearer wrong"),
@@ -529,6 +573,7 @@ mod tests {
             allow_origin: vec![],
             allow_host: vec![],
             auth_token_file: None,
+            auth_tokens: None,
             no_auth: false,
             session_idle: Duration::from_secs(1),
             max_sessions: 1,

@@ -44,6 +44,7 @@ pub(super) mod access;
 mod answers;
 mod requests;
 mod sessions;
+mod tokens;
 
 use std::convert::Infallible;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
@@ -158,6 +159,11 @@ pub(super) async fn serve(
         }
     };
     let sweeper = tokio_util::task::AbortOnDropHandle::new(root.sweep_periodically());
+    let _reloads = options.access.tenant_tokens().map(|tokens| {
+        tokio_util::task::AbortOnDropHandle::new(tokio::spawn(tokens::reload_on_hangup(
+            tokens.clone(),
+        )))
+    });
     let sessions_ct = CancellationToken::new();
     let answers = AnswersInFlight::new();
     let front = make_front(&server, options.clone(), &root, &sessions_ct, &answers);
@@ -379,12 +385,13 @@ impl Front {
             Ok(found) => found,
             Err(why) => return refused(Refusal::Forbidden(why)),
         };
-        if let Err(refusal) = self
+        let tenant = match self
             .access
             .check(host, origin, header(AUTHORIZATION.as_str()))
         {
-            return refused(refusal);
-        }
+            Ok(tenant) => tenant,
+            Err(refusal) => return refused(refusal),
+        };
         if request.uri().path() != ENDPOINT {
             return text(
                 StatusCode::NOT_FOUND,
@@ -392,6 +399,11 @@ impl Front {
             );
         }
         let session = header(SESSION_HEADER).map(str::to_string);
+        let mut request = request;
+        if let Some(tenant) = tenant {
+            // Where the handler finds it (with the request's parts).
+            request.extensions_mut().insert(tenant);
+        }
         let (request, _held) = match read_request(request, &self.bodies).await {
             Ok(read) => read,
             Err(response) => return response,

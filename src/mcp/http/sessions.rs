@@ -11,6 +11,7 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use tokio_util::sync::CancellationToken;
 
 use super::requests::{text, Body, McpService, RequestBody};
+use super::tokens::Tenant;
 use crate::context::{Session, SessionsRoot};
 
 /// The header that names a request's MCP session (whose calls a DELETE
@@ -24,6 +25,11 @@ pub(in crate::mcp) const SESSION_NAME_HEADER: &str = "toolpool-session";
 /// The same, as a key of a request's `_meta` (2026-07-28 clients, which may
 /// send no session header at all).
 pub(in crate::mcp) const SESSION_NAME_META: &str = "toolpool/session";
+
+/// The session of a request that names none, on a server without tokens.
+const ANONYMOUS: &str = "anonymous";
+/// The session of a tenant's request that names none.
+const DEFAULT: &str = "default";
 
 /// Each live session's calls, by session id: cancelling the token cancels
 /// them. A session's handler registers its token the first time it runs a
@@ -73,14 +79,35 @@ impl SessionCalls {
         let Some(root) = &self.root else {
             return Ok(None);
         };
-        let headers = context
-            .extensions
-            .get::<hyper::http::request::Parts>()
-            .map(|parts| &parts.headers);
-        let name = session_name(headers, &context.meta.0, self.by_credential)?;
-        let session = root.open(&name).map_err(|e| e.to_string())?;
+        let parts = context.extensions.get::<hyper::http::request::Parts>();
+        let headers = parts.map(|parts| &parts.headers);
+        let tenant = parts.and_then(|parts| parts.extensions.get::<Tenant>());
+        let session = match tenant {
+            // A tenant's names are its own: looked up among its sessions
+            // only; without one, its session `default`.
+            Some(tenant) => {
+                let name = session_name(headers, &context.meta.0, false)?;
+                let name = if name == ANONYMOUS { DEFAULT } else { &name };
+                root.for_tenant(&tenant.0).and_then(|root| root.open(name))
+            }
+            None => {
+                let name = session_name(headers, &context.meta.0, self.by_credential)?;
+                root.open(&name)
+            }
+        }
+        .map_err(|e| e.to_string())?;
         let _ = self.held.set(session.clone());
         Ok(Some(session))
+    }
+
+    /// The tenant the request in `context` authenticated as
+    /// (`--auth-tokens`): the owner of the tasks and questions it starts.
+    pub(in crate::mcp) fn tenant(
+        &self,
+        context: &rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Option<String> {
+        let parts = context.extensions.get::<hyper::http::request::Parts>()?;
+        parts.extensions.get::<Tenant>().map(|t| t.0.clone())
     }
 
     /// How the requests this handle serves arrive (a span's
@@ -181,7 +208,7 @@ pub(in crate::mcp) fn credential_session_name(authorization: Option<&str>) -> St
             let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
             format!("client-{hex}")
         }
-        None => "anonymous".to_string(),
+        None => ANONYMOUS.to_string(),
     }
 }
 

@@ -19,6 +19,14 @@ impl SessionCalls {
         Ok(None)
     }
 
+    /// None: stdio has one user.
+    pub(in crate::mcp) fn tenant(
+        &self,
+        _context: &rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Option<String> {
+        None
+    }
+
     /// stdio.
     pub(in crate::mcp) fn transport(&self) -> crate::mcp::calls::spans::Transport {
         crate::mcp::calls::spans::Transport::Pipe

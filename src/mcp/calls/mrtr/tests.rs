@@ -123,8 +123,31 @@ async fn a_call_not_answered_in_time_is_ended_and_its_handle_says_so() {
 #[test]
 fn the_binding_covers_client_tool_and_arguments() {
     let client = rmcp::model::Implementation::new("c", "1");
-    let a = binding(Some(&client), "t", &serde_json::json!({"x": 1}));
-    assert_ne!(a, binding(None, "t", &serde_json::json!({"x": 1})));
-    assert_ne!(a, binding(Some(&client), "u", &serde_json::json!({"x": 1})));
-    assert_ne!(a, binding(Some(&client), "t", &serde_json::json!({"x": 2})));
+    let a = binding(Some(&client), None, "t", &serde_json::json!({"x": 1}));
+    assert_ne!(a, binding(None, None, "t", &serde_json::json!({"x": 1})));
+    assert_ne!(
+        a,
+        binding(Some(&client), None, "u", &serde_json::json!({"x": 1}))
+    );
+    assert_ne!(
+        a,
+        binding(Some(&client), None, "t", &serde_json::json!({"x": 2}))
+    );
+    // Another tenant's handle is not this tenant's.
+    let alice = binding(
+        Some(&client),
+        Some("alice"),
+        "t",
+        &serde_json::json!({"x": 1}),
+    );
+    assert_ne!(alice, a);
+    assert_ne!(
+        alice,
+        binding(
+            Some(&client),
+            Some("bob"),
+            "t",
+            &serde_json::json!({"x": 1})
+        )
+    );
 }

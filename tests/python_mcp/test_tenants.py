@@ -1,0 +1,165 @@
+"""A deployment shared by many users (`--auth-tokens FILE`): a request's
+token names its tenant, and a tenant's sessions are its own — the same
+session name in two tenants is two sessions, in two directories under
+`tenants/`, on two sets of workers; a tenant cannot reach another's by any
+name. The file is re-read on SIGHUP, and a bad file keeps the tokens in
+force."""
+
+import http.client
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import unittest
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import anyio
+
+from support import BIN, base_args, http_server, ok
+from test_sessions import SESSION_TOOLS, client, whoami
+from test_tasks import HttpServer, meta, wait_for
+
+ALICE = "alice-token-0123456789abcdef"
+ALICE_NEW = "alice-rotated-0123456789abcd"
+BOB = "bob-token-0123456789abcdefgh"
+
+
+def status_of(url: str, token: str | None) -> tuple[int, str]:
+    """The status of an `initialize` sent with `token`, and the body."""
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}).encode()
+    parts = urlsplit(url)
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    try:
+        connection.request("POST", parts.path, body=body, headers=headers)
+        response = connection.getresponse()
+        return response.status, response.read().decode("utf-8", "replace")
+    finally:
+        connection.close()
+
+
+async def until(check, seconds: float = 10.0):
+    """Waits until `check()` is true (the server re-reads its file on SIGHUP)."""
+    deadline = anyio.current_time() + seconds
+    while not check():
+        if anyio.current_time() > deadline:
+            raise AssertionError("not within the time")
+        await anyio.sleep(0.05)
+
+
+class Tenants(unittest.IsolatedAsyncioTestCase):
+    async def test_each_tenant_has_its_own_sessions_files_and_workers(self):
+        with tempfile.TemporaryDirectory() as root, tempfile.TemporaryDirectory() as tmp:
+            tokens = Path(tmp) / "tokens"
+            tokens.write_text(f"# the team\nalice {ALICE}\nbob {BOB}  # ops\n")
+            args = ("--workers", "1", "serve", "--http", "127.0.0.1:0", "--sessions-root", root,
+                    "--auth-tokens", str(tokens))
+            async with http_server(*args, functions=SESSION_TOOLS) as (_, url):
+                self.assertEqual(status_of(url, None)[0], 401)
+                self.assertEqual(status_of(url, "carol-token-0123456789abcd")[0], 401)
+                # The same session name, and no name at all, in each tenant.
+                for name in ("shared-name", None):
+                    async with client(url, name, token=ALICE) as alice, client(url, name, token=BOB) as bob:
+                        ok(await alice.call_tool("remember", {"value": "alice-secret"}))
+                        self.assertEqual(ok(await bob.call_tool("recall", {})), "")
+                        ok(await alice.call_tool("write_note", {"text": "alice's notes"}))
+                        self.assertEqual(ok(await bob.call_tool("read_note", {})), "")
+                        a = whoami(await alice.call_tool("whoami", {"tag": "a"}))
+                        b = whoami(await bob.call_tool("whoami", {"tag": "b"}))
+                        expected = name or "default"
+                        self.assertEqual((a["session_id"], b["session_id"]), (f"alice~{expected}", f"bob~{expected}"))
+                        tenants = Path(root).resolve() / "tenants"
+                        self.assertEqual(Path(a["workspace"]), tenants / "alice" / expected / "code_workspace")
+                        self.assertEqual(Path(b["workspace"]), tenants / "bob" / expected / "code_workspace")
+                # A name cannot reach out of the tenant: the separator and a
+                # path are not names.
+                for other in ("bob~shared-name", "../bob/shared-name"):
+                    async with client(url, other, token=ALICE) as alice:
+                        with self.assertRaisesRegex(Exception, "session name"):
+                            await alice.call_tool("read_note", {})
+                # A name like any other: alice's own session.
+                async with client(url, "tenants", token=ALICE) as alice:
+                    self.assertEqual(ok(await alice.call_tool("read_note", {})), "")
+                self.assertEqual(sorted(p.name for p in (Path(root) / "tenants" / "alice").iterdir()),
+                                 ["default", "shared-name", "tenants"])
+
+    async def test_sighup_rereads_the_tokens_and_a_bad_file_keeps_them(self):
+        with tempfile.TemporaryDirectory() as root, tempfile.TemporaryDirectory() as tmp:
+            tokens = Path(tmp) / "tokens"
+            tokens.write_text(f"alice {ALICE}\n")
+            log: list[str] = []
+            args = ("--workers", "1", "serve", "--http", "127.0.0.1:0", "--sessions-root", root,
+                    "--auth-tokens", str(tokens))
+            async with http_server(*args, functions=SESSION_TOOLS, log=log) as (process, url):
+                self.assertEqual(status_of(url, ALICE)[0], 200)
+                self.assertEqual(status_of(url, BOB)[0], 401)
+                # Rotated: alice's new token, bob added, alice's old one gone.
+                tokens.write_text(f"alice {ALICE_NEW}\nbob {BOB}\n")
+                process.send_signal(signal.SIGHUP)
+                await until(lambda: status_of(url, BOB)[0] == 200)
+                self.assertEqual(status_of(url, ALICE_NEW)[0], 200)
+                self.assertEqual(status_of(url, ALICE)[0], 401)
+                # A file that does not parse: the tokens in force stay.
+                tokens.write_text("alice\n")
+                process.send_signal(signal.SIGHUP)
+                await anyio.sleep(0.5)
+                self.assertIsNone(process.poll())
+                self.assertEqual(status_of(url, BOB)[0], 200)
+                async with client(url, token=BOB) as bob:
+                    self.assertEqual(whoami(await bob.call_tool("whoami", {"tag": "b"}))["session_id"], "bob~default")
+            self.assertIn("--auth-tokens re-read: 2 tokens of 2 tenants in force", log[0])
+            self.assertIn("line 1: give TENANT TOKEN, two words; the tokens in force stay", log[0])
+
+    def test_a_bad_tokens_file_or_shared_isolation_is_refused_at_the_start(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            tokens = Path(tmp) / "tokens"
+            tokens.write_text(f"alice {ALICE}\nbob {ALICE}\n")
+            run = lambda *args: subprocess.run(
+                [BIN, *base_args(str(Path(tmp) / "session"), *args)], stdin=subprocess.DEVNULL,
+                capture_output=True, text=True, timeout=60, env=dict(os.environ))
+            out = run("serve", "--http", "127.0.0.1:0", "--auth-tokens", str(tokens))
+            self.assertEqual(out.returncode, 2, out.stderr)
+            self.assertIn(f"--auth-tokens {tokens}, line 2: this token is given twice", out.stderr)
+            tokens.write_text(f"alice {ALICE}\n")
+            out = run("serve", "--http", "127.0.0.1:0", "--auth-tokens", str(tokens), "--session-isolation", "shared")
+            self.assertEqual(out.returncode, 2, out.stderr)
+            self.assertIn("--session-isolation shared cannot be used with --auth-tokens", out.stderr)
+            out = run("serve", "--http", "127.0.0.1:0", "--auth-tokens", str(tokens), "--no-auth")
+            self.assertEqual(out.returncode, 2, out.stderr)
+
+
+class TenantTasks(unittest.TestCase):
+    def test_another_tenants_task_is_answered_as_one_that_never_was(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            tokens = Path(tmp) / "tokens"
+            tokens.write_text(f"alice {ALICE}\nbob {BOB}\n")
+            server = HttpServer(tmp, "--task-after", "0.5", "--task-keep", "30", "--auth-tokens", str(tokens))
+            try:
+                server.extra_headers = {"Authorization": f"Bearer {ALICE}"}
+                answer = server.call("slow_then_answer", {"seconds": 2, "token": "t1"})["result"]
+                self.assertEqual(answer["resultType"], "task", answer)
+                task_id = answer["taskId"]
+                server.extra_headers = {"Authorization": f"Bearer {BOB}"}
+                for method, extra in (("tasks/get", {}), ("tasks/update", {"inputResponses": {}}), ("tasks/cancel", {})):
+                    theirs = server.request(method, {"taskId": task_id, **extra, "_meta": meta()})
+                    never = server.request(method, {"taskId": "no-such-task", **extra, "_meta": meta()})
+                    self.assertIn("error", theirs, (method, theirs))
+                    self.assertEqual(theirs["error"]["code"], never["error"]["code"], method)
+                    self.assertEqual(theirs["error"]["message"].replace(task_id, "ID"),
+                                     never["error"]["message"].replace("no-such-task", "ID"), method)
+                # Bob's cancel did nothing: alice's task finishes, hers to read.
+                server.extra_headers = {"Authorization": f"Bearer {ALICE}"}
+                get = lambda: server.request("tasks/get", {"taskId": task_id, "_meta": meta()})["result"]
+                done = wait_for(lambda: (r := get())["status"] == "completed" and r)
+                self.assertEqual(done["result"]["content"][0]["text"], "t1")
+            finally:
+                server.close()
+
+
+if __name__ == "__main__":
+    unittest.main()
