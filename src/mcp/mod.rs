@@ -90,7 +90,7 @@ use calls::tasks::TaskEnd;
 pub(crate) use http::access::{authority_and_origin, is_loopback_host};
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
-pub use http::access::{HttpArgs, HttpOptions, TOKEN_ENV as AUTH_TOKEN_ENV};
+pub use http::options::{HttpArgs, HttpOptions, TOKEN_ENV as AUTH_TOKEN_ENV};
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub use http::parse_http_addr;

@@ -5,6 +5,7 @@ session name in two tenants is two sessions, in two directories under
 name. The file is re-read on SIGHUP, and a bad file keeps the tokens in
 force."""
 
+import contextlib
 import http.client
 import json
 import os
@@ -52,41 +53,49 @@ async def until(check, seconds: float = 10.0):
         await anyio.sleep(0.05)
 
 
+@contextlib.asynccontextmanager
+async def tenant_server(*options: str, workers: str = "1"):
+    """`serve --http` with `--auth-tokens` for alice and bob, over the
+    session tools; yields (url, sessions root)."""
+    with tempfile.TemporaryDirectory() as root, tempfile.TemporaryDirectory() as tmp:
+        tokens = Path(tmp) / "tokens"
+        tokens.write_text(f"# the team\nalice {ALICE}\nbob {BOB}  # ops\n")
+        args = ("--workers", workers, "serve", "--http", "127.0.0.1:0", "--sessions-root", root,
+                "--auth-tokens", str(tokens), *options)
+        async with http_server(*args, functions=SESSION_TOOLS) as (_, url):
+            yield url, root
+
+
 class Tenants(unittest.IsolatedAsyncioTestCase):
     async def test_each_tenant_has_its_own_sessions_files_and_workers(self):
-        with tempfile.TemporaryDirectory() as root, tempfile.TemporaryDirectory() as tmp:
-            tokens = Path(tmp) / "tokens"
-            tokens.write_text(f"# the team\nalice {ALICE}\nbob {BOB}  # ops\n")
-            args = ("--workers", "1", "serve", "--http", "127.0.0.1:0", "--sessions-root", root,
-                    "--auth-tokens", str(tokens))
-            async with http_server(*args, functions=SESSION_TOOLS) as (_, url):
-                self.assertEqual(status_of(url, None)[0], 401)
-                self.assertEqual(status_of(url, "carol-token-0123456789abcd")[0], 401)
-                # The same session name, and no name at all, in each tenant.
-                for name in ("shared-name", None):
-                    async with client(url, name, token=ALICE) as alice, client(url, name, token=BOB) as bob:
-                        ok(await alice.call_tool("remember", {"value": "alice-secret"}))
-                        self.assertEqual(ok(await bob.call_tool("recall", {})), "")
-                        ok(await alice.call_tool("write_note", {"text": "alice's notes"}))
-                        self.assertEqual(ok(await bob.call_tool("read_note", {})), "")
-                        a = whoami(await alice.call_tool("whoami", {"tag": "a"}))
-                        b = whoami(await bob.call_tool("whoami", {"tag": "b"}))
-                        expected = name or "default"
-                        self.assertEqual((a["session_id"], b["session_id"]), (f"alice~{expected}", f"bob~{expected}"))
-                        tenants = Path(root).resolve() / "tenants"
-                        self.assertEqual(Path(a["workspace"]), tenants / "alice" / expected / "code_workspace")
-                        self.assertEqual(Path(b["workspace"]), tenants / "bob" / expected / "code_workspace")
-                # A name cannot reach out of the tenant: the separator and a
-                # path are not names.
-                for other in ("bob~shared-name", "../bob/shared-name"):
-                    async with client(url, other, token=ALICE) as alice:
-                        with self.assertRaisesRegex(Exception, "session name"):
-                            await alice.call_tool("read_note", {})
-                # A name like any other: alice's own session.
-                async with client(url, "tenants", token=ALICE) as alice:
-                    self.assertEqual(ok(await alice.call_tool("read_note", {})), "")
-                self.assertEqual(sorted(p.name for p in (Path(root) / "tenants" / "alice").iterdir()),
-                                 ["default", "shared-name", "tenants"])
+        async with tenant_server() as (url, root):
+            self.assertEqual(status_of(url, None)[0], 401)
+            self.assertEqual(status_of(url, "carol-token-0123456789abcd")[0], 401)
+            # The same session name, and no name at all, in each tenant.
+            for name in ("shared-name", None):
+                async with client(url, name, token=ALICE) as alice, client(url, name, token=BOB) as bob:
+                    ok(await alice.call_tool("remember", {"value": "alice-secret"}))
+                    self.assertEqual(ok(await bob.call_tool("recall", {})), "")
+                    ok(await alice.call_tool("write_note", {"text": "alice's notes"}))
+                    self.assertEqual(ok(await bob.call_tool("read_note", {})), "")
+                    a = whoami(await alice.call_tool("whoami", {"tag": "a"}))
+                    b = whoami(await bob.call_tool("whoami", {"tag": "b"}))
+                    expected = name or "default"
+                    self.assertEqual((a["session_id"], b["session_id"]), (f"alice~{expected}", f"bob~{expected}"))
+                    tenants = Path(root).resolve() / "tenants"
+                    self.assertEqual(Path(a["workspace"]), tenants / "alice" / expected / "code_workspace")
+                    self.assertEqual(Path(b["workspace"]), tenants / "bob" / expected / "code_workspace")
+            # A name cannot reach out of the tenant: the separator and a
+            # path are not names.
+            for other in ("bob~shared-name", "../bob/shared-name"):
+                async with client(url, other, token=ALICE) as alice:
+                    with self.assertRaisesRegex(Exception, "session name"):
+                        await alice.call_tool("read_note", {})
+            # A name like any other: alice's own session.
+            async with client(url, "tenants", token=ALICE) as alice:
+                self.assertEqual(ok(await alice.call_tool("read_note", {})), "")
+            self.assertEqual(sorted(p.name for p in (Path(root) / "tenants" / "alice").iterdir()),
+                             ["default", "shared-name", "tenants"])
 
     async def test_sighup_rereads_the_tokens_and_a_bad_file_keeps_them(self):
         with tempfile.TemporaryDirectory() as root, tempfile.TemporaryDirectory() as tmp:
@@ -159,6 +168,59 @@ class TenantTasks(unittest.TestCase):
                 self.assertEqual(done["result"]["content"][0]["text"], "t1")
             finally:
                 server.close()
+
+
+def post_call(url: str, token: str, tool: str, arguments: dict) -> tuple[int, dict, str]:
+    """A 2026-07-28 `tools/call` on its own connection: (status, headers, body)."""
+    message = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+               "params": {"name": tool, "arguments": arguments, "_meta": meta(tasks=False)}}
+    parts = urlsplit(url)
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=60)
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+               "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": tool,
+               "Authorization": f"Bearer {token}"}
+    try:
+        connection.request("POST", parts.path, json.dumps(message), headers)
+        response = connection.getresponse()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read().decode()
+    finally:
+        connection.close()
+
+
+class TenantLimits(unittest.IsolatedAsyncioTestCase):
+    async def test_a_tenant_past_its_calls_in_flight_gets_429_and_others_go_on(self):
+        async with tenant_server("--tenant-max-calls", "1", workers="2") as (url, _):
+            async with anyio.create_task_group() as tg:
+                first = {}
+
+                async def long_call():
+                    first["answer"] = await anyio.to_thread.run_sync(
+                        lambda: post_call(url, ALICE, "nap", {"seconds": 2, "tag": "done"}))
+
+                tg.start_soon(long_call)
+                await anyio.sleep(0.7)
+                status, headers, body = await anyio.to_thread.run_sync(
+                    lambda: post_call(url, ALICE, "whoami", {"tag": "a"}))
+                self.assertEqual(status, 429, body)
+                self.assertEqual(headers["retry-after"], "1")
+                self.assertIn("this tenant has 1 calls in flight, its limit (--tenant-max-calls)", body)
+                # Another tenant is not held back by alice's call.
+                status, _, body = await anyio.to_thread.run_sync(lambda: post_call(url, BOB, "whoami", {"tag": "b"}))
+                self.assertEqual(status, 200, body)
+            self.assertEqual(first["answer"][0], 200)
+            self.assertIn("done", first["answer"][2])
+            # Its call over, alice may call again.
+            status, _, body = post_call(url, ALICE, "whoami", {"tag": "a"})
+            self.assertEqual(status, 200, body)
+
+    async def test_a_tenant_past_its_rate_gets_429_with_when_to_come_back(self):
+        async with tenant_server("--tenant-calls-per-second", "0.2") as (url, _):
+            self.assertEqual(post_call(url, ALICE, "whoami", {"tag": "a"})[0], 200)
+            status, headers, body = post_call(url, ALICE, "whoami", {"tag": "a"})
+            self.assertEqual(status, 429, body)
+            self.assertIn(headers["retry-after"], ("4", "5"))
+            self.assertIn("at most 0.2 calls a second (--tenant-calls-per-second)", body)
+            self.assertEqual(post_call(url, BOB, "whoami", {"tag": "b"})[0], 200)
 
 
 if __name__ == "__main__":

@@ -15,195 +15,11 @@
 //!   request's tenant ([`super::tokens`]). A non-loopback address needs a
 //!   token unless `--no-auth` is given.
 
-use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
-use std::time::Duration;
+use std::net::IpAddr;
 
 use sha2::{Digest, Sha256};
 
-use super::tokens::{check_token, constant_time_eq, Tenant, TenantTokens};
-
-/// The environment variable that holds the bearer token (when no
-/// `--auth-token-file` is given).
-pub const TOKEN_ENV: &str = "TOOLPOOL_AUTH_TOKEN";
-
-/// The `serve --http` options beyond the address, as given (checked by
-/// [`HttpOptions::new`]); [`Default`] is what the command line defaults to.
-#[derive(Debug, Clone)]
-#[cfg_attr(feature = "cli", derive(clap::Args))]
-pub struct HttpArgs {
-    /// With --http: also accept browser requests from ORIGIN (scheme://host[:port]; loopback origins are always accepted); repeatable
-    // The text is also the option's --help, where `[:port]` must stay as it is.
-    #[allow(rustdoc::broken_intra_doc_links)]
-    #[cfg_attr(
-        feature = "cli",
-        arg(long = "allow-origin", value_name = "ORIGIN", requires = "http")
-    )]
-    pub allow_origin: Vec<String>,
-    /// With --http: also accept requests whose Host header names HOST (HOST or HOST:PORT; loopback names and IP addresses are always accepted); repeatable
-    #[cfg_attr(
-        feature = "cli",
-        arg(long = "allow-host", value_name = "HOST", requires = "http")
-    )]
-    pub allow_host: Vec<String>,
-    /// With --http: require `Authorization: Bearer <token>`, the token being FILE's first line (else TOOLPOOL_AUTH_TOKEN)
-    #[cfg_attr(feature = "cli", arg(long, value_name = "FILE", requires = "http"))]
-    pub auth_token_file: Option<PathBuf>,
-    /// With --http: one `TENANT TOKEN` pair a line (`#` comments): a request's token names its tenant, whose sessions are its own; re-read on SIGHUP
-    #[cfg_attr(
-        feature = "cli",
-        arg(
-            long,
-            value_name = "FILE",
-            requires = "http",
-            conflicts_with = "auth_token_file"
-        )
-    )]
-    pub auth_tokens: Option<PathBuf>,
-    /// With --http: serve a non-loopback address without a token (anyone who reaches it runs the tools)
-    #[cfg_attr(
-        feature = "cli",
-        arg(long, requires = "http", conflicts_with_all = ["auth_token_file", "auth_tokens"])
-    )]
-    pub no_auth: bool,
-    /// With --http: end a session after SECS without a message from or to its client
-    #[cfg_attr(feature = "cli", arg(long, value_name = "SECS", default_value = "300", value_parser = crate::duration_text::parse_seconds))]
-    pub session_idle: Duration,
-    /// With --http: sessions open at once; an initialize past it is answered 503
-    #[cfg_attr(feature = "cli", arg(long, value_name = "N", default_value = "256", value_parser = clap::value_parser!(u32).range(1..)))]
-    pub max_sessions: u32,
-    /// With --http: connections open at once; one past it is answered 503 and closed
-    #[cfg_attr(feature = "cli", arg(long, value_name = "N", default_value = "512", value_parser = clap::value_parser!(u32).range(1..)))]
-    pub max_connections: u32,
-    /// With --http: the directory holding the session directories (workspace, attachments, packages), one per credential or session name [default: the directory holding --session-dir, .toolpool/sessions]
-    #[cfg_attr(feature = "cli", arg(long, value_name = "DIR", requires = "http"))]
-    pub sessions_root: Option<PathBuf>,
-    /// With --http: remove a session directory nobody has used for SECS [default: 86400, a day]
-    #[cfg_attr(feature = "cli", arg(long, value_name = "SECS", value_parser = crate::duration_text::parse_seconds, requires = "http"))]
-    pub keep_sessions: Option<Duration>,
-}
-
-impl Default for HttpArgs {
-    fn default() -> HttpArgs {
-        HttpArgs {
-            allow_origin: Vec::new(),
-            allow_host: Vec::new(),
-            auth_token_file: None,
-            auth_tokens: None,
-            no_auth: false,
-            session_idle: Duration::from_secs(300),
-            max_sessions: 256,
-            max_connections: 512,
-            sessions_root: None,
-            keep_sessions: None,
-        }
-    }
-}
-
-/// How `serve --http` runs, checked before anything starts; made by
-/// [`HttpOptions::new`] only, so what it holds was checked.
-#[derive(Debug, Clone)]
-pub struct HttpOptions {
-    pub(crate) addr: SocketAddr,
-    pub(crate) access: Access,
-    pub(crate) session_idle: Duration,
-    pub(crate) max_sessions: usize,
-    pub(crate) max_connections: usize,
-    /// `None`: the directory holding the pool's own session directory.
-    pub(crate) sessions_root: Option<PathBuf>,
-    pub(crate) keep_sessions: Duration,
-}
-
-impl HttpOptions {
-    /// Checks the options: the origins and hosts must parse, the token
-    /// (from `--auth-token-file`, else `token_env`) must be long enough, and
-    /// a non-loopback address needs a token or `--no-auth`.
-    pub fn new(
-        addr: SocketAddr,
-        args: &HttpArgs,
-        token_env: Option<String>,
-    ) -> Result<HttpOptions, String> {
-        let origins = args
-            .allow_origin
-            .iter()
-            .map(|text| {
-                parse_origin(text).ok_or_else(|| {
-                    format!("--allow-origin '{text}': give scheme://host[:port], e.g. https://app.example.com")
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let hosts = args
-            .allow_host
-            .iter()
-            .map(|text| {
-                parse_authority(text)
-                    .map(|(host, port)| AllowedHost { host, port })
-                    .ok_or_else(|| format!("--allow-host '{text}': give HOST or HOST:PORT"))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        if let Some(file) = &args.auth_tokens {
-            let tokens = TenantTokens::load(file)?;
-            return Ok(HttpOptions::checked(
-                addr,
-                args,
-                Access {
-                    origins,
-                    hosts,
-                    credentials: Credentials::Tenants(tokens),
-                },
-            ));
-        }
-        let token = match &args.auth_token_file {
-            Some(path) => {
-                let text = std::fs::read_to_string(path).map_err(|e| {
-                    format!("--auth-token-file {}: cannot read: {e}", path.display())
-                })?;
-                let token = text.lines().next().unwrap_or("").trim().to_string();
-                Some(check_token(
-                    token,
-                    &format!("the token in {}", path.display()),
-                )?)
-            }
-            None => match token_env {
-                Some(token) => Some(check_token(token.trim().to_string(), TOKEN_ENV)?),
-                None => None,
-            },
-        };
-        if token.is_none() && !addr.ip().is_loopback() && !args.no_auth {
-            return Err(format!(
-                "--http {addr} is not a loopback address: anyone who reaches it could run every tool; \
-                 give a token (--auth-token-file FILE or {TOKEN_ENV}), or --no-auth to serve it without one"
-            ));
-        }
-        let credentials = match token {
-            Some(token) => Credentials::One(Sha256::digest(token.as_bytes()).into()),
-            None => Credentials::None,
-        };
-        Ok(HttpOptions::checked(
-            addr,
-            args,
-            Access {
-                origins,
-                hosts,
-                credentials,
-            },
-        ))
-    }
-
-    fn checked(addr: SocketAddr, args: &HttpArgs, access: Access) -> HttpOptions {
-        HttpOptions {
-            addr,
-            access,
-            session_idle: args.session_idle,
-            max_sessions: args.max_sessions as usize,
-            max_connections: args.max_connections as usize,
-            sessions_root: args.sessions_root.clone(),
-            keep_sessions: args
-                .keep_sessions
-                .unwrap_or(crate::context::sessions::DEFAULT_KEEP),
-        }
-    }
-}
+use super::tokens::{constant_time_eq, Tenant, TenantTokens};
 
 /// The request checks, in the order [`Access::check`] makes them.
 #[derive(Debug, Clone, Default)]
@@ -215,7 +31,7 @@ pub(crate) struct Access {
 
 /// What a request must authenticate with.
 #[derive(Debug, Clone, Default)]
-enum Credentials {
+pub(super) enum Credentials {
     /// Nothing (a loopback address, or `--no-auth`).
     #[default]
     None,
@@ -272,6 +88,36 @@ pub(crate) fn authority_and_origin<B>(
 }
 
 impl Access {
+    /// The checks of `--allow-origin` and `--allow-host` values (each must
+    /// parse) and of `credentials`.
+    pub(super) fn new(
+        allow_origin: &[String],
+        allow_host: &[String],
+        credentials: Credentials,
+    ) -> Result<Access, String> {
+        let origins = allow_origin
+            .iter()
+            .map(|text| {
+                parse_origin(text).ok_or_else(|| {
+                    format!("--allow-origin '{text}': give scheme://host[:port], e.g. https://app.example.com")
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let hosts = allow_host
+            .iter()
+            .map(|text| {
+                parse_authority(text)
+                    .map(|(host, port)| AllowedHost { host, port })
+                    .ok_or_else(|| format!("--allow-host '{text}': give HOST or HOST:PORT"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Access {
+            origins,
+            hosts,
+            credentials,
+        })
+    }
+
     pub(crate) fn requires_token(&self) -> bool {
         !matches!(self.credentials, Credentials::None)
     }
@@ -465,6 +311,9 @@ fn is_loopback_name(host: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
+    use super::super::options::{HttpArgs, HttpOptions};
     use super::*;
 
     fn access(origins: &[&str], hosts: &[&str], token: Option<&str>) -> Access {
@@ -473,6 +322,8 @@ mod tests {
             allow_host: hosts.iter().map(|s| s.to_string()).collect(),
             auth_token_file: None,
             auth_tokens: None,
+            tenant_max_calls: None,
+            tenant_calls_per_second: None,
             no_auth: false,
             session_idle: Duration::from_secs(1),
             max_sessions: 1,
@@ -574,6 +425,8 @@ mod tests {
             allow_host: vec![],
             auth_token_file: None,
             auth_tokens: None,
+            tenant_max_calls: None,
+            tenant_calls_per_second: None,
             no_auth: false,
             session_idle: Duration::from_secs(1),
             max_sessions: 1,

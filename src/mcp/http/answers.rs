@@ -17,6 +17,8 @@ use std::time::Duration;
 use hyper::body::{Body, Bytes, Frame, SizeHint};
 use tokio::sync::watch;
 
+use super::tenant_limits::CallPermit;
+
 /// Counts the POST response bodies not yet ended.
 #[derive(Clone)]
 pub(in crate::mcp) struct AnswersInFlight {
@@ -30,12 +32,16 @@ impl AnswersInFlight {
         }
     }
 
-    /// `body`, counted until it ends or is dropped.
-    pub(in crate::mcp) fn track<B>(&self, body: B) -> Counted<B> {
+    /// `body`, counted until it ends or is dropped, holding `also` (a
+    /// tenant's call permit) as long.
+    pub(in crate::mcp) fn track_holding<B>(&self, body: B, also: Option<CallPermit>) -> Counted<B> {
         self.count.send_modify(|n| *n += 1);
         Counted {
             inner: body,
-            guard: Some(Guard(self.count.clone())),
+            guard: Some(Guard {
+                count: self.count.clone(),
+                _permit: also,
+            }),
         }
     }
 
@@ -53,11 +59,15 @@ impl AnswersInFlight {
 }
 
 /// Counts one body while it lives.
-struct Guard(Arc<watch::Sender<usize>>);
+struct Guard {
+    count: Arc<watch::Sender<usize>>,
+    /// Held for its drop: the tenant's call ends with its answer.
+    _permit: Option<CallPermit>,
+}
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        self.0.send_modify(|n| *n = n.saturating_sub(1));
+        self.count.send_modify(|n| *n = n.saturating_sub(1));
     }
 }
 

@@ -42,8 +42,10 @@
 
 pub(super) mod access;
 mod answers;
+pub(super) mod options;
 mod requests;
 mod sessions;
+mod tenant_limits;
 mod tokens;
 
 use std::convert::Infallible;
@@ -65,13 +67,16 @@ use tokio_util::sync::CancellationToken;
 use super::{ServeError, ToolpoolServer};
 use crate::context::SessionsRoot;
 use crate::http::conn::{serve_connection, ConnectionCap};
-use access::{authority_and_origin, Access, HttpOptions, Refusal};
+use access::{authority_and_origin, Access, Refusal};
 use answers::AnswersInFlight;
+use options::HttpOptions;
 use requests::{read_request, refused, text};
 pub(super) use requests::{Body, McpService, RequestBody};
 pub(super) use sessions::SessionCalls;
 use sessions::Sessions;
 use sessions::SESSION_HEADER;
+use tenant_limits::{Over, TenantLimits};
+use tokens::Tenant;
 
 /// The path the MCP endpoint is served at.
 pub(super) const ENDPOINT: &str = "/mcp";
@@ -349,6 +354,7 @@ fn make_front(
         pool: server.pool().clone(),
         bodies: Arc::new(tokio::sync::Semaphore::new(BODIES_IN_FLIGHT / 1024)),
         answers: answers.clone(),
+        tenant_limits: options.tenant_limits.clone(),
     })
 }
 
@@ -362,6 +368,24 @@ struct Front {
     bodies: Arc<tokio::sync::Semaphore>,
     /// POST responses (answers) not yet sent.
     answers: AnswersInFlight,
+    /// `--tenant-max-calls`, `--tenant-calls-per-second`.
+    tenant_limits: Option<Arc<TenantLimits>>,
+}
+
+/// The tenant the access check put in `request`'s extensions.
+fn tenant_of<B>(request: &Request<B>) -> Option<&Tenant> {
+    request.extensions().get::<Tenant>()
+}
+
+/// 429 for a tenant's call past its limits, with when to come back.
+fn too_many(tenant: &str, over: &Over) -> Response<Body> {
+    tracing::info!(tenant, "refused a call: {over}");
+    let mut response = text(StatusCode::TOO_MANY_REQUESTS, format!("{over}\n"));
+    response.headers_mut().insert(
+        hyper::header::RETRY_AFTER,
+        HeaderValue::from(over.retry_after_secs()),
+    );
+    response
 }
 
 use super::BODIES_IN_FLIGHT;
@@ -404,9 +428,21 @@ impl Front {
             // Where the handler finds it (with the request's parts).
             request.extensions_mut().insert(tenant);
         }
-        let (request, _held) = match read_request(request, &self.bodies).await {
+        let read = match read_request(request, &self.bodies).await {
             Ok(read) => read,
             Err(response) => return response,
+        };
+        let (request, _held) = (read.request, read.held);
+        // A tenant's call within its limits holds its place until its
+        // answer is sent.
+        let permit = match (&self.tenant_limits, tenant_of(&request), read.is_call) {
+            (Some(limits), Some(tenant), true) => {
+                match limits.admit(&tenant.0, std::time::Instant::now()) {
+                    Ok(permit) => Some(permit),
+                    Err(over) => return too_many(&tenant.0, &over),
+                }
+            }
+            _ => None,
         };
         let post = request.method() == Method::POST;
         let response = self.route(request, session).await;
@@ -414,7 +450,10 @@ impl Front {
             return response;
         }
         let (parts, body) = response.into_parts();
-        Response::from_parts(parts, BodyExt::boxed(self.answers.track(body)))
+        Response::from_parts(
+            parts,
+            BodyExt::boxed(self.answers.track_holding(body, permit)),
+        )
     }
 
     async fn route(

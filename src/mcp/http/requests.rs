@@ -39,15 +39,13 @@ pub(in crate::mcp) const TASK_METHODS: [&str; 3] = ["tasks/get", "tasks/update",
 pub(in crate::mcp) async fn read_request(
     request: Request<Incoming>,
     bodies: &Arc<tokio::sync::Semaphore>,
-) -> Result<
-    (
-        Request<RequestBody>,
-        Option<tokio::sync::OwnedSemaphorePermit>,
-    ),
-    Response<Body>,
-> {
+) -> Result<ReadRequest, Response<Body>> {
     if request.method() != Method::POST {
-        return Ok((request.map(BodyExt::boxed_unsync), None));
+        return Ok(ReadRequest {
+            request: request.map(BodyExt::boxed_unsync),
+            held: None,
+            is_call: false,
+        });
     }
     let names_task = request
         .headers()
@@ -111,10 +109,37 @@ pub(in crate::mcp) async fn read_request(
             parts.headers.insert("mcp-name", value);
         }
     }
+    let is_call = is_tool_call(&bytes);
     let body = Full::new(bytes)
         .map_err(|never| match never {})
         .boxed_unsync();
-    Ok((Request::from_parts(parts, body), permit))
+    Ok(ReadRequest {
+        request: Request::from_parts(parts, body),
+        held: permit,
+        is_call,
+    })
+}
+
+/// A request as [`read_request`] passes it on.
+pub(in crate::mcp) struct ReadRequest {
+    pub(in crate::mcp) request: Request<RequestBody>,
+    /// Its body's share of the budget, held until dropped.
+    pub(in crate::mcp) held: Option<tokio::sync::OwnedSemaphorePermit>,
+    /// Whether it is one `tools/call` (the calls `--tenant-max-calls` and
+    /// `--tenant-calls-per-second` count).
+    pub(in crate::mcp) is_call: bool,
+}
+
+/// Whether `body` is a single JSON-RPC `tools/call` request (its `method`
+/// read without building the rest: the arguments are skipped over).
+fn is_tool_call(body: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Head<'a> {
+        #[serde(borrow)]
+        method: Option<std::borrow::Cow<'a, str>>,
+    }
+    serde_json::from_slice::<Head<'_>>(body)
+        .is_ok_and(|head| head.method.as_deref() == Some("tools/call"))
 }
 
 /// The `Mcp-Name` a task request's body names (`params.taskId`), when it
