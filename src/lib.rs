@@ -130,7 +130,7 @@ pub mod workflow {
 /// # }
 /// ```
 pub mod stats {
-    pub use crate::pool::{LatencyHistogram, PoolStats, WorkerStats};
+    pub use crate::pool::{LatencyHistogram, PoolStats, TenantCalls, WorkerStats};
     pub use crate::process::KillMechanism;
     pub use crate::worker::{StartMethod, WorkerInfo};
 }

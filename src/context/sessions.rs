@@ -31,6 +31,8 @@ pub struct Session {
     /// Its directories; the session's name is their `id`.
     pub paths: SessionPaths,
     services: Arc<SessionServices>,
+    /// The tenant whose session it is (`--auth-tokens`), if any.
+    tenant: Option<String>,
 }
 
 impl std::fmt::Debug for Session {
@@ -52,7 +54,17 @@ impl Session {
             attachments: Arc::new(AttachmentStore::open(&paths.workspace, &paths.dir)),
             human_prompt: None,
         });
-        Session { paths, services }
+        Session {
+            paths,
+            services,
+            tenant: None,
+        }
+    }
+
+    /// The tenant whose session it is (a server's `--auth-tokens`), for the
+    /// metrics by tenant; `None` outside tenants.
+    pub fn tenant(&self) -> Option<&str> {
+        self.tenant.as_deref()
     }
 
     /// The session's name.
@@ -131,6 +143,8 @@ pub struct SessionsRoot {
     id_prefix: String,
     /// The tenants' own roots, under `tenants/` (`--auth-tokens`).
     tenants: Mutex<HashMap<String, Arc<SessionsRoot>>>,
+    /// The tenant of a tenant's root.
+    tenant: Option<String>,
 }
 
 impl SessionsRoot {
@@ -156,6 +170,7 @@ impl SessionsRoot {
             open: Mutex::new(HashMap::new()),
             id_prefix: String::new(),
             tenants: Mutex::new(HashMap::new()),
+            tenant: None,
         })
     }
 
@@ -176,6 +191,7 @@ impl SessionsRoot {
         }
         let mut root = SessionsRoot::new(&self.root.join("tenants").join(tenant), self.keep, &[])?;
         root.id_prefix = format!("{tenant}~");
+        root.tenant = Some(tenant.to_string());
         let root = Arc::new(root);
         tenants.insert(tenant.to_string(), root.clone());
         Ok(root)
@@ -223,7 +239,9 @@ impl SessionsRoot {
     fn make(&self, name: &str) -> Result<Session, PoolError> {
         let id = format!("{}{name}", self.id_prefix);
         let paths = SessionPaths::prepare(&id, Some(&self.claim(name)?))?;
-        Ok(Session::at(paths))
+        let mut session = Session::at(paths);
+        session.tenant = self.tenant.clone();
+        Ok(session)
     }
 
     /// The directory of session `name`: one toolpool made before, or made

@@ -136,9 +136,32 @@ pub fn render(stats: &PoolStats) -> String {
             let _ = writeln!(out, "toolpool_{name}{{{label}=\"{value}\"}} {count}");
         }
     }
+    render_tenants(stats, &mut out);
     render_latency(stats, &mut out);
     render_workers(stats, &mut out);
     out
+}
+
+/// Calls by tenant (`--auth-tokens`): a series per tenant and outcome, for
+/// at most 100 tenants by name (`other` beyond), none without tenants.
+fn render_tenants(stats: &PoolStats, out: &mut String) {
+    if stats.tenants.is_empty() {
+        return;
+    }
+    out.push_str(
+        "# HELP toolpool_tenant_calls_total Calls by tenant (--auth-tokens) and outcome.
+# TYPE toolpool_tenant_calls_total counter
+",
+    );
+    for (tenant, calls) in &stats.tenants {
+        let tenant = escape_label(tenant);
+        let _ = writeln!(
+            out,
+            "toolpool_tenant_calls_total{{tenant=\"{tenant}\",outcome=\"ok\"}} {}\ntoolpool_tenant_calls_total{{tenant=\"{tenant}\",outcome=\"failed\"}} {}",
+            calls.calls - calls.failed,
+            calls.failed
+        );
+    }
 }
 
 /// The call latency histogram.

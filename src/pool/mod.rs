@@ -44,7 +44,7 @@ pub use self::limits::Limits;
 pub use self::options::{CallReport, InvokeContext, InvokeOptions, SessionIsolation};
 use self::starts::Destination;
 use self::stats::{Counters, Gauge};
-pub use self::stats::{LatencyHistogram, PoolStats, WorkerStats};
+pub use self::stats::{LatencyHistogram, PoolStats, TenantCalls, WorkerStats};
 use crate::catalog::Catalog;
 use crate::context::{AttachmentStore, SessionPaths, SessionServices};
 use crate::outcome::Termination;

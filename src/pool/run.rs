@@ -96,7 +96,17 @@ impl Pool {
         let shared = &self.shared;
         shared.counters.calls.fetch_add(1, Ordering::Relaxed);
         let started = Instant::now();
+        let tenant = options
+            .session
+            .as_ref()
+            .and_then(|s| s.tenant())
+            .map(str::to_string);
         let mut report = self.run_call(name, &args, options).await;
+        if let Some(tenant) = &tenant {
+            shared
+                .counters
+                .count_tenant_call(tenant, report.result.is_err());
+        }
         match &report.result {
             Ok(_) => {
                 shared.counters.succeeded.fetch_add(1, Ordering::Relaxed);

@@ -31,6 +31,8 @@ pub(super) struct Counters {
     pub(super) queued: AtomicUsize,
     pub(super) busy: AtomicUsize,
     pub(super) errors_by_type: Mutex<BTreeMap<String, u64>>,
+    /// Calls by tenant (`--auth-tokens`), and how many failed.
+    pub(super) by_tenant: Mutex<BTreeMap<String, TenantCalls>>,
     pub(super) latency: Mutex<LatencyHistogram>,
     /// Workers that ended, by [`Termination::index`].
     pub(super) terminations: [AtomicU64; Termination::KINDS.len()],
@@ -50,10 +52,41 @@ impl Counters {
         }
     }
 
+    /// A call of `tenant` ended, failed or not. Past [`MAX_TENANTS`]
+    /// tenants, the calls of those not yet listed count as `other`'s, so
+    /// that the series stay few whatever the tokens file holds.
+    pub(super) fn count_tenant_call(&self, tenant: &str, failed: bool) {
+        let Ok(mut by_tenant) = self.by_tenant.lock() else {
+            return;
+        };
+        let key = if by_tenant.contains_key(tenant) || by_tenant.len() < MAX_TENANTS {
+            tenant
+        } else {
+            OTHER_TENANTS
+        };
+        let calls = by_tenant.entry(key.to_string()).or_default();
+        calls.calls += 1;
+        calls.failed += u64::from(failed);
+    }
+
     /// Workers that ended `how` (the variant's data aside).
     fn ended(&self, how: &Termination) -> u64 {
         self.terminations[how.index()].load(Ordering::Relaxed)
     }
+}
+
+/// Tenants counted by name in [`PoolStats::tenants`]; the rest are `other`.
+pub(super) const MAX_TENANTS: usize = 100;
+/// The tenant the calls of tenants past [`MAX_TENANTS`] are counted as.
+const OTHER_TENANTS: &str = "other";
+
+/// A tenant's calls (`--auth-tokens`).
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct TenantCalls {
+    /// Calls that ended.
+    pub calls: u64,
+    /// Those of them that failed.
+    pub failed: u64,
 }
 
 /// Upper bounds (seconds) of the call latency histogram's buckets.
@@ -176,6 +209,10 @@ pub struct PoolStats {
     /// Failed calls by error type
     /// ([`ErrorKind::type_name`](crate::ErrorKind::type_name)).
     pub errors_by_type: BTreeMap<String, u64>,
+    /// Calls by tenant, for a server with `--auth-tokens` (empty otherwise):
+    /// at most 100 tenants by name, the calls of any further ones as
+    /// `other`'s.
+    pub tenants: BTreeMap<String, TenantCalls>,
     /// Call latencies, queueing included.
     pub latency: LatencyHistogram,
     /// Every live worker (spares included), by pid.
@@ -260,8 +297,40 @@ impl Pool {
                 .lock()
                 .map(|m| m.clone())
                 .unwrap_or_default(),
+            tenants: c.by_tenant.lock().map(|m| m.clone()).unwrap_or_default(),
             latency: c.latency.lock().map(|h| h.clone()).unwrap_or_default(),
             workers,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tenants_past_the_cap_are_counted_as_other_and_known_ones_by_name() {
+        let counters = Counters::default();
+        for i in 0..MAX_TENANTS + 5 {
+            counters.count_tenant_call(&format!("t{i}"), i % 2 == 1);
+        }
+        // A tenant already listed keeps its own series.
+        counters.count_tenant_call("t0", true);
+        let by_tenant = counters.by_tenant.lock().unwrap();
+        assert_eq!(by_tenant.len(), MAX_TENANTS + 1);
+        assert_eq!(
+            by_tenant["other"],
+            TenantCalls {
+                calls: 5,
+                failed: 2
+            }
+        );
+        assert_eq!(
+            by_tenant["t0"],
+            TenantCalls {
+                calls: 2,
+                failed: 1
+            }
+        );
     }
 }

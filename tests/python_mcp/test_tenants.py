@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import anyio
 
 from support import BIN, base_args, http_server, ok
-from test_sessions import SESSION_TOOLS, client, whoami
+from test_sessions import SESSION_TOOLS, client, free_port, get, whoami
 from test_tasks import HttpServer, meta, wait_for
 
 ALICE = "alice-token-0123456789abcdef"
@@ -68,7 +68,8 @@ async def tenant_server(*options: str, workers: str = "1"):
 
 class Tenants(unittest.IsolatedAsyncioTestCase):
     async def test_each_tenant_has_its_own_sessions_files_and_workers(self):
-        async with tenant_server() as (url, root):
+        metrics = f"127.0.0.1:{free_port()}"
+        async with tenant_server("--metrics", metrics) as (url, root):
             self.assertEqual(status_of(url, None)[0], 401)
             self.assertEqual(status_of(url, "carol-token-0123456789abcd")[0], 401)
             # The same session name, and no name at all, in each tenant.
@@ -96,6 +97,13 @@ class Tenants(unittest.IsolatedAsyncioTestCase):
                 self.assertEqual(ok(await alice.call_tool("read_note", {})), "")
             self.assertEqual(sorted(p.name for p in (Path(root) / "tenants" / "alice").iterdir()),
                              ["default", "shared-name", "tenants"])
+            # Each tenant's calls, counted apart: alice made 3 calls in each
+            # of 2 sessions and 1 more; bob 3 in each.
+            status, body = get(f"http://{metrics}", "/metrics")
+            self.assertEqual(status, 200, body)
+            self.assertIn('toolpool_tenant_calls_total{tenant="alice",outcome="ok"} 7', body)
+            self.assertIn('toolpool_tenant_calls_total{tenant="bob",outcome="ok"} 6', body)
+            self.assertIn('toolpool_tenant_calls_total{tenant="bob",outcome="failed"} 0', body)
 
     async def test_sighup_rereads_the_tokens_and_a_bad_file_keeps_them(self):
         with tempfile.TemporaryDirectory() as root, tempfile.TemporaryDirectory() as tmp:
