@@ -145,7 +145,7 @@ class Tenants(unittest.IsolatedAsyncioTestCase):
             tokens.write_text(f"alice {ALICE}\n")
             out = run("serve", "--http", "127.0.0.1:0", "--auth-tokens", str(tokens), "--session-isolation", "shared")
             self.assertEqual(out.returncode, 2, out.stderr)
-            self.assertIn("--session-isolation shared cannot be used with --auth-tokens", out.stderr)
+            self.assertIn("--session-isolation shared cannot be used with tenants (--auth-tokens, --trusted-proxy-secret)", out.stderr)
             out = run("serve", "--http", "127.0.0.1:0", "--auth-tokens", str(tokens), "--no-auth")
             self.assertEqual(out.returncode, 2, out.stderr)
 
@@ -193,6 +193,46 @@ def post_call(url: str, token: str, tool: str, arguments: dict) -> tuple[int, di
         return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read().decode()
     finally:
         connection.close()
+
+
+class Gateway(unittest.IsolatedAsyncioTestCase):
+    async def test_a_gateway_names_the_tenant_and_nothing_else_can(self):
+        secret = "gateway-secret-0123456789abc"
+        with tempfile.TemporaryDirectory() as root, tempfile.TemporaryDirectory() as tmp:
+            (Path(tmp) / "secret").write_text(secret + "\n")
+            args = ("--workers", "1", "serve", "--http", "127.0.0.1:0", "--sessions-root", root,
+                    "--trusted-proxy-secret", str(Path(tmp) / "secret"), "--identity-header", "X-Auth-Request-User")
+            async with http_server(*args, functions=SESSION_TOOLS) as (_, url):
+                def initialize(headers: dict) -> tuple[int, str]:
+                    parts = urlsplit(url)
+                    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+                    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}})
+                    try:
+                        connection.request("POST", parts.path, body, {
+                            "Content-Type": "application/json", "Accept": "application/json, text/event-stream", **headers})
+                        response = connection.getresponse()
+                        return response.status, response.read().decode()
+                    finally:
+                        connection.close()
+
+                # A client that goes around the gateway names whom it likes, in vain.
+                status, body = initialize({"X-Auth-Request-User": "alice"})
+                self.assertEqual(status, 401, body)
+                self.assertIn("reached through its gateway only", body)
+                status, body = initialize({"Toolpool-Proxy-Secret": "wrong-secret-0123456789ab", "X-Auth-Request-User": "alice"})
+                self.assertEqual(status, 401, body)
+                status, body = initialize({"Toolpool-Proxy-Secret": secret})
+                self.assertEqual(status, 401, body)
+                self.assertIn("the gateway named no user (the x-auth-request-user header)", body)
+                # Through the gateway: the tenant it names, with its own sessions.
+                headers = {"Toolpool-Proxy-Secret": secret, "X-Auth-Request-User": "alice"}
+                from mcp import Client
+                from mcp.client.streamable_http import streamable_http_client
+                from mcp.shared._httpx_utils import create_mcp_http_client
+                async with Client(streamable_http_client(url, http_client=create_mcp_http_client(headers=headers))) as alice:
+                    who = whoami(await alice.call_tool("whoami", {"tag": "a"}))
+                    self.assertEqual(who["session_id"], "alice~default")
 
 
 class TenantLimits(unittest.IsolatedAsyncioTestCase):

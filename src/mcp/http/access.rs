@@ -19,7 +19,7 @@ use std::net::IpAddr;
 
 use sha2::{Digest, Sha256};
 
-use super::tokens::{constant_time_eq, Tenant, TenantTokens};
+use super::tokens::{constant_time_eq, Gateway, Tenant, TenantTokens};
 
 /// The request checks, in the order [`Access::check`] makes them.
 #[derive(Debug, Clone, Default)]
@@ -40,6 +40,8 @@ pub(super) enum Credentials {
     One([u8; 32]),
     /// One of `--auth-tokens`' tokens, which names the tenant.
     Tenants(TenantTokens),
+    /// A gateway's secret, and the user it names (`--trusted-proxy-secret`).
+    Gateway(Gateway),
 }
 
 /// Why a request is refused: the status and the text for the client.
@@ -132,15 +134,25 @@ impl Access {
 
     /// Host, then Origin, then the token; the tenant it names, under
     /// `--auth-tokens`.
-    pub(crate) fn check(
+    /// `header` gives the request's headers by lowercase name.
+    pub(crate) fn check<'a>(
         &self,
         host: Option<&str>,
         origin: Option<&str>,
-        authorization: Option<&str>,
+        header: &dyn Fn(&str) -> Option<&'a str>,
     ) -> Result<Option<Tenant>, Refusal> {
         self.check_host(host)?;
         self.check_origin(origin)?;
-        self.check_token(authorization)
+        if let Credentials::Gateway(gateway) = &self.credentials {
+            return gateway
+                .tenant_of(header)
+                .map(Some)
+                .map_err(|message| Refusal::Unauthorized {
+                    message,
+                    invalid: true,
+                });
+        }
+        self.check_token(header("authorization"))
     }
 
     fn check_host(&self, host: Option<&str>) -> Result<(), Refusal> {
@@ -211,7 +223,7 @@ impl Access {
             invalid: true,
         };
         match &self.credentials {
-            Credentials::None => Ok(None),
+            Credentials::None | Credentials::Gateway(_) => Ok(None),
             Credentials::One(expected) => {
                 let given: [u8; 32] = Sha256::digest(given.as_bytes()).into();
                 match constant_time_eq(&given, expected) {
@@ -316,12 +328,19 @@ mod tests {
     use super::super::options::{HttpArgs, HttpOptions};
     use super::*;
 
+    /// The headers of a request whose `Authorization` is `value`.
+    fn auth<'a>(value: Option<&'a str>) -> impl Fn(&str) -> Option<&'a str> {
+        move |name| (name == "authorization").then_some(value).flatten()
+    }
+
     fn access(origins: &[&str], hosts: &[&str], token: Option<&str>) -> Access {
         let args = HttpArgs {
             allow_origin: origins.iter().map(|s| s.to_string()).collect(),
             allow_host: hosts.iter().map(|s| s.to_string()).collect(),
             auth_token_file: None,
             auth_tokens: None,
+            trusted_proxy_secret: None,
+            identity_header: "x-forwarded-user".to_string(),
             tenant_max_calls: None,
             tenant_calls_per_second: None,
             no_auth: false,
@@ -349,7 +368,7 @@ mod tests {
             "MCP.example.com",
             "other.example:8443",
         ] {
-            assert_eq!(a.check(Some(ok), None, None), Ok(None), "{ok}");
+            assert_eq!(a.check(Some(ok), None, &auth(None)), Ok(None), "{ok}");
         }
         for bad in [
             "attacker.example:8080",
@@ -359,11 +378,14 @@ mod tests {
             "a b",
         ] {
             assert!(
-                matches!(a.check(Some(bad), None, None), Err(Refusal::Forbidden(_))),
+                matches!(
+                    a.check(Some(bad), None, &auth(None)),
+                    Err(Refusal::Forbidden(_))
+                ),
                 "{bad}"
             );
         }
-        assert!(a.check(None, None, None).is_err());
+        assert!(a.check(None, None, &auth(None)).is_err());
     }
 
     #[test]
@@ -376,7 +398,11 @@ mod tests {
             "https://app.example.com",
             "https://app.example.com:443",
         ] {
-            assert_eq!(a.check(Some("localhost"), Some(ok), None), Ok(None), "{ok}");
+            assert_eq!(
+                a.check(Some("localhost"), Some(ok), &auth(None)),
+                Ok(None),
+                "{ok}"
+            );
         }
         for bad in [
             "http://evil.example",
@@ -387,7 +413,7 @@ mod tests {
             "http://localhost.evil.example",
         ] {
             assert!(
-                a.check(Some("localhost"), Some(bad), None).is_err(),
+                a.check(Some("localhost"), Some(bad), &auth(None)).is_err(),
                 "{bad}"
             );
         }
@@ -399,9 +425,12 @@ mod tests {
         let token = "s3cret-token-0123456789";
         let a = access(&[], &[], Some(token));
         let ok = format!("Bearer {token}");
-        assert_eq!(a.check(Some("localhost"), None, Some(&ok)), Ok(None));
+        assert_eq!(a.check(Some("localhost"), None, &auth(Some(&ok))), Ok(None));
         let lower = format!("bearer {token}");
-        assert_eq!(a.check(Some("localhost"), None, Some(&lower)), Ok(None));
+        assert_eq!(
+            a.check(Some("localhost"), None, &auth(Some(&lower))),
+            Ok(None)
+        );
         for bad in [
             None,
             Some("Bearer wrong"),
@@ -410,7 +439,7 @@ mod tests {
         ] {
             assert!(
                 matches!(
-                    a.check(Some("localhost"), None, bad),
+                    a.check(Some("localhost"), None, &auth(bad)),
                     Err(Refusal::Unauthorized { .. })
                 ),
                 "{bad:?}"
@@ -425,6 +454,8 @@ mod tests {
             allow_host: vec![],
             auth_token_file: None,
             auth_tokens: None,
+            trusted_proxy_secret: None,
+            identity_header: "x-forwarded-user".to_string(),
             tenant_max_calls: None,
             tenant_calls_per_second: None,
             no_auth: false,

@@ -56,7 +56,7 @@ use std::time::Duration;
 
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, AUTHORIZATION};
+use hyper::header::HeaderValue;
 use hyper::{Method, Request, Response, StatusCode};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
@@ -409,10 +409,7 @@ impl Front {
             Ok(found) => found,
             Err(why) => return refused(Refusal::Forbidden(why)),
         };
-        let tenant = match self
-            .access
-            .check(host, origin, header(AUTHORIZATION.as_str()))
-        {
+        let tenant = match self.access.check(host, origin, &header) {
             Ok(tenant) => tenant,
             Err(refusal) => return refused(refusal),
         };

@@ -10,7 +10,7 @@ use sha2::{Digest, Sha256};
 
 use super::access::{Access, Credentials};
 use super::tenant_limits::TenantLimits;
-use super::tokens::{check_token, TenantTokens};
+use super::tokens::{check_token, Gateway, TenantTokens};
 
 /// The environment variable that holds the bearer token (when no
 /// `--auth-token-file` is given).
@@ -49,19 +49,33 @@ pub struct HttpArgs {
         )
     )]
     pub auth_tokens: Option<PathBuf>,
-    /// With --auth-tokens: a tenant's `tools/call` requests in flight at once; one past it is answered 429 with Retry-After
-    #[cfg_attr(feature = "cli", arg(long, value_name = "N", requires = "auth_tokens", value_parser = clap::value_parser!(u32).range(1..)))]
-    pub tenant_max_calls: Option<u32>,
-    /// With --auth-tokens: the `tools/call` requests a tenant may start a second, on average (bursts of as many); past it 429 with Retry-After
+    /// With --http: a gateway in front authenticates the users: a request must carry its secret (FILE's first line) in `Toolpool-Proxy-Secret`, and the identity header names its tenant
     #[cfg_attr(
         feature = "cli",
-        arg(long, value_name = "RATE", requires = "auth_tokens")
+        arg(long, value_name = "FILE", requires = "http", conflicts_with_all = ["auth_token_file", "auth_tokens"])
     )]
+    pub trusted_proxy_secret: Option<PathBuf>,
+    /// With --trusted-proxy-secret: the header in which the gateway names the user (its tenant)
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            long,
+            value_name = "NAME",
+            default_value = "x-forwarded-user",
+            requires = "trusted_proxy_secret"
+        )
+    )]
+    pub identity_header: String,
+    /// With tenants (--auth-tokens, --trusted-proxy-secret): a tenant's `tools/call` requests in flight at once; one past it is answered 429 with Retry-After
+    #[cfg_attr(feature = "cli", arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..)))]
+    pub tenant_max_calls: Option<u32>,
+    /// With tenants (--auth-tokens, --trusted-proxy-secret): the `tools/call` requests a tenant may start a second, on average (bursts of as many); past it 429 with Retry-After
+    #[cfg_attr(feature = "cli", arg(long, value_name = "RATE"))]
     pub tenant_calls_per_second: Option<f64>,
     /// With --http: serve a non-loopback address without a token (anyone who reaches it runs the tools)
     #[cfg_attr(
         feature = "cli",
-        arg(long, requires = "http", conflicts_with_all = ["auth_token_file", "auth_tokens"])
+        arg(long, requires = "http", conflicts_with_all = ["auth_token_file", "auth_tokens", "trusted_proxy_secret"])
     )]
     pub no_auth: bool,
     /// With --http: end a session after SECS without a message from or to its client
@@ -88,6 +102,8 @@ impl Default for HttpArgs {
             allow_host: Vec::new(),
             auth_token_file: None,
             auth_tokens: None,
+            trusted_proxy_secret: None,
+            identity_header: "x-forwarded-user".to_string(),
             tenant_max_calls: None,
             tenant_calls_per_second: None,
             no_auth: false,
@@ -125,24 +141,31 @@ impl HttpOptions {
         args: &HttpArgs,
         token_env: Option<String>,
     ) -> Result<HttpOptions, String> {
-        if let Some(file) = &args.auth_tokens {
-            let tokens = TenantTokens::load(file)?;
-            if let Some(rate) = args.tenant_calls_per_second {
-                if !(rate.is_finite() && rate > 0.0) {
-                    return Err(format!(
-                        "--tenant-calls-per-second {rate}: give a number of calls above 0"
-                    ));
-                }
+        let tenants = match (&args.auth_tokens, &args.trusted_proxy_secret) {
+            (Some(file), _) => Some(Credentials::Tenants(TenantTokens::load(file)?)),
+            (None, Some(file)) => Some(Credentials::Gateway(Gateway::load(
+                file,
+                &args.identity_header,
+            )?)),
+            (None, None) => None,
+        };
+        let limited = args.tenant_max_calls.is_some() || args.tenant_calls_per_second.is_some();
+        if let Some(rate) = args.tenant_calls_per_second {
+            if !(rate.is_finite() && rate > 0.0) {
+                return Err(format!(
+                    "--tenant-calls-per-second {rate}: give a number of calls above 0"
+                ));
             }
-            return Ok(HttpOptions::checked(
-                addr,
-                args,
-                Access::new(
-                    &args.allow_origin,
-                    &args.allow_host,
-                    Credentials::Tenants(tokens),
-                )?,
-            ));
+        }
+        if let Some(credentials) = tenants {
+            let access = Access::new(&args.allow_origin, &args.allow_host, credentials)?;
+            return Ok(HttpOptions::checked(addr, args, access));
+        }
+        if limited {
+            return Err(
+                "--tenant-max-calls and --tenant-calls-per-second need tenants: give --auth-tokens FILE or --trusted-proxy-secret FILE"
+                    .into(),
+            );
         }
         let token = match &args.auth_token_file {
             Some(path) => {

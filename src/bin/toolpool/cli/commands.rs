@@ -386,13 +386,16 @@ fn http_options(
         })
         .transpose()
         .map_err(CliError::Usage)?;
-    if args.http_access.auth_tokens.is_some()
-        && args.session_isolation == Some(IsolationArg::Shared)
-    {
+    let tenants =
+        args.http_access.auth_tokens.is_some() || args.http_access.trusted_proxy_secret.is_some();
+    if tenants && args.session_isolation == Some(IsolationArg::Shared) {
         // Tenants' sessions are apart on disk; in one worker's memory they
         // would not be.
         return Err(CliError::Usage(
-            "--session-isolation shared cannot be used with --auth-tokens: a worker would serve              several tenants, whose calls would meet in its memory; each worker serves one              session of one tenant (--session-isolation process, the default with --http)"
+            "--session-isolation shared cannot be used with tenants (--auth-tokens, \
+             --trusted-proxy-secret): a worker would serve several tenants, whose calls \
+             would meet in its memory; each worker serves one session of one tenant \
+             (--session-isolation process, the default with --http)"
                 .into(),
         ));
     }
