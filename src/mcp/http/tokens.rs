@@ -305,14 +305,30 @@ mod tests {
         assert_eq!(tenant, Ok(Tenant("alice".into())));
         for (secret, user, says) in [
             (None, Some("alice"), "through its gateway only"),
-            (Some("wrong-secret-0123456789ab"), Some("alice"), "through its gateway only"),
-            (Some("gateway-secret-0123456789"), None, "named no user (the x-forwarded-user header)"),
-            (Some("gateway-secret-0123456789"), Some("../bob"), "the x-forwarded-user header: name"),
+            (
+                Some("wrong-secret-0123456789ab"),
+                Some("alice"),
+                "through its gateway only",
+            ),
+            (
+                Some("gateway-secret-0123456789"),
+                None,
+                "named no user (the x-forwarded-user header)",
+            ),
+            (
+                Some("gateway-secret-0123456789"),
+                Some("../bob"),
+                "the x-forwarded-user header: name",
+            ),
         ] {
             let error = gateway.tenant_of(&headers(secret, user)).unwrap_err();
             assert!(error.contains(says), "{error}");
         }
-        assert!(Gateway::load(file("short\n").path(), "x").unwrap_err().contains("too short"));
-        assert!(Gateway::load(f.path(), "bad header").unwrap_err().contains("not a header name"));
+        assert!(Gateway::load(file("short\n").path(), "x")
+            .unwrap_err()
+            .contains("too short"));
+        assert!(Gateway::load(f.path(), "bad header")
+            .unwrap_err()
+            .contains("not a header name"));
     }
 }
