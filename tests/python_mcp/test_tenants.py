@@ -195,6 +195,30 @@ def post_call(url: str, token: str, tool: str, arguments: dict) -> tuple[int, di
         connection.close()
 
 
+class McpSessions(unittest.IsolatedAsyncioTestCase):
+    async def test_another_tenants_mcp_session_is_answered_as_one_that_never_was(self):
+        from test_http_front import INITIALIZE, request, session_id
+
+        async with tenant_server() as (url, _):
+            alice = {"Authorization": f"Bearer {ALICE}"}
+            bob = {"Authorization": f"Bearer {BOB}"}
+            status, headers, body = request(url, body=INITIALIZE, headers=alice)
+            self.assertEqual(status, 200, body)
+            sid = session_id(headers)
+            initialized = json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}).encode()
+            self.assertEqual(request(url, body=initialized, headers={**alice, "Mcp-Session-Id": sid})[0], 202)
+            listing = json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}).encode()
+            never = request(url, body=listing, headers={**bob, "Mcp-Session-Id": "no-such-session"})
+            for method, body in (("POST", listing), ("GET", None), ("DELETE", None)):
+                theirs = request(url, method=method, body=body, headers={**bob, "Mcp-Session-Id": sid})
+                self.assertEqual((theirs[0], theirs[2]), (404, "Not Found: Session not found"), method)
+            self.assertEqual((never[0], never[2]), (404, "Not Found: Session not found"))
+            # Bob's DELETE ended nothing: alice's session serves on.
+            status, _, body = request(url, body=listing, headers={**alice, "Mcp-Session-Id": sid})
+            self.assertEqual(status, 200, body)
+            self.assertIn("whoami", body)
+
+
 class Gateway(unittest.IsolatedAsyncioTestCase):
     async def test_a_gateway_names_the_tenant_and_nothing_else_can(self):
         secret = "gateway-secret-0123456789abc"

@@ -324,6 +324,7 @@ fn make_front(
         max: options.max_sessions,
         opening: Mutex::new(0),
         calls: Arc::default(),
+        owners: Mutex::default(),
     });
     let registry = sessions.calls.clone();
     let by_credential = options.access.requires_token();
@@ -458,6 +459,11 @@ impl Front {
         request: Request<RequestBody>,
         session: Option<String>,
     ) -> Response<Body> {
+        if let Some(id) = &session {
+            if !self.sessions.may_use(id, tenant_of(&request)) {
+                return Sessions::unknown();
+            }
+        }
         match (request.method(), session) {
             (&Method::POST, None) if self.pool.is_draining() => text(
                 StatusCode::SERVICE_UNAVAILABLE,

@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use http_body_util::BodyExt;
 use hyper::header::AUTHORIZATION;
 use hyper::{Request, Response, StatusCode};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -220,6 +221,9 @@ pub(in crate::mcp) struct Sessions {
     /// so they count against the cap until they are answered.
     pub(in crate::mcp) opening: Mutex<usize>,
     pub(in crate::mcp) calls: Arc<Registry>,
+    /// The tenant each MCP session was opened by (with tenants): no other
+    /// tenant's request reaches it.
+    pub(in crate::mcp) owners: Mutex<HashMap<String, Tenant>>,
 }
 
 /// Counts one request in `Sessions::opening` while it lives.
@@ -252,6 +256,9 @@ impl Sessions {
             // Sessions that ended by themselves (idle, closed) go.
             calls.retain(|id, _| ids.contains(id));
         }
+        if let Ok(mut owners) = self.owners.lock() {
+            owners.retain(|id, _| ids.contains(id));
+        }
         let admitted = match self.opening.lock() {
             Ok(mut opening) if live + *opening < self.max => {
                 *opening += 1;
@@ -270,11 +277,43 @@ impl Sessions {
                 ),
             );
         };
+        let tenant = request.extensions().get::<Tenant>().cloned();
         let mut service = service.clone();
-        match tower_service::Service::call(&mut service, request).await {
+        let response = match tower_service::Service::call(&mut service, request).await {
             Ok(response) => response,
             Err(never) => match never {},
+        };
+        let opened = response
+            .headers()
+            .get(SESSION_HEADER)
+            .and_then(|id| id.to_str().ok());
+        if let (Some(tenant), Some(id)) = (tenant, opened) {
+            if let Ok(mut owners) = self.owners.lock() {
+                owners.insert(id.to_string(), tenant);
+            }
         }
+        response
+    }
+
+    /// Whether a request of `tenant` may use the MCP session `id`: one a
+    /// tenant opened is that tenant's alone.
+    pub(in crate::mcp) fn may_use(&self, id: &str, tenant: Option<&Tenant>) -> bool {
+        match self.owners.lock() {
+            Ok(owners) => owners.get(id).is_none_or(|owner| Some(owner) == tenant),
+            Err(_) => false,
+        }
+    }
+
+    /// What rmcp answers for a session it does not know, to the letter: a
+    /// session of another tenant is answered so, whether it exists or not.
+    pub(in crate::mcp) fn unknown() -> Response<Body> {
+        let mut response = Response::new(
+            http_body_util::Full::new(hyper::body::Bytes::from("Not Found: Session not found"))
+                .map_err(|never| match never {})
+                .boxed(),
+        );
+        *response.status_mut() = StatusCode::NOT_FOUND;
+        response
     }
 
     /// Cancels every call of session `id` (their workers are killed).
