@@ -29,13 +29,16 @@ BOB = "bob-token-0123456789abcdefgh"
 
 def status_of(url: str, token: str | None) -> tuple[int, str]:
     """The status of an `initialize` sent with `token`, and the body."""
+    return status_with(url, {"Authorization": f"Bearer {token}"} if token else {})
+
+
+def status_with(url: str, extra: dict) -> tuple[int, str]:
+    """The status of an `initialize` sent with the `extra` headers, and the body."""
     body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}).encode()
     parts = urlsplit(url)
     connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
-    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream", **extra}
     try:
         connection.request("POST", parts.path, body=body, headers=headers)
         response = connection.getresponse()
@@ -145,7 +148,7 @@ class Tenants(unittest.IsolatedAsyncioTestCase):
             tokens.write_text(f"alice {ALICE}\n")
             out = run("serve", "--http", "127.0.0.1:0", "--auth-tokens", str(tokens), "--session-isolation", "shared")
             self.assertEqual(out.returncode, 2, out.stderr)
-            self.assertIn("--session-isolation shared cannot be used with tenants (--auth-tokens, --trusted-proxy-secret)", out.stderr)
+            self.assertIn("--session-isolation shared cannot be used with tenants (--auth-tokens, --trusted-proxy)", out.stderr)
             out = run("serve", "--http", "127.0.0.1:0", "--auth-tokens", str(tokens), "--no-auth")
             self.assertEqual(out.returncode, 2, out.stderr)
 
@@ -225,28 +228,15 @@ class Gateway(unittest.IsolatedAsyncioTestCase):
         with tempfile.TemporaryDirectory() as root, tempfile.TemporaryDirectory() as tmp:
             (Path(tmp) / "secret").write_text(secret + "\n")
             args = ("--workers", "1", "serve", "--http", "127.0.0.1:0", "--sessions-root", root,
-                    "--trusted-proxy-secret", str(Path(tmp) / "secret"), "--identity-header", "X-Auth-Request-User")
+                    "--trusted-proxy", str(Path(tmp) / "secret"), "--identity-header", "X-Auth-Request-User")
             async with http_server(*args, functions=SESSION_TOOLS) as (_, url):
-                def initialize(headers: dict) -> tuple[int, str]:
-                    parts = urlsplit(url)
-                    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
-                    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-                        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}})
-                    try:
-                        connection.request("POST", parts.path, body, {
-                            "Content-Type": "application/json", "Accept": "application/json, text/event-stream", **headers})
-                        response = connection.getresponse()
-                        return response.status, response.read().decode()
-                    finally:
-                        connection.close()
-
                 # A client that goes around the gateway names whom it likes, in vain.
-                status, body = initialize({"X-Auth-Request-User": "alice"})
+                status, body = status_with(url, {"X-Auth-Request-User": "alice"})
                 self.assertEqual(status, 401, body)
                 self.assertIn("reached through its gateway only", body)
-                status, body = initialize({"Toolpool-Proxy-Secret": "wrong-secret-0123456789ab", "X-Auth-Request-User": "alice"})
+                status, body = status_with(url, {"Toolpool-Proxy-Secret": "wrong-secret-0123456789ab", "X-Auth-Request-User": "alice"})
                 self.assertEqual(status, 401, body)
-                status, body = initialize({"Toolpool-Proxy-Secret": secret})
+                status, body = status_with(url, {"Toolpool-Proxy-Secret": secret})
                 self.assertEqual(status, 401, body)
                 self.assertIn("the gateway named no user (the x-auth-request-user header)", body)
                 # Through the gateway: the tenant it names, with its own sessions.
@@ -257,6 +247,26 @@ class Gateway(unittest.IsolatedAsyncioTestCase):
                 async with Client(streamable_http_client(url, http_client=create_mcp_http_client(headers=headers))) as alice:
                     who = whoami(await alice.call_tool("whoami", {"tag": "a"}))
                     self.assertEqual(who["session_id"], "alice~default")
+
+
+    async def test_a_gateway_by_address_is_believed_from_there_only(self):
+        user = {"X-Forwarded-User": "alice"}
+        for trusted, believed in (("10.9.9.9", False), ("127.0.0.0/8", True)):
+            with tempfile.TemporaryDirectory() as root:
+                args = ("--workers", "1", "serve", "--http", "127.0.0.1:0", "--sessions-root", root,
+                        "--trusted-proxy", trusted)
+                async with http_server(*args, functions=SESSION_TOOLS) as (_, url):
+                    status, body = status_with(url, user)
+                    if not believed:
+                        self.assertEqual(status, 401, body)
+                        self.assertIn("the request came from 127.0.0.1, not a --trusted-proxy address", body)
+                        continue
+                    self.assertEqual(status, 200, body)
+                    from mcp import Client
+                    from mcp.client.streamable_http import streamable_http_client
+                    from mcp.shared._httpx_utils import create_mcp_http_client
+                    async with Client(streamable_http_client(url, http_client=create_mcp_http_client(headers=user))) as alice:
+                        self.assertEqual(whoami(await alice.call_tool("whoami", {"tag": "a"}))["session_id"], "alice~default")
 
 
 class TenantLimits(unittest.IsolatedAsyncioTestCase):

@@ -19,7 +19,8 @@ use std::net::IpAddr;
 
 use sha2::{Digest, Sha256};
 
-use super::tokens::{constant_time_eq, Gateway, Tenant, TenantTokens};
+use super::gateway::Gateway;
+use super::tokens::{constant_time_eq, Tenant, TenantTokens};
 
 /// The request checks, in the order [`Access::check`] makes them.
 #[derive(Debug, Clone, Default)]
@@ -40,7 +41,7 @@ pub(super) enum Credentials {
     One([u8; 32]),
     /// One of `--auth-tokens`' tokens, which names the tenant.
     Tenants(TenantTokens),
-    /// A gateway's secret, and the user it names (`--trusted-proxy-secret`).
+    /// A gateway, and the user it names (`--trusted-proxy`).
     Gateway(Gateway),
 }
 
@@ -132,20 +133,20 @@ impl Access {
         }
     }
 
-    /// Host, then Origin, then the token; the tenant it names, under
-    /// `--auth-tokens`.
-    /// `header` gives the request's headers by lowercase name.
+    /// Host, then Origin, then the token (or the gateway); the tenant it
+    /// names, with tenants. `header` gives the request's headers by
+    /// lowercase name; `peer` is the address it came from.
     pub(crate) fn check<'a>(
         &self,
-        host: Option<&str>,
-        origin: Option<&str>,
+        (host, origin): (Option<&str>, Option<&str>),
+        peer: Option<IpAddr>,
         header: &dyn Fn(&str) -> Option<&'a str>,
     ) -> Result<Option<Tenant>, Refusal> {
         self.check_host(host)?;
         self.check_origin(origin)?;
         if let Credentials::Gateway(gateway) = &self.credentials {
             return gateway
-                .tenant_of(header)
+                .tenant_of(peer, header)
                 .map(Some)
                 .map_err(|message| Refusal::Unauthorized {
                     message,
@@ -339,7 +340,7 @@ mod tests {
             allow_host: hosts.iter().map(|s| s.to_string()).collect(),
             auth_token_file: None,
             auth_tokens: None,
-            trusted_proxy_secret: None,
+            trusted_proxy: Vec::new(),
             identity_header: "x-forwarded-user".to_string(),
             tenant_max_calls: None,
             tenant_calls_per_second: None,
@@ -368,7 +369,11 @@ mod tests {
             "MCP.example.com",
             "other.example:8443",
         ] {
-            assert_eq!(a.check(Some(ok), None, &auth(None)), Ok(None), "{ok}");
+            assert_eq!(
+                a.check((Some(ok), None), None, &auth(None)),
+                Ok(None),
+                "{ok}"
+            );
         }
         for bad in [
             "attacker.example:8080",
@@ -379,13 +384,13 @@ mod tests {
         ] {
             assert!(
                 matches!(
-                    a.check(Some(bad), None, &auth(None)),
+                    a.check((Some(bad), None), None, &auth(None)),
                     Err(Refusal::Forbidden(_))
                 ),
                 "{bad}"
             );
         }
-        assert!(a.check(None, None, &auth(None)).is_err());
+        assert!(a.check((None, None), None, &auth(None)).is_err());
     }
 
     #[test]
@@ -399,7 +404,7 @@ mod tests {
             "https://app.example.com:443",
         ] {
             assert_eq!(
-                a.check(Some("localhost"), Some(ok), &auth(None)),
+                a.check((Some("localhost"), Some(ok)), None, &auth(None)),
                 Ok(None),
                 "{ok}"
             );
@@ -413,7 +418,8 @@ mod tests {
             "http://localhost.evil.example",
         ] {
             assert!(
-                a.check(Some("localhost"), Some(bad), &auth(None)).is_err(),
+                a.check((Some("localhost"), Some(bad)), None, &auth(None))
+                    .is_err(),
                 "{bad}"
             );
         }
@@ -425,10 +431,13 @@ mod tests {
         let token = "s3cret-token-0123456789";
         let a = access(&[], &[], Some(token));
         let ok = format!("Bearer {token}");
-        assert_eq!(a.check(Some("localhost"), None, &auth(Some(&ok))), Ok(None));
+        assert_eq!(
+            a.check((Some("localhost"), None), None, &auth(Some(&ok))),
+            Ok(None)
+        );
         let lower = format!("bearer {token}");
         assert_eq!(
-            a.check(Some("localhost"), None, &auth(Some(&lower))),
+            a.check((Some("localhost"), None), None, &auth(Some(&lower))),
             Ok(None)
         );
         for bad in [
@@ -439,7 +448,7 @@ mod tests {
         ] {
             assert!(
                 matches!(
-                    a.check(Some("localhost"), None, &auth(bad)),
+                    a.check((Some("localhost"), None), None, &auth(bad)),
                     Err(Refusal::Unauthorized { .. })
                 ),
                 "{bad:?}"
@@ -454,7 +463,7 @@ mod tests {
             allow_host: vec![],
             auth_token_file: None,
             auth_tokens: None,
-            trusted_proxy_secret: None,
+            trusted_proxy: Vec::new(),
             identity_header: "x-forwarded-user".to_string(),
             tenant_max_calls: None,
             tenant_calls_per_second: None,

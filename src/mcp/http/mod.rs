@@ -42,6 +42,7 @@
 
 pub(super) mod access;
 mod answers;
+mod gateway;
 pub(super) mod options;
 mod requests;
 mod sessions;
@@ -250,7 +251,7 @@ async fn connection(
 ) {
     let route = hyper::service::service_fn(move |request: Request<Incoming>| {
         let front = front.clone();
-        async move { Ok::<_, Infallible>(front.handle(request).await) }
+        async move { Ok::<_, Infallible>(front.handle(request, peer.ip()).await) }
     });
     if let Err(e) = serve_connection(stream, route, closing.cancelled_owned()).await {
         tracing::debug!(%peer, "HTTP connection ended: {e}");
@@ -392,7 +393,7 @@ fn too_many(tenant: &str, over: &Over) -> Response<Body> {
 use super::BODIES_IN_FLIGHT;
 
 impl Front {
-    async fn handle(&self, request: Request<Incoming>) -> Response<Body> {
+    async fn handle(&self, request: Request<Incoming>, peer: IpAddr) -> Response<Body> {
         let header = |name: &str| {
             request
                 .headers()
@@ -410,7 +411,7 @@ impl Front {
             Ok(found) => found,
             Err(why) => return refused(Refusal::Forbidden(why)),
         };
-        let tenant = match self.access.check(host, origin, &header) {
+        let tenant = match self.access.check((host, origin), Some(peer), &header) {
             Ok(tenant) => tenant,
             Err(refusal) => return refused(refusal),
         };

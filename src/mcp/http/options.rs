@@ -9,8 +9,9 @@ use std::time::Duration;
 use sha2::{Digest, Sha256};
 
 use super::access::{Access, Credentials};
+use super::gateway::Gateway;
 use super::tenant_limits::TenantLimits;
-use super::tokens::{check_token, Gateway, TenantTokens};
+use super::tokens::{check_token, TenantTokens};
 
 /// The environment variable that holds the bearer token (when no
 /// `--auth-token-file` is given).
@@ -49,33 +50,33 @@ pub struct HttpArgs {
         )
     )]
     pub auth_tokens: Option<PathBuf>,
-    /// With --http: a gateway in front authenticates the users: a request must carry its secret (FILE's first line) in `Toolpool-Proxy-Secret`, and the identity header names its tenant
+    /// With --http: a gateway in front authenticates the users, and the identity header names each request's tenant; believed only from the gateway: a file holding its shared secret (sent in `Toolpool-Proxy-Secret`), or an address or network it connects from; repeatable (both kinds given: both must hold)
     #[cfg_attr(
         feature = "cli",
-        arg(long, value_name = "FILE", requires = "http", conflicts_with_all = ["auth_token_file", "auth_tokens"])
+        arg(long, value_name = "FILE|ADDR", requires = "http", conflicts_with_all = ["auth_token_file", "auth_tokens"])
     )]
-    pub trusted_proxy_secret: Option<PathBuf>,
-    /// With --trusted-proxy-secret: the header in which the gateway names the user (its tenant)
+    pub trusted_proxy: Vec<String>,
+    /// With --trusted-proxy: the header in which the gateway names the user (its tenant)
     #[cfg_attr(
         feature = "cli",
         arg(
             long,
             value_name = "NAME",
             default_value = "x-forwarded-user",
-            requires = "trusted_proxy_secret"
+            requires = "trusted_proxy"
         )
     )]
     pub identity_header: String,
-    /// With tenants (--auth-tokens, --trusted-proxy-secret): a tenant's `tools/call` requests in flight at once; one past it is answered 429 with Retry-After
+    /// With tenants (--auth-tokens, --trusted-proxy): a tenant's `tools/call` requests in flight at once; one past it is answered 429 with Retry-After
     #[cfg_attr(feature = "cli", arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..)))]
     pub tenant_max_calls: Option<u32>,
-    /// With tenants (--auth-tokens, --trusted-proxy-secret): the `tools/call` requests a tenant may start a second, on average (bursts of as many); past it 429 with Retry-After
+    /// With tenants (--auth-tokens, --trusted-proxy): the `tools/call` requests a tenant may start a second, on average (bursts of as many); past it 429 with Retry-After
     #[cfg_attr(feature = "cli", arg(long, value_name = "RATE"))]
     pub tenant_calls_per_second: Option<f64>,
     /// With --http: serve a non-loopback address without a token (anyone who reaches it runs the tools)
     #[cfg_attr(
         feature = "cli",
-        arg(long, requires = "http", conflicts_with_all = ["auth_token_file", "auth_tokens", "trusted_proxy_secret"])
+        arg(long, requires = "http", conflicts_with_all = ["auth_token_file", "auth_tokens", "trusted_proxy"])
     )]
     pub no_auth: bool,
     /// With --http: end a session after SECS without a message from or to its client
@@ -102,7 +103,7 @@ impl Default for HttpArgs {
             allow_host: Vec::new(),
             auth_token_file: None,
             auth_tokens: None,
-            trusted_proxy_secret: None,
+            trusted_proxy: Vec::new(),
             identity_header: "x-forwarded-user".to_string(),
             tenant_max_calls: None,
             tenant_calls_per_second: None,
@@ -141,13 +142,13 @@ impl HttpOptions {
         args: &HttpArgs,
         token_env: Option<String>,
     ) -> Result<HttpOptions, String> {
-        let tenants = match (&args.auth_tokens, &args.trusted_proxy_secret) {
+        let tenants = match (&args.auth_tokens, args.trusted_proxy.is_empty()) {
             (Some(file), _) => Some(Credentials::Tenants(TenantTokens::load(file)?)),
-            (None, Some(file)) => Some(Credentials::Gateway(Gateway::load(
-                file,
+            (None, false) => Some(Credentials::Gateway(Gateway::load(
+                &args.trusted_proxy,
                 &args.identity_header,
             )?)),
-            (None, None) => None,
+            (None, true) => None,
         };
         let limited = args.tenant_max_calls.is_some() || args.tenant_calls_per_second.is_some();
         if let Some(rate) = args.tenant_calls_per_second {
@@ -163,7 +164,7 @@ impl HttpOptions {
         }
         if limited {
             return Err(
-                "--tenant-max-calls and --tenant-calls-per-second need tenants: give --auth-tokens FILE or --trusted-proxy-secret FILE"
+                "--tenant-max-calls and --tenant-calls-per-second need tenants: give --auth-tokens FILE or --trusted-proxy"
                     .into(),
             );
         }

@@ -20,7 +20,7 @@ const MIN_TOKEN_LEN: usize = 16;
 
 /// Longest tenant name: with `~` and a session name (128 at most), a
 /// session id stays one path component of at most 255 bytes.
-const MAX_TENANT: usize = 64;
+pub(super) const MAX_TENANT: usize = 64;
 
 /// The tenant a request authenticated as (in the request's extensions,
 /// where the MCP handler finds it).
@@ -169,83 +169,12 @@ pub(super) fn constant_time_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
     std::hint::black_box(diff) == 0
 }
 
-/// The header a gateway proves itself with (`--trusted-proxy-secret`).
-pub(crate) const PROXY_SECRET_HEADER: &str = "toolpool-proxy-secret";
-
-/// A gateway in front (agentgateway, ToolHive; `--trusted-proxy-secret
-/// FILE`): it authenticates the users and names each request's in an
-/// identity header, which is believed only from a request that carries the
-/// gateway's secret. A request without it is refused, whatever it names.
-#[derive(Debug, Clone)]
-pub(crate) struct Gateway {
-    /// SHA-256 of the secret.
-    secret: [u8; 32],
-    /// The identity header's name, lowercase.
-    identity: String,
-}
-
-impl Gateway {
-    /// The secret from `file`'s first line (a token's rules), and the
-    /// header that names the user.
-    pub(crate) fn load(file: &Path, identity_header: &str) -> Result<Gateway, String> {
-        let what = format!("--trusted-proxy-secret {}", file.display());
-        let text =
-            std::fs::read_to_string(file).map_err(|e| format!("{what}: cannot read: {e}"))?;
-        let secret = text.lines().next().unwrap_or("").trim().to_string();
-        let secret = check_token(secret, &format!("the secret in {}", file.display()))?;
-        let identity = identity_header.to_ascii_lowercase();
-        if hyper::header::HeaderName::from_bytes(identity.as_bytes()).is_err() {
-            return Err(format!(
-                "--identity-header '{identity_header}' is not a header name"
-            ));
-        }
-        Ok(Gateway {
-            secret: Sha256::digest(secret.as_bytes()).into(),
-            identity,
-        })
-    }
-
-    /// The tenant a request names, given its headers by `header`: only
-    /// with the gateway's secret, and a tenant-shaped name.
-    pub(crate) fn tenant_of<'a>(
-        &self,
-        header: &dyn Fn(&str) -> Option<&'a str>,
-    ) -> Result<Tenant, String> {
-        let given = header(PROXY_SECRET_HEADER).unwrap_or("");
-        let digest: [u8; 32] = Sha256::digest(given.trim().as_bytes()).into();
-        if !constant_time_eq(&digest, &self.secret) {
-            return Err(format!(
-                "this server is reached through its gateway only (the {PROXY_SECRET_HEADER} header is missing or wrong)"
-            ));
-        }
-        let Some(name) = header(&self.identity) else {
-            return Err(format!(
-                "the gateway named no user (the {} header)",
-                self.identity
-            ));
-        };
-        check_session_name(name).map_err(|e| {
-            format!(
-                "the {} header: {}",
-                self.identity,
-                e.replacen("session name", "name", 1)
-            )
-        })?;
-        if name.len() > MAX_TENANT {
-            return Err(format!(
-                "the {} header names more than {MAX_TENANT} characters",
-                self.identity
-            ));
-        }
-        Ok(Tenant(name.to_string()))
-    }
-}
-
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn file(text: &str) -> tempfile::NamedTempFile {
+    /// A file holding `text`, gone when dropped.
+    pub(in crate::mcp::http) fn file(text: &str) -> tempfile::NamedTempFile {
         let file = tempfile::NamedTempFile::new().unwrap();
         std::fs::write(file.path(), text).unwrap();
         file
@@ -288,47 +217,5 @@ mod tests {
         assert_eq!(tokens.reload(), Ok((1, 1)));
         assert!(tokens.tenant_of("alice-token-0123456789").is_none());
         assert!(tokens.tenant_of("bob-token-0123456789ab").is_some());
-    }
-
-    #[test]
-    fn a_gateway_names_a_tenant_only_with_its_secret() {
-        let f = file("gateway-secret-0123456789\n");
-        let gateway = Gateway::load(f.path(), "X-Forwarded-User").unwrap();
-        let headers = |secret: Option<&'static str>, user: Option<&'static str>| {
-            move |name: &str| match name {
-                PROXY_SECRET_HEADER => secret,
-                "x-forwarded-user" => user,
-                _ => None,
-            }
-        };
-        let tenant = gateway.tenant_of(&headers(Some("gateway-secret-0123456789"), Some("alice")));
-        assert_eq!(tenant, Ok(Tenant("alice".into())));
-        for (secret, user, says) in [
-            (None, Some("alice"), "through its gateway only"),
-            (
-                Some("wrong-secret-0123456789ab"),
-                Some("alice"),
-                "through its gateway only",
-            ),
-            (
-                Some("gateway-secret-0123456789"),
-                None,
-                "named no user (the x-forwarded-user header)",
-            ),
-            (
-                Some("gateway-secret-0123456789"),
-                Some("../bob"),
-                "the x-forwarded-user header: name",
-            ),
-        ] {
-            let error = gateway.tenant_of(&headers(secret, user)).unwrap_err();
-            assert!(error.contains(says), "{error}");
-        }
-        assert!(Gateway::load(file("short\n").path(), "x")
-            .unwrap_err()
-            .contains("too short"));
-        assert!(Gateway::load(f.path(), "bad header")
-            .unwrap_err()
-            .contains("not a header name"));
     }
 }
