@@ -23,6 +23,8 @@ use crate::pool_error::PoolError;
 pub(crate) const DEFAULT_KEEP: Duration = Duration::from_secs(24 * 3600);
 /// Longest session name a client may give.
 const MAX_NAME: usize = 128;
+/// The directory of the tenants' roots, under the sessions root.
+const TENANTS: &str = "tenants";
 /// The file in every session directory toolpool made (see the module docs).
 pub(crate) const SESSION_MARKER: &str = ".toolpool-session";
 
@@ -179,7 +181,6 @@ impl SessionsRoot {
     /// `TENANT~NAME`, so that two tenants' sessions of one name are two
     /// sessions, in two directories, on two sets of workers. Swept with
     /// this root.
-    #[cfg(feature = "http")]
     pub(crate) fn for_tenant(&self, tenant: &str) -> Result<Arc<SessionsRoot>, PoolError> {
         check_session_name(tenant).map_err(PoolError::Setting)?;
         let mut tenants = self
@@ -189,7 +190,7 @@ impl SessionsRoot {
         if let Some(root) = tenants.get(tenant) {
             return Ok(root.clone());
         }
-        let mut root = SessionsRoot::new(&self.root.join("tenants").join(tenant), self.keep, &[])?;
+        let mut root = SessionsRoot::new(&self.root.join(TENANTS).join(tenant), self.keep, &[])?;
         root.id_prefix = format!("{tenant}~");
         root.tenant = Some(tenant.to_string());
         let root = Arc::new(root);
@@ -287,6 +288,19 @@ impl SessionsRoot {
     /// Only directories holding toolpool's marker are sessions; symbolic
     /// links are never followed.
     pub fn sweep(&self) -> usize {
+        if self.tenant.is_none() {
+            // Tenants no request has come for since the start are swept too.
+            for entry in std::fs::read_dir(self.root.join(TENANTS))
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                let is_dir = entry.file_type().is_ok_and(|kind| kind.is_dir());
+                if let (true, Some(tenant)) = (is_dir, entry.file_name().to_str()) {
+                    let _ = self.for_tenant(tenant);
+                }
+            }
+        }
         let tenants: Vec<Arc<SessionsRoot>> = self
             .tenants
             .lock()
@@ -408,6 +422,28 @@ mod tests {
         let name = random_session_name();
         assert_eq!(name.len(), 32);
         assert_eq!(check_session_name(&name), Ok(()));
+    }
+
+    #[test]
+    fn a_tenants_sessions_are_swept_after_a_restart_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let before = SessionsRoot::new(dir.path(), Duration::ZERO, &[]).unwrap();
+        let alice = before.for_tenant("alice").unwrap();
+        let session = alice.open("notes").unwrap();
+        assert_eq!(session.id(), "alice~notes");
+        assert_eq!(session.tenant(), Some("alice"));
+        let session_dir = session.paths.dir.clone();
+        assert!(session_dir.ends_with("tenants/alice/notes"));
+        // A new server over the same root, before any request of alice's.
+        let after = SessionsRoot::new(dir.path(), Duration::ZERO, &[]).unwrap();
+        assert_eq!(after.sweep(), 1);
+        assert!(!session_dir.exists());
+        // A session a tenant names "tenants" is not taken for tenants' roots.
+        let odd = after.for_tenant("bob").unwrap().open("tenants").unwrap();
+        std::fs::create_dir_all(odd.paths.dir.join("x")).unwrap();
+        drop(odd);
+        assert_eq!(after.sweep(), 1);
+        assert!(!dir.path().join("tenants/bob/tenants").exists());
     }
 
     #[test]
