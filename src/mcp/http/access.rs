@@ -324,8 +324,6 @@ fn is_loopback_name(host: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::super::options::{HttpArgs, HttpOptions};
     use super::*;
 
@@ -338,18 +336,7 @@ mod tests {
         let args = HttpArgs {
             allow_origin: origins.iter().map(|s| s.to_string()).collect(),
             allow_host: hosts.iter().map(|s| s.to_string()).collect(),
-            auth_token_file: None,
-            auth_tokens: None,
-            trusted_proxy: Vec::new(),
-            identity_header: "x-forwarded-user".to_string(),
-            tenant_max_calls: None,
-            tenant_calls_per_second: None,
-            no_auth: false,
-            session_idle: Duration::from_secs(1),
-            max_sessions: 1,
-            max_connections: 1,
-            sessions_root: None,
-            keep_sessions: None,
+            ..HttpArgs::default()
         };
         let addr = "127.0.0.1:1".parse().unwrap();
         HttpOptions::new(addr, &args, token.map(str::to_string))
@@ -458,22 +445,7 @@ mod tests {
 
     #[test]
     fn non_loopback_needs_a_token_or_no_auth() {
-        let mut args = HttpArgs {
-            allow_origin: vec![],
-            allow_host: vec![],
-            auth_token_file: None,
-            auth_tokens: None,
-            trusted_proxy: Vec::new(),
-            identity_header: "x-forwarded-user".to_string(),
-            tenant_max_calls: None,
-            tenant_calls_per_second: None,
-            no_auth: false,
-            session_idle: Duration::from_secs(1),
-            max_sessions: 1,
-            max_connections: 1,
-            sessions_root: None,
-            keep_sessions: None,
-        };
+        let mut args = HttpArgs::default();
         let public = "0.0.0.0:8080".parse().unwrap();
         let error = HttpOptions::new(public, &args, None).unwrap_err();
         assert!(error.contains("--no-auth"), "{error}");

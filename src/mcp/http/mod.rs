@@ -427,7 +427,7 @@ impl Front {
             // Where the handler finds it (with the request's parts).
             request.extensions_mut().insert(tenant);
         }
-        let read = match read_request(request, &self.bodies).await {
+        let read = match read_request(request, &self.bodies, self.tenant_limits.is_some()).await {
             Ok(read) => read,
             Err(response) => return response,
         };

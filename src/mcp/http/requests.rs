@@ -35,10 +35,12 @@ pub(in crate::mcp) const TASK_METHODS: [&str; 3] = ["tasks/get", "tasks/update",
 /// until dropped; a JSON text of more than `MAX_VALUES` values is refused.
 /// A task method's POST (by its `Mcp-Method` header) without an `Mcp-Name`
 /// gets one from its body's `params.taskId` (see the module's
-/// documentation). Other requests are passed on unread.
+/// documentation). With `counts_calls`, whether it is a `tools/call` is
+/// read too. Other requests are passed on unread.
 pub(in crate::mcp) async fn read_request(
     request: Request<Incoming>,
     bodies: &Arc<tokio::sync::Semaphore>,
+    counts_calls: bool,
 ) -> Result<ReadRequest, Response<Body>> {
     if request.method() != Method::POST {
         return Ok(ReadRequest {
@@ -109,7 +111,8 @@ pub(in crate::mcp) async fn read_request(
             parts.headers.insert("mcp-name", value);
         }
     }
-    let is_call = is_tool_call(&bytes);
+    // Read only where a tenant's calls are counted: a scan of the body.
+    let is_call = counts_calls && is_tool_call(&bytes);
     let body = Full::new(bytes)
         .map_err(|never| match never {})
         .boxed_unsync();
@@ -126,7 +129,7 @@ pub(in crate::mcp) struct ReadRequest {
     /// Its body's share of the budget, held until dropped.
     pub(in crate::mcp) held: Option<tokio::sync::OwnedSemaphorePermit>,
     /// Whether it is one `tools/call` (the calls `--tenant-max-calls` and
-    /// `--tenant-calls-per-second` count).
+    /// `--tenant-calls-per-second` count; asked only when they are set).
     pub(in crate::mcp) is_call: bool,
 }
 

@@ -141,13 +141,22 @@ fn the_binding_covers_client_tool_and_arguments() {
         &serde_json::json!({"x": 1}),
     );
     assert_ne!(alice, a);
-    assert_ne!(
-        alice,
-        binding(
-            Some(&client),
-            Some("bob"),
-            "t",
-            &serde_json::json!({"x": 1})
-        )
+    let bob = binding(
+        Some(&client),
+        Some("bob"),
+        "t",
+        &serde_json::json!({"x": 1}),
     );
+    assert_ne!(alice, bob);
+    // So alice's handle, in bob's request, is refused as a made-up one is,
+    // and says nothing of alice's call.
+    let trips = RoundTrips::new(None);
+    let state = trips.seal(&[1u8; 16], &alice);
+    assert!(matches!(trips.open(&state, &bob), Err(StateError::Forged)));
+    let made_up = RoundTrips::new(None).seal(&[1u8; 16], &bob);
+    assert!(matches!(
+        trips.open(&made_up, &bob),
+        Err(StateError::Forged)
+    ));
+    assert_eq!(trips.open(&state, &alice).unwrap(), [1u8; 16]);
 }
