@@ -148,7 +148,7 @@ class Tenants(unittest.IsolatedAsyncioTestCase):
             tokens.write_text(f"alice {ALICE}\n")
             out = run("serve", "--http", "127.0.0.1:0", "--auth-tokens", str(tokens), "--session-isolation", "shared")
             self.assertEqual(out.returncode, 2, out.stderr)
-            self.assertIn("--session-isolation shared cannot be used with tenants (--auth-tokens, --trusted-proxy)", out.stderr)
+            self.assertIn("--session-isolation shared cannot be used with tenants (--auth-tokens, --trusted-proxy, --jwks)", out.stderr)
             out = run("serve", "--http", "127.0.0.1:0", "--auth-tokens", str(tokens), "--no-auth")
             self.assertEqual(out.returncode, 2, out.stderr)
 

@@ -207,6 +207,13 @@ fn python_client_tenants_by_token_each_with_sessions_of_its_own() {
     run_python_module("test_tenants");
 }
 
+/// OAuth access tokens (`--jwks`): each algorithm, each bad token refused
+/// and named, the RFC 9728 metadata, the key set fetched again.
+#[test]
+fn python_client_jwt_access_tokens_checked_against_a_jwks() {
+    run_python_module("test_jwt");
+}
+
 /// Two replicas behind HAProxy (scripts/test-deps installs it): 200
 /// sessions x 10 calls, a replica killed, a replica drained.
 #[test]

@@ -20,6 +20,7 @@ use std::net::IpAddr;
 use sha2::{Digest, Sha256};
 
 use super::gateway::Gateway;
+use super::jwt::{JwtCheck, JwtRefusal};
 use super::tokens::{constant_time_eq, Tenant, TenantTokens};
 
 /// The request checks, in the order [`Access::check`] makes them.
@@ -43,6 +44,8 @@ pub(super) enum Credentials {
     Tenants(TenantTokens),
     /// A gateway, and the user it names (`--trusted-proxy`).
     Gateway(Gateway),
+    /// An OAuth access token, a JWT whose claim names the tenant (`--jwks`).
+    Jwt(Box<JwtCheck>),
 }
 
 /// Why a request is refused: the status and the text for the client.
@@ -52,6 +55,10 @@ pub(crate) enum Refusal {
     Forbidden(String),
     /// 401 with `WWW-Authenticate: Bearer`.
     Unauthorized { message: String, invalid: bool },
+    /// 401 until the JWKS is fetched again: the token names a key not held.
+    UnknownKey(String),
+    /// 403 `insufficient_scope`: the token lacks these scopes.
+    InsufficientScope(Vec<String>),
 }
 
 /// The request's authority (`Host`) and `Origin`, each from one header. A
@@ -125,6 +132,22 @@ impl Access {
         !matches!(self.credentials, Credentials::None)
     }
 
+    /// Whether the credentials name a tenant.
+    pub(crate) fn has_tenants(&self) -> bool {
+        matches!(
+            self.credentials,
+            Credentials::Tenants(_) | Credentials::Gateway(_) | Credentials::Jwt(_)
+        )
+    }
+
+    /// The access-token check, under `--jwks`.
+    pub(crate) fn jwt(&self) -> Option<&JwtCheck> {
+        match &self.credentials {
+            Credentials::Jwt(check) => Some(check),
+            _ => None,
+        }
+    }
+
     /// The tenants' tokens, under `--auth-tokens` (re-read on SIGHUP).
     pub(crate) fn tenant_tokens(&self) -> Option<&TenantTokens> {
         match &self.credentials {
@@ -142,8 +165,7 @@ impl Access {
         peer: Option<IpAddr>,
         header: &dyn Fn(&str) -> Option<&'a str>,
     ) -> Result<Option<Tenant>, Refusal> {
-        self.check_host(host)?;
-        self.check_origin(origin)?;
+        self.check_host_and_origin((host, origin))?;
         if let Credentials::Gateway(gateway) = &self.credentials {
             return gateway
                 .tenant_of(peer, header)
@@ -154,6 +176,15 @@ impl Access {
                 });
         }
         self.check_token(header("authorization"))
+    }
+
+    /// Host, then Origin: what even a request that needs no token passes.
+    pub(crate) fn check_host_and_origin(
+        &self,
+        (host, origin): (Option<&str>, Option<&str>),
+    ) -> Result<(), Refusal> {
+        self.check_host(host)?;
+        self.check_origin(origin)
     }
 
     fn check_host(&self, host: Option<&str>) -> Result<(), Refusal> {
@@ -233,6 +264,15 @@ impl Access {
                 }
             }
             Credentials::Tenants(tokens) => tokens.tenant_of(given).map(Some).ok_or_else(wrong),
+            Credentials::Jwt(check) => match check.tenant_of(given) {
+                Ok(tenant) => Ok(Some(tenant)),
+                Err(JwtRefusal::Invalid(message)) => Err(Refusal::Unauthorized {
+                    message,
+                    invalid: true,
+                }),
+                Err(JwtRefusal::UnknownKey(kid)) => Err(Refusal::UnknownKey(kid)),
+                Err(JwtRefusal::Scope(missing)) => Err(Refusal::InsufficientScope(missing)),
+            },
         }
     }
 }
@@ -308,7 +348,6 @@ fn parse_authority(text: &str) -> Option<(String, Option<u16>)> {
 }
 
 /// A `Host` header value (`host[:port]`) that names a loopback host.
-#[cfg(feature = "metrics")]
 pub(crate) fn is_loopback_host(text: &str) -> bool {
     parse_authority(text).is_some_and(|(host, _)| is_loopback_name(&host))
 }

@@ -11,8 +11,7 @@ use std::path::Path;
 use ipnet::IpNet;
 use sha2::{Digest, Sha256};
 
-use super::tokens::{check_token, constant_time_eq, Tenant, MAX_TENANT};
-use crate::context::sessions::check_session_name;
+use super::tokens::{check_token, constant_time_eq, Tenant};
 
 /// The header a gateway proves itself with, under a secret.
 pub(crate) const PROXY_SECRET_HEADER: &str = "toolpool-proxy-secret";
@@ -94,20 +93,7 @@ impl Gateway {
                 self.identity
             ));
         };
-        check_session_name(name).map_err(|e| {
-            format!(
-                "the {} header: {}",
-                self.identity,
-                e.replacen("session name", "name", 1)
-            )
-        })?;
-        if name.len() > MAX_TENANT {
-            return Err(format!(
-                "the {} header names more than {MAX_TENANT} characters",
-                self.identity
-            ));
-        }
-        Ok(Tenant(name.to_string()))
+        Tenant::parse(name).map_err(|e| format!("the {} header: {e}", self.identity))
     }
 }
 

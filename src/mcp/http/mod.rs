@@ -43,7 +43,9 @@
 pub(super) mod access;
 mod answers;
 mod gateway;
+mod jwt;
 pub(super) mod options;
+mod protected_resource;
 mod requests;
 mod sessions;
 mod tenant_limits;
@@ -71,7 +73,8 @@ use crate::http::conn::{serve_connection, ConnectionCap};
 use access::{authority_and_origin, Access, Refusal};
 use answers::AnswersInFlight;
 use options::HttpOptions;
-use requests::{read_request, refused, text};
+use protected_resource::refused;
+use requests::{read_request, text};
 pub(super) use requests::{Body, McpService, RequestBody};
 pub(super) use sessions::SessionCalls;
 use sessions::Sessions;
@@ -170,6 +173,11 @@ pub(super) async fn serve(
             tokens.clone(),
         )))
     });
+    if let Some(check) = options.access.jwt() {
+        // A URL's key set, fetched now rather than at the first token.
+        let check = check.clone();
+        tokio::spawn(async move { check.refresh().await });
+    }
     let sessions_ct = CancellationToken::new();
     let answers = AnswersInFlight::new();
     let front = make_front(&server, options.clone(), &root, &sessions_ct, &answers);
@@ -409,11 +417,27 @@ impl Front {
         }
         let (host, origin) = match authority_and_origin(&request) {
             Ok(found) => found,
-            Err(why) => return refused(Refusal::Forbidden(why)),
+            Err(why) => return refused(Refusal::Forbidden(why), None),
         };
-        let tenant = match self.access.check((host, origin), Some(peer), &header) {
+        let jwt = self.access.jwt().map(|check| (check, host));
+        if let Some((check, host)) = jwt {
+            // The protected resource's metadata needs no token.
+            if protected_resource::is_metadata_path(request.uri().path()) {
+                return match self.access.check_host_and_origin((host, origin)) {
+                    Ok(()) => protected_resource::metadata(check, host),
+                    Err(refusal) => refused(refusal, jwt),
+                };
+            }
+        }
+        let mut checked = self.access.check((host, origin), Some(peer), &header);
+        if let (Err(Refusal::UnknownKey(_)), Some((check, _))) = (&checked, jwt) {
+            // A key the issuer added since the set was read.
+            check.refresh().await;
+            checked = self.access.check((host, origin), Some(peer), &header);
+        }
+        let tenant = match checked {
             Ok(tenant) => tenant,
-            Err(refusal) => return refused(refusal),
+            Err(refusal) => return refused(refusal, jwt),
         };
         if request.uri().path() != ENDPOINT {
             return text(

@@ -10,6 +10,7 @@ use sha2::{Digest, Sha256};
 
 use super::access::{Access, Credentials};
 use super::gateway::Gateway;
+use super::jwt::JwtCheck;
 use super::tenant_limits::TenantLimits;
 use super::tokens::{check_token, TenantTokens};
 
@@ -67,16 +68,37 @@ pub struct HttpArgs {
         )
     )]
     pub identity_header: String,
-    /// With tenants (--auth-tokens, --trusted-proxy): a tenant's `tools/call` requests in flight at once; one past it is answered 429 with Retry-After
+    /// With --http: OAuth 2.1 access tokens: each request's bearer token is a JWT (RS256, ES256 or EdDSA) checked against the JSON Web Key Set in FILE or at an http:// URL (fetched again for a key it lacks); its claim (--tenant-claim) names the tenant
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, value_name = "FILE|URL", requires_all = ["http", "issuer", "audience"], conflicts_with_all = ["auth_token_file", "auth_tokens", "trusted_proxy"])
+    )]
+    pub jwks: Option<String>,
+    /// With --jwks: the authorization server a token's `iss` must name
+    #[cfg_attr(feature = "cli", arg(long, value_name = "URL", requires = "jwks"))]
+    pub issuer: Option<String>,
+    /// With --jwks: this server, as a token's `aud` must name it (RFC 8707), e.g. https://mcp.example.com/mcp
+    #[cfg_attr(feature = "cli", arg(long, value_name = "URI", requires = "jwks"))]
+    pub audience: Option<String>,
+    /// With --jwks: a scope every token must hold (in `scope` or `scp`), else 403 insufficient_scope; repeatable
+    #[cfg_attr(feature = "cli", arg(long, value_name = "SCOPE", requires = "jwks"))]
+    pub required_scope: Vec<String>,
+    /// With --jwks: the claim that names a token's tenant
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, value_name = "CLAIM", default_value = "sub", requires = "jwks")
+    )]
+    pub tenant_claim: String,
+    /// With tenants (--auth-tokens, --trusted-proxy, --jwks): a tenant's `tools/call` requests in flight at once; one past it is answered 429 with Retry-After
     #[cfg_attr(feature = "cli", arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..)))]
     pub tenant_max_calls: Option<u32>,
-    /// With tenants (--auth-tokens, --trusted-proxy): the `tools/call` requests a tenant may start a second, on average (bursts of as many); past it 429 with Retry-After
+    /// With tenants (--auth-tokens, --trusted-proxy, --jwks): the `tools/call` requests a tenant may start a second, on average (bursts of as many); past it 429 with Retry-After
     #[cfg_attr(feature = "cli", arg(long, value_name = "RATE"))]
     pub tenant_calls_per_second: Option<f64>,
     /// With --http: serve a non-loopback address without a token (anyone who reaches it runs the tools)
     #[cfg_attr(
         feature = "cli",
-        arg(long, requires = "http", conflicts_with_all = ["auth_token_file", "auth_tokens", "trusted_proxy"])
+        arg(long, requires = "http", conflicts_with_all = ["auth_token_file", "auth_tokens", "trusted_proxy", "jwks"])
     )]
     pub no_auth: bool,
     /// With --http: end a session after SECS without a message from or to its client
@@ -105,6 +127,11 @@ impl Default for HttpArgs {
             auth_tokens: None,
             trusted_proxy: Vec::new(),
             identity_header: "x-forwarded-user".to_string(),
+            jwks: None,
+            issuer: None,
+            audience: None,
+            required_scope: Vec::new(),
+            tenant_claim: "sub".to_string(),
             tenant_max_calls: None,
             tenant_calls_per_second: None,
             no_auth: false,
@@ -142,13 +169,14 @@ impl HttpOptions {
         args: &HttpArgs,
         token_env: Option<String>,
     ) -> Result<HttpOptions, String> {
-        let tenants = match (&args.auth_tokens, args.trusted_proxy.is_empty()) {
-            (Some(file), _) => Some(Credentials::Tenants(TenantTokens::load(file)?)),
-            (None, false) => Some(Credentials::Gateway(Gateway::load(
+        let tenants = match (&args.auth_tokens, &args.jwks, args.trusted_proxy.is_empty()) {
+            (Some(file), _, _) => Some(Credentials::Tenants(TenantTokens::load(file)?)),
+            (None, Some(jwks), _) => Some(Credentials::Jwt(Box::new(JwtCheck::new(jwks, args)?))),
+            (None, None, false) => Some(Credentials::Gateway(Gateway::load(
                 &args.trusted_proxy,
                 &args.identity_header,
             )?)),
-            (None, true) => None,
+            (None, None, true) => None,
         };
         let limited = args.tenant_max_calls.is_some() || args.tenant_calls_per_second.is_some();
         if let Some(rate) = args.tenant_calls_per_second {
@@ -164,7 +192,7 @@ impl HttpOptions {
         }
         if limited {
             return Err(
-                "--tenant-max-calls and --tenant-calls-per-second need tenants: give --auth-tokens FILE or --trusted-proxy"
+                "--tenant-max-calls and --tenant-calls-per-second need tenants: give --auth-tokens FILE, --jwks or --trusted-proxy"
                     .into(),
             );
         }
@@ -199,6 +227,12 @@ impl HttpOptions {
             args,
             Access::new(&args.allow_origin, &args.allow_host, credentials)?,
         ))
+    }
+
+    /// Whether each request names a tenant (`--auth-tokens`,
+    /// `--trusted-proxy`, `--jwks`).
+    pub fn has_tenants(&self) -> bool {
+        self.access.has_tenants()
     }
 
     fn checked(addr: SocketAddr, args: &HttpArgs, access: Access) -> HttpOptions {

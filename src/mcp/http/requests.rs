@@ -7,13 +7,12 @@ use std::sync::Arc;
 
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
-use hyper::header::{HeaderValue, WWW_AUTHENTICATE};
+use hyper::header::HeaderValue;
 use hyper::{Method, Request, Response, StatusCode};
 
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::StreamableHttpService;
 
-use super::access::Refusal;
 use crate::http::conn::{read_body, BodyError};
 use crate::mcp::{ToolpoolServer, BODIES_IN_FLIGHT};
 
@@ -165,29 +164,4 @@ pub(in crate::mcp) fn text(status: StatusCode, body: String) -> Response<Body> {
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
     response
-}
-
-pub(in crate::mcp) fn refused(refusal: Refusal) -> Response<Body> {
-    match refusal {
-        Refusal::Forbidden(message) => {
-            tracing::warn!("refused a request: {message}");
-            text(StatusCode::FORBIDDEN, format!("forbidden: {message}\n"))
-        }
-        Refusal::Unauthorized { message, invalid } => {
-            tracing::info!("refused a request: {message}");
-            let mut response = text(
-                StatusCode::UNAUTHORIZED,
-                format!("unauthorized: {message}\n"),
-            );
-            let challenge = if invalid {
-                r#"Bearer realm="toolpool", error="invalid_token""#
-            } else {
-                r#"Bearer realm="toolpool""#
-            };
-            response
-                .headers_mut()
-                .insert(WWW_AUTHENTICATE, HeaderValue::from_static(challenge));
-            response
-        }
-    }
 }

@@ -20,12 +20,24 @@ const MIN_TOKEN_LEN: usize = 16;
 
 /// Longest tenant name: with `~` and a session name (128 at most), a
 /// session id stays one path component of at most 255 bytes.
-pub(super) const MAX_TENANT: usize = 64;
+const MAX_TENANT: usize = 64;
 
 /// The tenant a request authenticated as (in the request's extensions,
 /// where the MCP handler finds it).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct Tenant(pub(crate) String);
+
+impl Tenant {
+    /// `name` as a tenant: a session-name-shaped word of at most
+    /// [`MAX_TENANT`] characters; else what is wrong with it.
+    pub(crate) fn parse(name: &str) -> Result<Tenant, String> {
+        check_session_name(name).map_err(|e| e.replacen("session name", "name", 1))?;
+        if name.len() > MAX_TENANT {
+            return Err(format!("the name has more than {MAX_TENANT} characters"));
+        }
+        Ok(Tenant(name.to_string()))
+    }
+}
 
 /// Tokens as SHA-256 digests, each with its tenant.
 type Digests = Vec<([u8; 32], Tenant)>;
@@ -123,23 +135,13 @@ fn read(file: &Path) -> Result<Digests, String> {
         let (Some(tenant), Some(token), None) = (words.next(), words.next(), words.next()) else {
             return Err(format!("{place}: give TENANT TOKEN, two words"));
         };
-        check_session_name(tenant).map_err(|e| {
-            format!(
-                "{place}: the tenant: {}",
-                e.replacen("session name", "name", 1)
-            )
-        })?;
-        if tenant.len() > MAX_TENANT {
-            return Err(format!(
-                "{place}: the tenant's name has more than {MAX_TENANT} characters"
-            ));
-        }
+        let tenant = Tenant::parse(tenant).map_err(|e| format!("{place}: the tenant: {e}"))?;
         let token = check_token(token.to_string(), &format!("{place}: the token"))?;
         let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         if tokens.iter().any(|(known, _)| *known == digest) {
             return Err(format!("{place}: this token is given twice"));
         }
-        tokens.push((digest, Tenant(tenant.to_string())));
+        tokens.push((digest, tenant));
     }
     if tokens.is_empty() {
         return Err(format!("{what}: no token (give TENANT TOKEN lines)"));

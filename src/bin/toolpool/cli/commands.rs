@@ -386,14 +386,13 @@ fn http_options(
         })
         .transpose()
         .map_err(CliError::Usage)?;
-    let tenants =
-        args.http_access.auth_tokens.is_some() || !args.http_access.trusted_proxy.is_empty();
+    let tenants = http.as_ref().is_some_and(|h| h.has_tenants());
     if tenants && args.session_isolation == Some(IsolationArg::Shared) {
         // Tenants' sessions are apart on disk; in one worker's memory they
         // would not be.
         return Err(CliError::Usage(
             "--session-isolation shared cannot be used with tenants (--auth-tokens, \
-             --trusted-proxy): a worker would serve several tenants, whose calls \
+             --trusted-proxy, --jwks): a worker would serve several tenants, whose calls \
              would meet in its memory; each worker serves one session of one tenant \
              (--session-isolation process, the default with --http)"
                 .into(),

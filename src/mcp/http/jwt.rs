@@ -1,0 +1,339 @@
+//! OAuth 2.1 access tokens (`--jwks`): the server is a resource server, as
+//! MCP's authorization specification has it. A request's bearer token is a
+//! JWT signed by the authorization server, whose public keys are a JWKS read
+//! from a file or fetched from an `http://` URL, and fetched again when a
+//! token names a key it does not hold (at most once every
+//! [`MIN_REFRESH`]: a flood of made-up key ids cannot hammer the issuer).
+//!
+//! A token is accepted when, in this order: it is at most [`MAX_TOKEN`]
+//! bytes; its `alg` is RS256, ES256 or EdDSA (`none`, HMAC and everything
+//! else are refused before any key is looked at, so a public key can never
+//! serve as an HMAC secret); its `kid` names a key of the set; the signature
+//! holds (jsonwebtoken, on aws-lc-rs: no cryptography is written here);
+//! `exp` is in the future and `nbf` and `iat` in the past, within [`LEEWAY`];
+//! `iss` is `--issuer`; `aud` names `--audience` (RFC 8707); `scope` holds
+//! every `--required-scope`. The tenant is `sub`, or the claim
+//! `--tenant-claim` names, and must be a tenant-shaped word.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use jsonwebtoken::jwk::JwkSet;
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+
+use super::options::HttpArgs;
+use super::tokens::Tenant;
+
+/// The longest token read: a JWT of a few claims is well under 2 KiB.
+pub(super) const MAX_TOKEN: usize = 8 * 1024;
+/// How far `exp`, `nbf` and `iat` may be off, for clocks a little apart.
+pub(super) const LEEWAY: Duration = Duration::from_secs(30);
+/// The least time between two fetches of the key set.
+const MIN_REFRESH: Duration = Duration::from_secs(3);
+/// The largest key set read.
+const MAX_JWKS: usize = 1 << 20;
+/// How long a fetch of the key set may take.
+const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The signature algorithms accepted, by their `alg` names.
+const ACCEPTED: [(&str, Algorithm); 3] = [
+    ("RS256", Algorithm::RS256),
+    ("ES256", Algorithm::ES256),
+    ("EdDSA", Algorithm::EdDSA),
+];
+
+/// Where the key set comes from.
+#[derive(Debug, Clone)]
+enum Source {
+    File(PathBuf),
+    Url(hyper::Uri),
+}
+
+/// The keys of the set by `kid`.
+type Keys = HashMap<String, Arc<DecodingKey>>;
+
+/// The access-token check of `--jwks`.
+#[derive(Clone)]
+pub(crate) struct JwtCheck {
+    source: Source,
+    keys: Arc<RwLock<Arc<Keys>>>,
+    /// When the set was last fetched; held while fetching, so that
+    /// refreshes asked for at once make one fetch.
+    fetched: Arc<tokio::sync::Mutex<Option<Instant>>>,
+    validation: Validation,
+    required_scopes: Vec<String>,
+    tenant_claim: String,
+    pub(super) issuer: String,
+    pub(super) audience: String,
+}
+
+impl std::fmt::Debug for JwtCheck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JwtCheck")
+            .field("source", &self.source)
+            .field("issuer", &self.issuer)
+            .field("audience", &self.audience)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a token is refused.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum JwtRefusal {
+    /// 401 `invalid_token`: the text says what is wrong.
+    Invalid(String),
+    /// 401, until the key set is fetched again: no key has this id.
+    UnknownKey(String),
+    /// 403 `insufficient_scope`: the scopes it lacks.
+    Scope(Vec<String>),
+}
+
+impl JwtCheck {
+    /// Checks the options; a file must hold a key set now, a URL is
+    /// fetched at the first token (the issuer may start after this server).
+    pub(crate) fn new(jwks: &str, args: &HttpArgs) -> Result<JwtCheck, String> {
+        let source = match jwks.parse::<hyper::Uri>() {
+            Ok(uri) if uri.scheme_str() == Some("http") => Source::Url(uri),
+            Ok(uri) if uri.scheme_str() == Some("https") => {
+                return Err(format!(
+                    "--jwks {jwks}: https is not fetched here; give the set as a file (refreshed by a sidecar) or an http:// URL inside the cluster"
+                ))
+            }
+            _ => Source::File(PathBuf::from(jwks)),
+        };
+        let (Some(issuer), Some(audience)) = (&args.issuer, &args.audience) else {
+            return Err(
+                "--jwks needs --issuer and --audience (a token's iss and aud must name them)"
+                    .into(),
+            );
+        };
+        let (issuer, audience) = (issuer.trim().to_string(), audience.trim().to_string());
+        if issuer.is_empty() || audience.is_empty() {
+            return Err("--issuer and --audience must not be empty".into());
+        }
+        let mut validation = Validation::new(Algorithm::RS256);
+        validation.leeway = LEEWAY.as_secs();
+        validation.validate_nbf = true;
+        validation.set_issuer(&[&issuer]);
+        validation.set_audience(&[&audience]);
+        validation.set_required_spec_claims(&["exp", "iss", "aud"]);
+        let keys = match &source {
+            Source::File(path) => parse_set(
+                &std::fs::read(path)
+                    .map_err(|e| format!("--jwks {}: cannot read: {e}", path.display()))?,
+            )
+            .map_err(|e| format!("--jwks {}: {e}", path.display()))?,
+            Source::Url(_) => Keys::new(),
+        };
+        Ok(JwtCheck {
+            fetched: Arc::new(tokio::sync::Mutex::new(
+                matches!(source, Source::File(_)).then(Instant::now),
+            )),
+            source,
+            keys: Arc::new(RwLock::new(Arc::new(keys))),
+            validation,
+            required_scopes: args.required_scope.clone(),
+            tenant_claim: args.tenant_claim.clone(),
+            issuer,
+            audience,
+        })
+    }
+
+    /// The scopes every token must hold.
+    pub(super) fn required_scopes(&self) -> &[String] {
+        &self.required_scopes
+    }
+
+    /// The tenant `token` names, if it passes every check.
+    pub(crate) fn tenant_of(&self, token: &str) -> Result<Tenant, JwtRefusal> {
+        let invalid = |why: String| JwtRefusal::Invalid(why);
+        if token.len() > MAX_TOKEN {
+            return Err(invalid(format!(
+                "the token has {} bytes; at most {MAX_TOKEN} are read",
+                token.len()
+            )));
+        }
+        let (alg, kid) = header_of(token).map_err(invalid)?;
+        let Some(&(_, algorithm)) = ACCEPTED.iter().find(|(name, _)| *name == alg) else {
+            return Err(invalid(format!(
+                "the token's alg {alg:?} is not accepted (RS256, ES256 and EdDSA are)"
+            )));
+        };
+        let keys = self.keys.read().map(|k| k.clone()).unwrap_or_default();
+        let key = match &kid {
+            Some(kid) => keys.get(kid),
+            // No kid: the set's only key, if it has one.
+            None if keys.len() == 1 => keys.values().next(),
+            None => return Err(invalid("the token names no key (kid)".into())),
+        };
+        let Some(key) = key else {
+            return Err(JwtRefusal::UnknownKey(kid.unwrap_or_default()));
+        };
+        let mut validation = self.validation.clone();
+        validation.algorithms = vec![algorithm];
+        let claims = jsonwebtoken::decode::<serde_json::Map<String, serde_json::Value>>(
+            token,
+            key,
+            &validation,
+        )
+        .map_err(|e| invalid(describe(e.kind())))?
+        .claims;
+        check_iat(&claims)?;
+        let missing = self.missing_scopes(&claims);
+        if !missing.is_empty() {
+            return Err(JwtRefusal::Scope(missing));
+        }
+        let claim = &self.tenant_claim;
+        let name = claims.get(claim).and_then(|v| v.as_str()).ok_or_else(|| {
+            invalid(format!(
+                "the token has no {claim} claim (text) to name its tenant"
+            ))
+        })?;
+        Tenant::parse(name).map_err(|e| invalid(format!("the token's {claim} claim: {e}")))
+    }
+
+    /// The required scopes `claims` lack: `scope` is a space-separated
+    /// text (RFC 8693), `scp` a list (as some issuers send it).
+    fn missing_scopes(&self, claims: &serde_json::Map<String, serde_json::Value>) -> Vec<String> {
+        let mut held: Vec<&str> = Vec::new();
+        if let Some(text) = claims.get("scope").and_then(|v| v.as_str()) {
+            held.extend(text.split_whitespace());
+        }
+        if let Some(list) = claims.get("scp").and_then(|v| v.as_array()) {
+            held.extend(list.iter().filter_map(|v| v.as_str()));
+        }
+        self.required_scopes
+            .iter()
+            .filter(|scope| !held.contains(&scope.as_str()))
+            .cloned()
+            .collect()
+    }
+
+    /// Fetches the key set again (a token named a key it lacks), unless it
+    /// was fetched less than [`MIN_REFRESH`] ago; a set that cannot be read
+    /// leaves the old one, and the log says why.
+    pub(crate) async fn refresh(&self) {
+        let mut fetched = self.fetched.lock().await;
+        if fetched.is_some_and(|at| at.elapsed() < MIN_REFRESH) {
+            return;
+        }
+        *fetched = Some(Instant::now());
+        let read = match &self.source {
+            Source::File(path) => tokio::fs::read(path)
+                .await
+                .map_err(|e| format!("cannot read: {e}")),
+            Source::Url(uri) => fetch(uri).await,
+        };
+        match read.and_then(|bytes| parse_set(&bytes)) {
+            Ok(keys) => {
+                tracing::info!(keys = keys.len(), "read the key set (--jwks)");
+                if let Ok(mut held) = self.keys.write() {
+                    *held = Arc::new(keys);
+                }
+            }
+            Err(why) => tracing::warn!("--jwks: kept the keys in force: {why}"),
+        }
+    }
+}
+
+/// The `alg` and `kid` of a token's header, read as text (so that `none`
+/// or an algorithm the library does not know is named as such).
+fn header_of(token: &str) -> Result<(String, Option<String>), String> {
+    #[derive(serde::Deserialize)]
+    struct Header {
+        alg: String,
+        kid: Option<String>,
+    }
+    let mut parts = token.split('.');
+    let (Some(head), Some(_), Some(_), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err("the token is not a JWT (three base64url parts joined by '.')".into());
+    };
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(head)
+        .map_err(|_| "the token's header is not base64url".to_string())?;
+    let header: Header = serde_json::from_slice(&bytes)
+        .map_err(|e| format!("the token's header is not a JOSE header: {e}"))?;
+    Ok((header.alg, header.kid))
+}
+
+/// `iat`, when present, must be a number not in the future.
+fn check_iat(claims: &serde_json::Map<String, serde_json::Value>) -> Result<(), JwtRefusal> {
+    let Some(iat) = claims.get("iat") else {
+        return Ok(());
+    };
+    let now = jsonwebtoken::get_current_timestamp();
+    match iat.as_f64() {
+        Some(at) if at <= (now + LEEWAY.as_secs()) as f64 => Ok(()),
+        Some(_) => Err(JwtRefusal::Invalid(
+            "the token was issued in the future (iat)".into(),
+        )),
+        None => Err(JwtRefusal::Invalid(
+            "the token's iat is not a number".into(),
+        )),
+    }
+}
+
+/// What a failed check means, in words for the log and the client.
+fn describe(kind: &jsonwebtoken::errors::ErrorKind) -> String {
+    use jsonwebtoken::errors::ErrorKind as E;
+    match kind {
+        E::ExpiredSignature => "the token has expired (exp)".into(),
+        E::ImmatureSignature => "the token is not valid yet (nbf)".into(),
+        E::InvalidAudience => "the token's aud does not name this server (--audience)".into(),
+        E::InvalidIssuer => "the token's iss is not --issuer".into(),
+        E::InvalidSignature => "the token's signature does not hold".into(),
+        E::MissingRequiredClaim(claim) => format!("the token has no {claim} claim"),
+        E::InvalidClaimFormat(claim) => format!("the token's {claim} claim has the wrong type"),
+        E::InvalidAlgorithm => "the token's alg does not fit its key".into(),
+        other => format!("the token does not verify: {other:?}"),
+    }
+}
+
+/// The keys of a JWKS document by `kid`; keys without one, or of an
+/// algorithm not accepted, are skipped.
+fn parse_set(bytes: &[u8]) -> Result<Keys, String> {
+    let set: JwkSet =
+        serde_json::from_slice(bytes).map_err(|e| format!("not a JWKS (JSON Web Key Set): {e}"))?;
+    let mut keys = Keys::new();
+    for jwk in &set.keys {
+        let Some(kid) = &jwk.common.key_id else {
+            continue;
+        };
+        match DecodingKey::from_jwk(jwk) {
+            Ok(key) => {
+                keys.insert(kid.clone(), Arc::new(key));
+            }
+            Err(e) => tracing::warn!(kid, "--jwks: skipped a key: {e}"),
+        }
+    }
+    Ok(keys)
+}
+
+/// GET `uri`, within [`FETCH_TIMEOUT`] and [`MAX_JWKS`] bytes.
+async fn fetch(uri: &hyper::Uri) -> Result<Vec<u8>, String> {
+    use http_body_util::BodyExt;
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Empty<hyper::body::Bytes>>();
+    let got = async {
+        let response = client
+            .get(uri.clone())
+            .await
+            .map_err(|e| format!("{uri}: {e}"))?;
+        if !response.status().is_success() {
+            return Err(format!("{uri}: answered {}", response.status()));
+        }
+        let body = http_body_util::Limited::new(response.into_body(), MAX_JWKS)
+            .collect()
+            .await
+            .map_err(|e| format!("{uri}: {e}"))?;
+        Ok(body.to_bytes().to_vec())
+    };
+    tokio::time::timeout(FETCH_TIMEOUT, got)
+        .await
+        .map_err(|_| format!("{uri}: no answer within {} s", FETCH_TIMEOUT.as_secs()))?
+}
