@@ -42,7 +42,9 @@ mod handler;
 mod http;
 mod listeners;
 mod reloads;
+mod replicas;
 mod resources;
+mod sealing;
 mod shutdown;
 mod stdio;
 mod tool_list;
@@ -94,6 +96,7 @@ pub use http::options::{HttpArgs, HttpOptions, TOKEN_ENV as AUTH_TOKEN_ENV};
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub use http::parse_http_addr;
+pub use replicas::Replica;
 
 /// The most bytes of request bodies the server holds at once, across every
 /// connection (four bodies of the largest size; on stdio, of lines read and
@@ -191,6 +194,10 @@ pub async fn serve(
     if let Some(after) = options.task_after {
         server = server.with_tasks(after, options.task_keep);
     }
+    #[cfg(feature = "http")]
+    if let Some(replica) = options.http.as_ref().and_then(|h| h.replica.clone()) {
+        server = server.with_replica(replica);
+    }
     #[cfg(feature = "otel")]
     if let Some(telemetry) = &options.telemetry {
         server = server.with_telemetry(telemetry);
@@ -245,6 +252,9 @@ struct Inner {
     /// `--progress-heartbeat`.
     progress_heartbeat: Option<Duration>,
     tasks: Arc<calls::tasks::Tasks>,
+    /// This replica, when several serve behind one balancer: the tag of
+    /// its tasks' ids and `requestState`s.
+    replica: Option<Arc<Replica>>,
     calls: CallCounter,
     /// Set at shutdown: calls arriving after it are refused.
     closing: AtomicBool,
@@ -259,7 +269,7 @@ impl ToolpoolServer {
     /// A server of `tools` on `pool`, stopped only by its transport's end
     /// (see [`with_stop`](Self::with_stop)).
     pub fn new(pool: Pool, tools: ToolSet) -> ToolpoolServer {
-        let round_trips = calls::mrtr::RoundTrips::new(pool.human_timeout());
+        let round_trips = calls::mrtr::RoundTrips::new(pool.human_timeout(), None);
         ToolpoolServer {
             inner: Arc::new(Inner {
                 pool,
@@ -269,7 +279,8 @@ impl ToolpoolServer {
                 round_trips,
                 task_after: None,
                 progress_heartbeat: None,
-                tasks: Arc::new(calls::tasks::Tasks::new(calls::tasks::DEFAULT_KEEP)),
+                tasks: Arc::new(calls::tasks::Tasks::new(calls::tasks::DEFAULT_KEEP, None)),
+                replica: None,
                 calls: CallCounter::default(),
                 closing: AtomicBool::new(false),
                 stop: StopRequests::never(),
@@ -298,7 +309,23 @@ impl ToolpoolServer {
     pub fn with_tasks(mut self, after: Duration, keep: Duration) -> ToolpoolServer {
         if let Some(inner) = Arc::get_mut(&mut self.inner) {
             inner.task_after = Some(after);
-            inner.tasks = Arc::new(calls::tasks::Tasks::new(keep));
+            inner.tasks = Arc::new(calls::tasks::Tasks::new(keep, inner.replica.clone()));
+        }
+        self
+    }
+
+    /// One of several replicas behind a balancer: the ids of its tasks and
+    /// questions name it ([`Replica`]). Before the server is shared.
+    pub fn with_replica(mut self, replica: Replica) -> ToolpoolServer {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            let replica = Arc::new(replica);
+            inner.round_trips =
+                calls::mrtr::RoundTrips::new(inner.pool.human_timeout(), Some(replica.clone()));
+            inner.tasks = Arc::new(calls::tasks::Tasks::new(
+                inner.tasks.keep(),
+                Some(replica.clone()),
+            ));
+            inner.replica = Some(replica);
         }
         self
     }

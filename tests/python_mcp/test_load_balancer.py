@@ -46,9 +46,17 @@ CALLS = 10
 CONCURRENCY = 16
 
 
-def haproxy_config(port: int, replicas: dict[str, int]) -> str:
-    """The configuration of docs/deploy.md, on loopback ports."""
+def haproxy_config(port: int, replicas: dict[str, int], sticky: bool = True) -> str:
+    """The configuration of docs/deploy.md, on loopback ports; without
+    `sticky`, no affinity (replicas that route their state themselves)."""
     servers = "\n".join(f"    server {name} 127.0.0.1:{p} check" for name, p in replicas.items())
+    affinity = """\
+    # Affinity: the replica that answered initialize with an Mcp-Session-Id
+    # gets every later request carrying it.
+    stick-table type string len 64 size 100k expire 30m
+    stick match req.hdr(mcp-session-id)
+    stick store-response res.hdr(mcp-session-id)
+""" if sticky else ""
     return f"""\
 global
     maxconn 4096
@@ -78,12 +86,7 @@ backend toolpool
     # it drains); a slow answer on a busy host is not a failure.
     default-server inter 200ms fall 1 rise 2
     timeout check 5s
-    # Affinity: the replica that answered initialize with an Mcp-Session-Id
-    # gets every later request carrying it.
-    stick-table type string len 64 size 100k expire 30m
-    stick match req.hdr(mcp-session-id)
-    stick store-response res.hdr(mcp-session-id)
-{servers}
+{affinity}{servers}
 """
 
 

@@ -207,6 +207,13 @@ fn python_client_tenants_by_token_each_with_sessions_of_its_own() {
     run_python_module("test_tenants");
 }
 
+/// Three replicas behind HAProxy, round-robin without affinity: questions
+/// and tasks reach the replica that holds them; a killed one's are named lost.
+#[test]
+fn python_client_replicas_route_their_state_behind_round_robin() {
+    run_python_module("test_replicas");
+}
+
 /// OAuth access tokens (`--jwks`): each algorithm, each bad token refused
 /// and named, the RFC 9728 metadata, the key set fetched again.
 #[test]

@@ -42,6 +42,8 @@ use tokio_util::task::AbortOnDropHandle;
 
 use super::elicit;
 use crate::context::{BoxFuture, HumanPrompt, PromptAnswer, PromptError, PromptRequest};
+use crate::mcp::replicas::{local_part, Replica};
+use crate::mcp::sealing::{hmac, random, same_mac};
 use crate::pool::CallReport;
 
 /// How long a suspended call waits for the client to come back with the
@@ -223,6 +225,7 @@ struct Suspended {
 /// The suspended calls of one server (shared by its sessions).
 pub(crate) struct RoundTrips {
     key: [u8; 32],
+    replica: Option<Arc<Replica>>,
     /// How long a suspended call waits for the retry.
     wait: Duration,
     /// `wait` is `--human-timeout` (not the default).
@@ -235,9 +238,15 @@ pub(crate) struct RoundTrips {
 impl RoundTrips {
     /// `human_timeout`: `--human-timeout`, the bound on a suspended call's
     /// wait ([`HUMAN_WAIT`] without it).
-    pub(crate) fn new(human_timeout: Option<Duration>) -> Arc<RoundTrips> {
+    /// `replica`: the replica whose tag each `requestState` carries, if
+    /// several serve behind one balancer.
+    pub(crate) fn new(
+        human_timeout: Option<Duration>,
+        replica: Option<Arc<Replica>>,
+    ) -> Arc<RoundTrips> {
         Arc::new(RoundTrips {
             key: random(),
+            replica,
             wait: human_timeout.unwrap_or(HUMAN_WAIT),
             from_flag: human_timeout.is_some(),
             suspended: Mutex::new(HashMap::new()),
@@ -364,24 +373,24 @@ impl RoundTrips {
     fn seal(&self, id: &[u8; 16], binding: &[u8; 32]) -> String {
         let mut sealed = id.to_vec();
         sealed.extend_from_slice(&hmac(&self.key, &[id, binding]));
-        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(sealed)
+        let state = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(sealed);
+        match &self.replica {
+            Some(replica) => replica.tag(&state),
+            None => state,
+        }
     }
 
     fn open(&self, state: &str, binding: &[u8; 32]) -> Result<[u8; 16], StateError> {
+        // Its tag brought it here; its own part is checked as ever.
         let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
-            .decode(state)
+            .decode(local_part(state))
             .map_err(|_| StateError::Forged)?;
         if bytes.len() != 48 {
             return Err(StateError::Forged);
         }
         let (id, mac) = bytes.split_at(16);
         let expected = hmac(&self.key, &[id, binding]);
-        // Constant time: how much of a guess matched must not show.
-        let differs = mac
-            .iter()
-            .zip(expected)
-            .fold(0u8, |acc, (a, b)| acc | (a ^ b));
-        if differs != 0 {
+        if !same_mac(mac, &expected) {
             return Err(StateError::Forged);
         }
         let mut out = [0u8; 16];
@@ -449,41 +458,6 @@ pub(in crate::mcp) fn answer_of(
             "the MCP client answered the elicitation with {other:?}"
         ))),
     }
-}
-
-/// HMAC-SHA256 (RFC 2104) of the concatenated `parts`.
-fn hmac(key: &[u8; 32], parts: &[&[u8]]) -> [u8; 32] {
-    let mut block = [0u8; 64];
-    block[..32].copy_from_slice(key);
-    let pad = |byte: u8| block.map(|b| b ^ byte);
-    let mut inner = Sha256::new();
-    inner.update(pad(0x36));
-    for part in parts {
-        inner.update(part);
-    }
-    let inner: [u8; 32] = inner.finalize().into();
-    let mut outer = Sha256::new();
-    outer.update(pad(0x5c));
-    outer.update(inner);
-    outer.finalize().into()
-}
-
-/// Bytes from the kernel's random source. If it cannot be read, a hash of
-/// the time and process stands in: handles then are still checked, just
-/// with a guessable key, which is logged.
-fn random<const N: usize>() -> [u8; N] {
-    let mut out = [0u8; N];
-    let read = std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut out));
-    if let Err(e) = read {
-        tracing::error!("cannot read /dev/urandom ({e}); requestState keys are weak");
-        let seed = format!("{:?}{}", std::time::SystemTime::now(), std::process::id());
-        let digest: [u8; 32] = Sha256::digest(seed.as_bytes()).into();
-        for (i, byte) in out.iter_mut().enumerate() {
-            *byte = digest[i % 32];
-        }
-    }
-    out
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@ use rmcp::model::{
 };
 
 use super::task_input::Questions;
+use crate::mcp::replicas::Replica;
 use tokio::task::AbortHandle;
 
 /// How long a finished (or cancelled) task is kept for `tasks/get` without
@@ -58,13 +59,17 @@ pub(crate) struct Tasks {
     tasks: Mutex<HashMap<String, Entry>>,
     /// How long a finished task is kept.
     keep: Duration,
+    replica: Option<Arc<Replica>>,
 }
 
 impl Tasks {
-    pub(crate) fn new(keep: Duration) -> Tasks {
+    /// `replica`: the replica whose tag each task id carries, if several
+    /// serve behind one balancer.
+    pub(crate) fn new(keep: Duration, replica: Option<Arc<Replica>>) -> Tasks {
         Tasks {
             tasks: Mutex::new(HashMap::new()),
             keep,
+            replica,
         }
     }
 
@@ -80,7 +85,10 @@ impl Tasks {
         questions: Option<Arc<Questions>>,
         owner: Option<String>,
     ) -> CreateTaskResult {
-        let id = task_id();
+        let id = match &self.replica {
+            Some(replica) => replica.tag(&task_id()),
+            None => task_id(),
+        };
         let now = timestamp(SystemTime::now());
         let entry = Entry {
             created_at: now.clone(),

@@ -24,7 +24,6 @@ use base64::Engine;
 use jsonwebtoken::jwk::JwkSet;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 
-use super::options::HttpArgs;
 use super::tokens::Tenant;
 
 /// The longest token read: a JWT of a few claims is well under 2 KiB.
@@ -94,7 +93,15 @@ pub(crate) enum JwtRefusal {
 impl JwtCheck {
     /// Checks the options; a file must hold a key set now, a URL is
     /// fetched at the first token (the issuer may start after this server).
-    pub(crate) fn new(jwks: &str, args: &HttpArgs) -> Result<JwtCheck, String> {
+    /// `jwks`, `issuer`, `audience`, `required_scopes`, `tenant_claim`: the
+    /// options of the same names.
+    pub(crate) fn new(
+        jwks: &str,
+        issuer: Option<&str>,
+        audience: Option<&str>,
+        required_scopes: &[String],
+        tenant_claim: &str,
+    ) -> Result<JwtCheck, String> {
         let source = match jwks.parse::<hyper::Uri>() {
             Ok(uri) if uri.scheme_str() == Some("http") => Source::Url(uri),
             Ok(uri) if uri.scheme_str() == Some("https") => {
@@ -104,7 +111,7 @@ impl JwtCheck {
             }
             _ => Source::File(PathBuf::from(jwks)),
         };
-        let (Some(issuer), Some(audience)) = (&args.issuer, &args.audience) else {
+        let (Some(issuer), Some(audience)) = (issuer, audience) else {
             return Err(
                 "--jwks needs --issuer and --audience (a token's iss and aud must name them)"
                     .into(),
@@ -135,8 +142,8 @@ impl JwtCheck {
             source,
             keys: Arc::new(RwLock::new(Arc::new(keys))),
             validation,
-            required_scopes: args.required_scope.clone(),
-            tenant_claim: args.tenant_claim.clone(),
+            required_scopes: required_scopes.to_vec(),
+            tenant_claim: tenant_claim.to_string(),
             issuer,
             audience,
         })

@@ -42,6 +42,7 @@
 
 pub(super) mod access;
 mod answers;
+mod forward;
 mod gateway;
 mod jwt;
 pub(super) mod options;
@@ -67,6 +68,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use super::replicas::{Place, Replica};
 use super::{ServeError, ToolpoolServer};
 use crate::context::SessionsRoot;
 use crate::http::conn::{serve_connection, ConnectionCap};
@@ -365,6 +367,8 @@ fn make_front(
         bodies: Arc::new(tokio::sync::Semaphore::new(BODIES_IN_FLIGHT / 1024)),
         answers: answers.clone(),
         tenant_limits: options.tenant_limits.clone(),
+        replica: server.inner.replica.clone(),
+        peers: forward::peer_client(),
     })
 }
 
@@ -380,6 +384,10 @@ struct Front {
     answers: AnswersInFlight,
     /// `--tenant-max-calls`, `--tenant-calls-per-second`.
     tenant_limits: Option<Arc<TenantLimits>>,
+    /// This replica, when several serve behind one balancer, and the client
+    /// it forwards with.
+    replica: Option<Arc<Replica>>,
+    peers: forward::PeerClient,
 }
 
 /// The tenant the access check put in `request`'s extensions.
@@ -451,11 +459,30 @@ impl Front {
             // Where the handler finds it (with the request's parts).
             request.extensions_mut().insert(tenant);
         }
-        let read = match read_request(request, &self.bodies, self.tenant_limits.is_some()).await {
-            Ok(read) => read,
-            Err(response) => return response,
-        };
+        let counts_calls = self.tenant_limits.is_some();
+        let read =
+            match read_request(request, &self.bodies, counts_calls, self.replica.is_some()).await {
+                Ok(read) => read,
+                Err(response) => return response,
+            };
         let (request, _held) = (read.request, read.held);
+        if let (Some(replica), Some(bound)) = (&self.replica, &read.bound) {
+            // The state of another replica: forwarded there, or lost.
+            let forwarded = request.headers().contains_key(forward::FORWARDED_HEADER);
+            match replica.locate(&bound.id) {
+                Place::Here | Place::Forged => {}
+                Place::Peer(address) if !forwarded => {
+                    let body = bound.body.clone();
+                    return forward::forward(&self.peers, request, body, &address, bound).await;
+                }
+                Place::Peer(address) => {
+                    return forward::lost(bound, &address, "it answers as another instance");
+                }
+                Place::Gone => {
+                    return forward::lost(bound, replica.address(), "this replica restarted");
+                }
+            }
+        }
         // A tenant's call within its limits holds its place until its
         // answer is sent.
         let permit = match (&self.tenant_limits, tenant_of(&request), read.is_call) {

@@ -13,6 +13,7 @@ use super::gateway::Gateway;
 use super::jwt::JwtCheck;
 use super::tenant_limits::TenantLimits;
 use super::tokens::{check_token, TenantTokens};
+use crate::mcp::replicas::Replica;
 
 /// The environment variable that holds the bearer token (when no
 /// `--auth-token-file` is given).
@@ -95,6 +96,18 @@ pub struct HttpArgs {
     /// With tenants (--auth-tokens, --trusted-proxy, --jwks): the `tools/call` requests a tenant may start a second, on average (bursts of as many); past it 429 with Retry-After
     #[cfg_attr(feature = "cli", arg(long, value_name = "RATE"))]
     pub tenant_calls_per_second: Option<f64>,
+    /// With --http: one of several replicas behind one balancer: the ids of its tasks and questions name it, sealed with the cluster's secret (FILE's first line, at least 32 characters, the same on every replica), and a replica that gets a request for another's forwards it there
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, value_name = "FILE", requires_all = ["http", "advertise"])
+    )]
+    pub cluster_secret: Option<PathBuf>,
+    /// With --cluster-secret: HOST:PORT, where the other replicas reach this one (in Kubernetes, the pod's IP: `$(POD_IP):8080`)
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, value_name = "HOST:PORT", requires = "cluster_secret")
+    )]
+    pub advertise: Option<String>,
     /// With --http: serve a non-loopback address without a token (anyone who reaches it runs the tools)
     #[cfg_attr(
         feature = "cli",
@@ -132,6 +145,8 @@ impl Default for HttpArgs {
             audience: None,
             required_scope: Vec::new(),
             tenant_claim: "sub".to_string(),
+            cluster_secret: None,
+            advertise: None,
             tenant_max_calls: None,
             tenant_calls_per_second: None,
             no_auth: false,
@@ -158,6 +173,8 @@ pub struct HttpOptions {
     pub(crate) keep_sessions: Duration,
     /// `--tenant-max-calls`, `--tenant-calls-per-second`.
     pub(crate) tenant_limits: Option<Arc<TenantLimits>>,
+    /// `--cluster-secret`, `--advertise`.
+    pub(crate) replica: Option<Replica>,
 }
 
 impl HttpOptions {
@@ -171,7 +188,13 @@ impl HttpOptions {
     ) -> Result<HttpOptions, String> {
         let tenants = match (&args.auth_tokens, &args.jwks, args.trusted_proxy.is_empty()) {
             (Some(file), _, _) => Some(Credentials::Tenants(TenantTokens::load(file)?)),
-            (None, Some(jwks), _) => Some(Credentials::Jwt(Box::new(JwtCheck::new(jwks, args)?))),
+            (None, Some(jwks), _) => Some(Credentials::Jwt(Box::new(JwtCheck::new(
+                jwks,
+                args.issuer.as_deref(),
+                args.audience.as_deref(),
+                &args.required_scope,
+                &args.tenant_claim,
+            )?))),
             (None, None, false) => Some(Credentials::Gateway(Gateway::load(
                 &args.trusted_proxy,
                 &args.identity_header,
@@ -186,9 +209,14 @@ impl HttpOptions {
                 ));
             }
         }
+        let replica = match (&args.cluster_secret, &args.advertise) {
+            (Some(secret), Some(address)) => Some(Replica::new(secret, address)?),
+            (None, None) => None,
+            _ => return Err("--cluster-secret and --advertise go together".into()),
+        };
         if let Some(credentials) = tenants {
             let access = Access::new(&args.allow_origin, &args.allow_host, credentials)?;
-            return Ok(HttpOptions::checked(addr, args, access));
+            return Ok(HttpOptions::checked(addr, args, access, replica));
         }
         if limited {
             return Err(
@@ -226,6 +254,7 @@ impl HttpOptions {
             addr,
             args,
             Access::new(&args.allow_origin, &args.allow_host, credentials)?,
+            replica,
         ))
     }
 
@@ -235,7 +264,12 @@ impl HttpOptions {
         self.access.has_tenants()
     }
 
-    fn checked(addr: SocketAddr, args: &HttpArgs, access: Access) -> HttpOptions {
+    fn checked(
+        addr: SocketAddr,
+        args: &HttpArgs,
+        access: Access,
+        replica: Option<Replica>,
+    ) -> HttpOptions {
         HttpOptions {
             addr,
             access,
@@ -250,6 +284,7 @@ impl HttpOptions {
                 args.tenant_max_calls.map(|n| n as usize),
                 args.tenant_calls_per_second,
             ),
+            replica,
         }
     }
 }

@@ -157,13 +157,14 @@ mod tests {
     fn the_metadata_url_sits_between_host_and_path() {
         let check = |audience: &str| {
             let file = super::super::tokens::tests::file(r#"{"keys": []}"#);
-            let args = super::super::options::HttpArgs {
-                issuer: Some("https://issuer.example".into()),
-                audience: Some(audience.into()),
-                required_scope: vec!["tools".into()],
-                ..Default::default()
-            };
-            JwtCheck::new(&file.path().display().to_string(), &args).unwrap()
+            JwtCheck::new(
+                &file.path().display().to_string(),
+                Some("https://issuer.example"),
+                Some(audience),
+                &["tools".to_string()],
+                "sub",
+            )
+            .unwrap()
         };
         let url = check("https://mcp.example.com/mcp");
         assert_eq!(

@@ -35,17 +35,20 @@ pub(in crate::mcp) const TASK_METHODS: [&str; 3] = ["tasks/get", "tasks/update",
 /// A task method's POST (by its `Mcp-Method` header) without an `Mcp-Name`
 /// gets one from its body's `params.taskId` (see the module's
 /// documentation). With `counts_calls`, whether it is a `tools/call` is
-/// read too. Other requests are passed on unread.
+/// read too; with `finds_bound`, the task or question it names. Other
+/// requests are passed on unread.
 pub(in crate::mcp) async fn read_request(
     request: Request<Incoming>,
     bodies: &Arc<tokio::sync::Semaphore>,
     counts_calls: bool,
+    finds_bound: bool,
 ) -> Result<ReadRequest, Response<Body>> {
     if request.method() != Method::POST {
         return Ok(ReadRequest {
             request: request.map(BodyExt::boxed_unsync),
             held: None,
             is_call: false,
+            bound: None,
         });
     }
     let names_task = request
@@ -110,8 +113,20 @@ pub(in crate::mcp) async fn read_request(
             parts.headers.insert("mcp-name", value);
         }
     }
-    // Read only where a tenant's calls are counted: a scan of the body.
-    let is_call = counts_calls && is_tool_call(&bytes);
+    // Read only where it is needed: a scan of the body.
+    let head = (counts_calls || finds_bound)
+        .then(|| Head::of(&bytes))
+        .flatten();
+    let is_call = counts_calls && head.as_ref().is_some_and(Head::is_tool_call);
+    let bound = match head {
+        Some(head) if finds_bound => head.bound().map(|(kind, id)| Bound {
+            kind,
+            id,
+            rpc_id: head.id.unwrap_or(serde_json::Value::Null),
+            body: bytes.clone(),
+        }),
+        _ => None,
+    };
     let body = Full::new(bytes)
         .map_err(|never| match never {})
         .boxed_unsync();
@@ -119,7 +134,25 @@ pub(in crate::mcp) async fn read_request(
         request: Request::from_parts(parts, body),
         held: permit,
         is_call,
+        bound,
     })
+}
+
+/// The state of one replica a request names: a task, or a suspended
+/// question (`requestState`).
+pub(in crate::mcp) struct Bound {
+    pub(in crate::mcp) kind: BoundKind,
+    pub(in crate::mcp) id: String,
+    /// The request's JSON-RPC id, for an error answered in its place.
+    pub(in crate::mcp) rpc_id: serde_json::Value,
+    /// The request's body, should it go to another replica.
+    pub(in crate::mcp) body: Bytes,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(in crate::mcp) enum BoundKind {
+    Task,
+    Question,
 }
 
 /// A request as [`read_request`] passes it on.
@@ -130,18 +163,54 @@ pub(in crate::mcp) struct ReadRequest {
     /// Whether it is one `tools/call` (the calls `--tenant-max-calls` and
     /// `--tenant-calls-per-second` count; asked only when they are set).
     pub(in crate::mcp) is_call: bool,
+    /// The task or question it names (asked only of replicas).
+    pub(in crate::mcp) bound: Option<Bound>,
 }
 
-/// Whether `body` is a single JSON-RPC `tools/call` request (its `method`
-/// read without building the rest: the arguments are skipped over).
-fn is_tool_call(body: &[u8]) -> bool {
-    #[derive(serde::Deserialize)]
-    struct Head<'a> {
-        #[serde(borrow)]
-        method: Option<std::borrow::Cow<'a, str>>,
+/// What a single JSON-RPC request's body says of itself: its method, id,
+/// and the task or question it names; read without building the rest (the
+/// arguments are skipped over).
+#[derive(serde::Deserialize)]
+struct Head<'a> {
+    #[serde(borrow)]
+    method: Option<std::borrow::Cow<'a, str>>,
+    id: Option<serde_json::Value>,
+    #[serde(borrow)]
+    params: Option<HeadParams<'a>>,
+}
+
+#[derive(serde::Deserialize)]
+struct HeadParams<'a> {
+    #[serde(borrow, rename = "taskId")]
+    task_id: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow, rename = "requestState")]
+    request_state: Option<std::borrow::Cow<'a, str>>,
+}
+
+impl<'a> Head<'a> {
+    fn of(body: &'a [u8]) -> Option<Head<'a>> {
+        serde_json::from_slice(body).ok()
     }
-    serde_json::from_slice::<Head<'_>>(body)
-        .is_ok_and(|head| head.method.as_deref() == Some("tools/call"))
+
+    fn is_tool_call(&self) -> bool {
+        self.method.as_deref() == Some("tools/call")
+    }
+
+    /// The task a task method names, or the question a `tools/call` retry
+    /// answers.
+    fn bound(&self) -> Option<(BoundKind, String)> {
+        let params = self.params.as_ref()?;
+        match self.method.as_deref()? {
+            method if TASK_METHODS.contains(&method) => {
+                Some((BoundKind::Task, params.task_id.as_deref()?.to_string()))
+            }
+            "tools/call" => Some((
+                BoundKind::Question,
+                params.request_state.as_deref()?.to_string(),
+            )),
+            _ => None,
+        }
+    }
 }
 
 /// The `Mcp-Name` a task request's body names (`params.taskId`), when it
