@@ -83,12 +83,12 @@ class HttpServer:
     """A server of `side` on streamable HTTP, for the length of a `with`
     (`extra`: more `serve` options)."""
 
-    def __init__(self, side: str, *extra: str):
-        self.side, self.extra = side, extra
+    def __init__(self, side: str, *extra: str, port: int | None = None):
+        self.side, self.extra, self.port = side, extra, port
 
     def __enter__(self):
         self.tmp = tempfile.TemporaryDirectory()
-        port = free_port()
+        port = self.port or free_port()
         if self.side == "toolpool":
             command = [BIN, *toolpool_args(self.tmp.name + "/s"), "serve", "--http", f"127.0.0.1:{port}", *self.extra]
         else:
@@ -165,32 +165,103 @@ async def m5_timeout(side: str) -> tuple:
     return elapsed, errored, before != after
 
 
-def h1_raw_keepalive(calls: int) -> float:
-    """Serial stateless (2026-07-28) tools/call over one kept-alive connection
-    from a client that leaves Nagle on (no TCP_NODELAY): median seconds."""
-    with HttpServer("toolpool") as server:
-        port = int(server.url.split(":")[2].split("/")[0])
-        sock = socket.create_connection(("127.0.0.1", port))
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 0)
-        reader = sock.makefile("rb")
-        times = []
-        for i in range(calls + 20):
-            body = json.dumps({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {
-                "name": "noop", "arguments": {}, "_meta": {
-                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                    "io.modelcontextprotocol/clientInfo": {"name": "h1", "version": "1"},
-                    "io.modelcontextprotocol/clientCapabilities": {}}}}).encode()
-            head = (f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
-                    "Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\n"
-                    f"Mcp-Method: tools/call\r\nMcp-Name: noop\r\nContent-Length: {len(body)}\r\n\r\n").encode()
-            started = time.perf_counter()
+MODERN_META = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientInfo": {"name": "bench", "version": "1"},
+    "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}},
+}
+
+
+def raw_p50(port: int, method: str, params: dict, calls: int, nagle: bool = False, headers: str = "") -> float:
+    """Serial stateless (2026-07-28) requests over one kept-alive
+    connection: median seconds. `nagle`: the client leaves Nagle on (no
+    TCP_NODELAY) and writes head and body apart, as many clients do;
+    `headers`: more header lines."""
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 0 if nagle else 1)
+    reader = sock.makefile("rb")
+    name = params.get("name", params.get("taskId", ""))
+    times = []
+    for i in range(calls + 20):
+        body = json.dumps({"jsonrpc": "2.0", "id": i, "method": method,
+                           "params": {**params, "_meta": MODERN_META}}).encode()
+        head = (f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+                "Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\n"
+                f"Mcp-Method: {method}\r\nMcp-Name: {name}\r\n{headers}Content-Length: {len(body)}\r\n\r\n").encode()
+        started = time.perf_counter()
+        if nagle:
             sock.sendall(head)
-            sock.sendall(body)  # two writes, as many clients do: Nagle holds the second
-            read_response(reader)
-            if i >= 20:
-                times.append(time.perf_counter() - started)
-        sock.close()
+            sock.sendall(body)  # two writes: Nagle holds the second
+        else:
+            sock.sendall(head + body)
+        answer = read_response(reader)
+        if b'"error"' in answer[:200]:
+            raise RuntimeError(f"{method}: {answer[:300]!r}")
+        if i >= 20:
+            times.append(time.perf_counter() - started)
+    sock.close()
     return p50(times)
+
+
+def port_of(url: str) -> int:
+    return int(url.split(":")[2].split("/")[0])
+
+
+def h1_raw_keepalive(calls: int) -> float:
+    """Serial tools/call from a client that leaves Nagle on: median seconds."""
+    with HttpServer("toolpool") as server:
+        return raw_p50(port_of(server.url), "tools/call", {"name": "noop", "arguments": {}}, calls, nagle=True)
+
+
+def j1_jwt(calls: int) -> dict:
+    """Serial tools/call p50, ms: unauthenticated, and with an RS256 JWT
+    checked against a JWKS (`--jwks`)."""
+    import jwt
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from jwt.algorithms import RSAAlgorithm
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    with tempfile.TemporaryDirectory() as tmp:
+        jwks = Path(tmp) / "jwks.json"
+        jwks.write_text(json.dumps({"keys": [{**RSAAlgorithm.to_jwk(key.public_key(), as_dict=True), "kid": "k1"}]}))
+        now = int(time.time())
+        token = jwt.encode({"iss": "https://issuer.example", "aud": "bench", "sub": "alice", "iat": now,
+                            "exp": now + 3600}, key, algorithm="RS256", headers={"kid": "k1"})
+        noop = {"name": "noop", "arguments": {}}
+        figures = {}
+        with HttpServer("toolpool") as server:
+            figures["none"] = raw_p50(port_of(server.url), "tools/call", noop, calls) * 1000
+        with HttpServer("toolpool", "--jwks", str(jwks), "--issuer", "https://issuer.example",
+                        "--audience", "bench") as server:
+            figures["jwt"] = raw_p50(port_of(server.url), "tools/call", noop, calls,
+                                     headers=f"Authorization: Bearer {token}\r\n") * 1000
+        return figures
+
+
+def j2_routed(calls: int) -> dict:
+    """tasks/get p50, ms, of a task on replica A: asked of A, and of B,
+    which forwards it to A (`--cluster-secret`)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        secret = Path(tmp) / "secret"
+        secret.write_text("bench-cluster-secret-0123456789abcdef\n")
+        ports = [free_port(), free_port()]
+        cluster = lambda port: ("--task-after", "0.2", "--cluster-secret", str(secret), "--advertise", f"127.0.0.1:{port}")
+        with HttpServer("toolpool", *cluster(ports[0]), port=ports[0]) as a, \
+                HttpServer("toolpool", *cluster(ports[1]), port=ports[1]) as b:
+            connection = socket.create_connection(("127.0.0.1", ports[0]))
+            reader = connection.makefile("rb")
+            body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+                "name": "sleep", "arguments": {"seconds": 600}, "_meta": MODERN_META}}).encode()
+            connection.sendall((f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{ports[0]}\r\nContent-Type: application/json\r\n"
+                                "Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\n"
+                                f"Mcp-Method: tools/call\r\nMcp-Name: sleep\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body)
+            answer = read_response(reader).decode()
+            connection.close()
+            task = json.loads(next(line[5:] for line in answer.splitlines() if line.startswith("data:") and "taskId" in line)
+                              if "data:" in answer else answer)["result"]["taskId"]
+            get = {"taskId": task}
+            return {"local": raw_p50(port_of(a.url), "tasks/get", get, calls) * 1000,
+                    "forwarded": raw_p50(port_of(b.url), "tasks/get", get, calls) * 1000}
 
 
 def read_response(reader) -> bytes:
@@ -268,6 +339,12 @@ async def main() -> None:
         figures.setdefault("M5 1 s timeout on a CPU-bound tool: error after, s", {})[side] = elapsed
         figures.setdefault("M5 the tool still runs after the error", {})[side] = ran_on
     figures["H1 raw keep-alive, Nagle on, p50, ms"] = {"toolpool": h1_raw_keepalive(calls) * 1000}
+    j1 = j1_jwt(calls)
+    figures["J1 serial no-op p50, ms: unauthenticated, JWT (RS256)"] = j1
+    figures["J1 JWT / unauthenticated"] = {"toolpool": j1["jwt"] / j1["none"]}
+    j2 = j2_routed(calls)
+    figures["J2 tasks/get p50, ms: at its replica, forwarded"] = j2
+    figures["J2 added by forwarding, ms"] = {"toolpool": j2["forwarded"] - j2["local"]}
     for isolation in ("shared", "process"):
         for sessions in (1, 4, 64):
             figures.setdefault(f"H2 {sessions} sessions, calls/s", {})[isolation] = await h2_interleaved(

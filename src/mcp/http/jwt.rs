@@ -17,12 +17,13 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use base64::Engine;
 use jsonwebtoken::jwk::JwkSet;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use sha2::{Digest, Sha256};
 
 use super::tokens::Tenant;
 
@@ -34,6 +35,8 @@ pub(super) const LEEWAY: Duration = Duration::from_secs(30);
 const MIN_REFRESH: Duration = Duration::from_secs(3);
 /// The largest key set read.
 const MAX_JWKS: usize = 1 << 20;
+/// Tokens remembered as verified; past it the memory starts over.
+const MAX_VERIFIED: usize = 10_000;
 /// How long a fetch of the key set may take.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -43,6 +46,9 @@ const ACCEPTED: [(&str, Algorithm); 3] = [
     ("ES256", Algorithm::ES256),
     ("EdDSA", Algorithm::EdDSA),
 ];
+
+/// Tokens that passed, by SHA-256: their tenant and `exp`.
+type Verified = HashMap<[u8; 32], (Tenant, u64)>;
 
 /// Where the key set comes from.
 #[derive(Debug, Clone)]
@@ -63,6 +69,10 @@ pub(crate) struct JwtCheck {
     /// refreshes asked for at once make one fetch.
     fetched: Arc<tokio::sync::Mutex<Option<Instant>>>,
     validation: Validation,
+    /// Tokens that passed, by SHA-256, with their tenant and `exp`: a
+    /// client sends the same token until it expires, and its signature need
+    /// not be checked at each request.
+    verified: Arc<Mutex<Verified>>,
     required_scopes: Vec<String>,
     tenant_claim: String,
     pub(super) issuer: String,
@@ -142,6 +152,7 @@ impl JwtCheck {
             source,
             keys: Arc::new(RwLock::new(Arc::new(keys))),
             validation,
+            verified: Arc::default(),
             required_scopes: required_scopes.to_vec(),
             tenant_claim: tenant_claim.to_string(),
             issuer,
@@ -154,15 +165,40 @@ impl JwtCheck {
         &self.required_scopes
     }
 
-    /// The tenant `token` names, if it passes every check.
+    /// The tenant `token` names, if it passes every check (or passed them
+    /// before and has not expired since).
     pub(crate) fn tenant_of(&self, token: &str) -> Result<Tenant, JwtRefusal> {
-        let invalid = |why: String| JwtRefusal::Invalid(why);
         if token.len() > MAX_TOKEN {
-            return Err(invalid(format!(
+            return Err(JwtRefusal::Invalid(format!(
                 "the token has {} bytes; at most {MAX_TOKEN} are read",
                 token.len()
             )));
         }
+        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        let now = jsonwebtoken::get_current_timestamp();
+        let mut verified = self.verified.lock().unwrap_or_else(|e| e.into_inner());
+        match verified.get(&digest) {
+            Some((tenant, exp)) if now <= exp.saturating_add(LEEWAY.as_secs()) => {
+                return Ok(tenant.clone())
+            }
+            Some(_) => {
+                verified.remove(&digest);
+            }
+            None => {}
+        }
+        drop(verified);
+        let (tenant, exp) = self.verify(token)?;
+        let mut verified = self.verified.lock().unwrap_or_else(|e| e.into_inner());
+        if verified.len() >= MAX_VERIFIED {
+            verified.clear();
+        }
+        verified.insert(digest, (tenant.clone(), exp));
+        Ok(tenant)
+    }
+
+    /// Every check of `token`: its tenant and `exp`.
+    fn verify(&self, token: &str) -> Result<(Tenant, u64), JwtRefusal> {
+        let invalid = |why: String| JwtRefusal::Invalid(why);
         let (alg, kid) = header_of(token).map_err(invalid)?;
         let Some(&(_, algorithm)) = ACCEPTED.iter().find(|(name, _)| *name == alg) else {
             return Err(invalid(format!(
@@ -199,7 +235,14 @@ impl JwtCheck {
                 "the token has no {claim} claim (text) to name its tenant"
             ))
         })?;
-        Tenant::parse(name).map_err(|e| invalid(format!("the token's {claim} claim: {e}")))
+        let tenant =
+            Tenant::parse(name).map_err(|e| invalid(format!("the token's {claim} claim: {e}")))?;
+        // Checked by the library: a number.
+        let exp = claims
+            .get("exp")
+            .and_then(|v| v.as_f64())
+            .map_or(0, |at| at as u64);
+        Ok((tenant, exp))
     }
 
     /// The required scopes `claims` lack: `scope` is a space-separated
@@ -343,4 +386,36 @@ async fn fetch(uri: &hyper::Uri) -> Result<Vec<u8>, String> {
     tokio::time::timeout(FETCH_TIMEOUT, got)
         .await
         .map_err(|_| format!("{uri}: no answer within {} s", FETCH_TIMEOUT.as_secs()))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_token_is_remembered_as_verified_until_it_expires() {
+        let file = super::super::tokens::tests::file(r#"{"keys": []}"#);
+        let path = file.path().display().to_string();
+        let check = JwtCheck::new(&path, Some("iss"), Some("aud"), &[], "sub").unwrap();
+        let token = "e30.e30.c2ln";
+        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        let now = jsonwebtoken::get_current_timestamp();
+        let alice = Tenant("alice".into());
+        let remember = |exp: u64| {
+            let mut verified = check.verified.lock().unwrap();
+            verified.insert(digest, (alice.clone(), exp));
+        };
+        remember(now + 100);
+        assert_eq!(check.tenant_of(token), Ok(alice.clone()));
+        // Within the leeway past exp, still; past it, checked anew (and
+        // this one does not verify).
+        remember(now - 10);
+        assert_eq!(check.tenant_of(token), Ok(alice.clone()));
+        remember(now - LEEWAY.as_secs() - 5);
+        assert!(matches!(
+            check.tenant_of(token),
+            Err(JwtRefusal::Invalid(_))
+        ));
+        assert!(check.verified.lock().unwrap().is_empty());
+    }
 }
