@@ -222,6 +222,44 @@ class McpSessions(unittest.IsolatedAsyncioTestCase):
             self.assertIn("whoami", body)
 
 
+class TenantResources(unittest.IsolatedAsyncioTestCase):
+    async def test_another_tenants_files_cannot_be_read_or_watched_by_their_uri(self):
+        from mcp import MCPError
+
+        from support import DROPIN_PROJECT, MODES
+
+        with tempfile.TemporaryDirectory() as root, tempfile.TemporaryDirectory() as tmp:
+            tokens = Path(tmp) / "tokens"
+            tokens.write_text(f"alice {ALICE}\nbob {BOB}\n")
+            args = ("--workers", "2", "serve", "--http", "127.0.0.1:0", "--sessions-root", root,
+                    "--auth-tokens", str(tokens))
+            async with http_server(*args, functions=DROPIN_PROJECT) as (_, url):
+                for version, mode in MODES.items():
+                    with self.subTest(version=version):
+                        # The same session name in both tenants.
+                        async with client(url, "reports", mode=mode, token=ALICE) as alice:
+                            self.assertFalse((await alice.call_tool("export_report", {"name": "q4"})).is_error)
+                            mine = next(str(r.uri) for r in (await alice.list_resources()).resources)
+                            self.assertIn("report body", (await alice.read_resource(mine)).contents[0].text)
+                        made_up = mine[: mine.rindex("/") + 1] + "no-such-id"
+                        async with client(url, "reports", mode=mode, token=BOB) as bob:
+                            self.assertEqual((await bob.list_resources()).resources, [])
+                            refusals = []
+                            for uri in (mine, made_up):
+                                with self.assertRaises(MCPError) as refused:
+                                    await bob.read_resource(uri)
+                                refusals.append((refused.exception.error.code, refused.exception.error.message))
+                                if mode == "legacy":
+                                    with self.assertRaises(MCPError) as watched:
+                                        await bob.subscribe_resource(uri)
+                                    refusals.append((watched.exception.error.code, watched.exception.error.message))
+                            # Alice's file is refused as one that never was.
+                            half = len(refusals) // 2
+                            self.assertEqual([c for c, _ in refusals[:half]], [c for c, _ in refusals[half:]])
+                            self.assertEqual([m.replace(mine, "URI") for _, m in refusals[:half]],
+                                             [m.replace(made_up, "URI") for _, m in refusals[half:]])
+
+
 class Gateway(unittest.IsolatedAsyncioTestCase):
     async def test_a_gateway_names_the_tenant_and_nothing_else_can(self):
         secret = "gateway-secret-0123456789abc"
