@@ -156,6 +156,30 @@ class Replicas(unittest.TestCase):
             forged = long.split("~")[0] + "~" + "A" * 40
             self.assertIn("error", get(forged))
 
+    def test_a_2025_session_its_stream_and_its_questions_reach_their_replica(self):
+        """An MCP session (2025-11-25) lives in the replica that answered its
+        `initialize`: its id is tagged too, so its POSTs, its GET stream and
+        the answers to the server's elicitation requests reach it."""
+        import anyio
+        import mcp_types as types
+        from mcp import Client
+
+        async def answer(context, params):
+            wanted = params.requested_schema["properties"]
+            return types.ElicitResult(action="accept", content={"name": "Ada"} if "name" in wanted else {"color": "blue"})
+
+        async def session(url):
+            async with Client(url, mode="legacy", elicitation_callback=answer) as c:
+                for _ in range(4):
+                    result = await c.call_tool(TWO_QUESTIONS, {})
+                    self.assertEqual(result.content[0].text, "Ada likes blue")
+                    self.assertIn(TWO_QUESTIONS, [t.name for t in (await c.list_tools()).tools])
+
+        with cluster() as (client, _):
+            url = f"http://{client.url.hostname}:{client.url.port}/mcp"
+            for _ in range(3):  # a session opened on each replica in turn
+                anyio.run(session, url)
+
     def test_a_killed_replicas_state_is_named_lost_and_the_others_go_on(self):
         with cluster() as (client, replicas):
             get = lambda task: client.request("tasks/get", {"taskId": task, "_meta": meta()})

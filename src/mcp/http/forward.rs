@@ -1,8 +1,9 @@
 //! A request for state another replica holds, forwarded there
 //! ([`crate::mcp::replicas`]): the balancer in front may send any request
 //! anywhere (round-robin), and the replica that gets one naming another's
-//! task or question passes it on, headers and body as they came, and streams
-//! the answer back. The client never routes.
+//! task, question or MCP session (whose `Mcp-Session-Id` is tagged too: its
+//! subscriptions and its stream live there) passes it on, headers and body
+//! as they came, and streams the answer back. The client never routes.
 //!
 //! A forwarded request carries [`FORWARDED_HEADER`]; a replica never
 //! forwards such a request again, so two replicas that disagree on who
@@ -24,6 +25,8 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 
 use super::requests::{Body, Bound, BoundKind, RequestBody};
+use super::sessions::{Sessions, SESSION_HEADER};
+use crate::mcp::replicas::{local_part, Place, Replica};
 
 /// Marks a request one replica forwarded to another.
 pub(super) const FORWARDED_HEADER: &str = "toolpool-forwarded";
@@ -57,15 +60,77 @@ fn hop_by_hop(name: &hyper::header::HeaderName) -> bool {
     )
 }
 
+/// Where a request naming replica-bound state goes: on here (`Ok`, its
+/// session id made this replica's own again, in the request and in
+/// `session`), or elsewhere (`Err`: the answer of the replica that holds
+/// it, or the error naming what is lost). `body` is the request's, read.
+pub(super) async fn route(
+    replica: &Replica,
+    client: &PeerClient,
+    mut request: Request<RequestBody>,
+    body: Bytes,
+    bound: Option<&Bound>,
+    session: &mut Option<String>,
+) -> Result<Request<RequestBody>, Response<Body>> {
+    let forwarded = request.headers().contains_key(FORWARDED_HEADER);
+    if let Some(id) = session.clone() {
+        match replica.locate(&id) {
+            Place::Here => {
+                let local = local_part(&id).to_string();
+                if let Ok(value) = HeaderValue::from_str(&local) {
+                    request.headers_mut().insert(SESSION_HEADER, value);
+                }
+                *session = Some(local);
+            }
+            Place::Peer(address) if !forwarded => {
+                return Err(match forward(client, request, body, &address).await {
+                    Ok(response) => response,
+                    Err(why) => {
+                        tracing::warn!("the MCP session {id} was held by the replica at {address}, which is gone: {why}");
+                        Sessions::unknown()
+                    }
+                });
+            }
+            // Gone, made up, or sent round: as a session that never was
+            // (the client opens a new one).
+            _ => return Err(Sessions::unknown()),
+        }
+    }
+    let Some(bound) = bound else {
+        return Ok(request);
+    };
+    match replica.locate(&bound.id) {
+        Place::Here | Place::Forged => Ok(request),
+        Place::Peer(address) if !forwarded => Err(forward(client, request, body, &address)
+            .await
+            .unwrap_or_else(|why| lost(bound, &address, &why))),
+        Place::Peer(address) => Err(lost(bound, &address, "it answers as another instance")),
+        Place::Gone => Err(lost(bound, replica.address(), "this replica restarted")),
+    }
+}
+
+/// An `initialize`'s answer with its new session's id tagged with this
+/// replica.
+pub(super) fn tag_session(replica: &Replica, mut response: Response<Body>) -> Response<Body> {
+    let tagged = response
+        .headers()
+        .get(SESSION_HEADER)
+        .and_then(|id| id.to_str().ok())
+        .and_then(|id| HeaderValue::from_str(&replica.tag(id)).ok());
+    if let Some(tagged) = tagged {
+        response.headers_mut().insert(SESSION_HEADER, tagged);
+    }
+    response
+}
+
 /// `request` (whose body is `body`) sent to the replica at `address`, and
-/// its answer; or the error naming what was lost, if it does not answer.
-pub(super) async fn forward(
+/// its answer; or why there is none.
+async fn forward(
     client: &PeerClient,
     request: Request<RequestBody>,
     body: Bytes,
     address: &str,
-    bound: &Bound,
-) -> Response<Body> {
+) -> Result<Response<Body>, String> {
     let (parts, _) = request.into_parts();
     let path = parts.uri.path_and_query().map_or("/mcp", |p| p.as_str());
     let mut outgoing = Request::builder()
@@ -76,28 +141,22 @@ pub(super) async fn forward(
             outgoing = outgoing.header(name, value);
         }
     }
-    let outgoing = match outgoing.header(FORWARDED_HEADER, "1").body(Full::new(body)) {
-        Ok(outgoing) => outgoing,
-        Err(e) => {
-            return lost(
-                bound,
-                address,
-                &format!("the request cannot be forwarded: {e}"),
-            )
-        }
-    };
+    let outgoing = outgoing
+        .header(FORWARDED_HEADER, "1")
+        .body(Full::new(body))
+        .map_err(|e| format!("the request cannot be forwarded: {e}"))?;
     match client.request(outgoing).await {
         Ok(response) => {
             tracing::debug!(address, "forwarded a request to its replica");
-            response.map(|body| BodyExt::boxed(EndOnError(body)))
+            Ok(response.map(|body| BodyExt::boxed(EndOnError(body))))
         }
-        Err(e) => lost(bound, address, &format!("it does not answer ({e})")),
+        Err(e) => Err(format!("it does not answer ({e})")),
     }
 }
 
 /// The answer to a request for state whose replica is gone: a JSON-RPC
 /// error naming it, marked retryable (calling the tool again is the way on).
-pub(super) fn lost(bound: &Bound, address: &str, why: &str) -> Response<Body> {
+fn lost(bound: &Bound, address: &str, why: &str) -> Response<Body> {
     let (what, again) = match bound.kind {
         BoundKind::Task => ("task", "create it again (call the tool again)"),
         BoundKind::Question => ("question (requestState)", "call the tool again"),

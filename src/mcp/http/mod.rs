@@ -68,7 +68,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::replicas::{Place, Replica};
+use super::replicas::Replica;
 use super::{ServeError, ToolpoolServer};
 use crate::context::SessionsRoot;
 use crate::http::conn::{serve_connection, ConnectionCap};
@@ -465,23 +465,18 @@ impl Front {
                 Ok(read) => read,
                 Err(response) => return response,
             };
-        let (request, _held) = (read.request, read.held);
-        if let (Some(replica), Some(bound)) = (&self.replica, &read.bound) {
-            // The state of another replica: forwarded there, or lost.
-            let forwarded = request.headers().contains_key(forward::FORWARDED_HEADER);
-            match replica.locate(&bound.id) {
-                Place::Here | Place::Forged => {}
-                Place::Peer(address) if !forwarded => {
-                    let body = bound.body.clone();
-                    return forward::forward(&self.peers, request, body, &address, bound).await;
-                }
-                Place::Peer(address) => {
-                    return forward::lost(bound, &address, "it answers as another instance");
-                }
-                Place::Gone => {
-                    return forward::lost(bound, replica.address(), "this replica restarted");
-                }
-            }
+        let (mut request, _held) = (read.request, read.held);
+        let mut session = session;
+        if let Some(replica) = &self.replica {
+            // Another replica's state: forwarded there, or lost.
+            let body = read.body.unwrap_or_default();
+            let bound = read.bound.as_ref();
+            request = match forward::route(replica, &self.peers, request, body, bound, &mut session)
+                .await
+            {
+                Ok(request) => request,
+                Err(response) => return response,
+            };
         }
         // A tenant's call within its limits holds its place until its
         // answer is sent.
@@ -523,7 +518,13 @@ impl Front {
                  open the session on another replica\n"
                     .into(),
             ),
-            (&Method::POST, None) => self.sessions.open(&self.service, request).await,
+            (&Method::POST, None) => {
+                let response = self.sessions.open(&self.service, request).await;
+                match &self.replica {
+                    Some(replica) => forward::tag_session(replica, response),
+                    None => response,
+                }
+            }
             (&Method::DELETE, Some(id)) => {
                 let mut response = self.call(request).await;
                 // Only a DELETE rmcp accepted ended the session (one that

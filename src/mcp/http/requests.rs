@@ -35,7 +35,8 @@ pub(in crate::mcp) const TASK_METHODS: [&str; 3] = ["tasks/get", "tasks/update",
 /// A task method's POST (by its `Mcp-Method` header) without an `Mcp-Name`
 /// gets one from its body's `params.taskId` (see the module's
 /// documentation). With `counts_calls`, whether it is a `tools/call` is
-/// read too; with `finds_bound`, the task or question it names. Other
+/// read too; with `finds_bound`, the task or question it names, and its
+/// body is kept (it may be forwarded). Other
 /// requests are passed on unread.
 pub(in crate::mcp) async fn read_request(
     request: Request<Incoming>,
@@ -49,6 +50,7 @@ pub(in crate::mcp) async fn read_request(
             held: None,
             is_call: false,
             bound: None,
+            body: None,
         });
     }
     let names_task = request
@@ -123,10 +125,10 @@ pub(in crate::mcp) async fn read_request(
             kind,
             id,
             rpc_id: head.id.unwrap_or(serde_json::Value::Null),
-            body: bytes.clone(),
         }),
         _ => None,
     };
+    let kept = finds_bound.then(|| bytes.clone());
     let body = Full::new(bytes)
         .map_err(|never| match never {})
         .boxed_unsync();
@@ -135,6 +137,7 @@ pub(in crate::mcp) async fn read_request(
         held: permit,
         is_call,
         bound,
+        body: kept,
     })
 }
 
@@ -145,8 +148,6 @@ pub(in crate::mcp) struct Bound {
     pub(in crate::mcp) id: String,
     /// The request's JSON-RPC id, for an error answered in its place.
     pub(in crate::mcp) rpc_id: serde_json::Value,
-    /// The request's body, should it go to another replica.
-    pub(in crate::mcp) body: Bytes,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -165,6 +166,8 @@ pub(in crate::mcp) struct ReadRequest {
     pub(in crate::mcp) is_call: bool,
     /// The task or question it names (asked only of replicas).
     pub(in crate::mcp) bound: Option<Bound>,
+    /// Its body, should it go to another replica (kept only by replicas).
+    pub(in crate::mcp) body: Option<Bytes>,
 }
 
 /// What a single JSON-RPC request's body says of itself: its method, id,
