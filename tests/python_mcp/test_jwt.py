@@ -86,18 +86,53 @@ def raw(url: str, token: str | None, method: str = "POST", path: str | None = No
 
 
 @contextlib.asynccontextmanager
-async def jwt_server(jwks: str, *options: str, log: list | None = None):
+async def jwt_server(jwks: str, *options: str, log: list | None = None, env: dict | None = None):
     with tempfile.TemporaryDirectory() as root:
         args = ("--workers", "1", "serve", "--http", "127.0.0.1:0", "--sessions-root", root,
                 "--jwks", jwks, "--issuer", ISSUER, "--audience", AUDIENCE, "--required-scope", SCOPE, *options)
-        async with http_server(*args, functions=SESSION_TOOLS, log=log) as (_, url):
+        async with http_server(*args, functions=SESSION_TOOLS, log=log, env=env) as (_, url):
             yield url
 
 
-class JwksOverHttp:
-    """The key set served at http://127.0.0.1:PORT/jwks.json, counting fetches."""
+def certificate_authority(tmp: Path) -> tuple[Path, Path, Path]:
+    """A CA and a certificate it signed for 127.0.0.1: (ca.pem, cert.pem, key.pem)."""
+    import datetime
+    import ipaddress
 
-    def __init__(self, document: dict):
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    day = datetime.timedelta(days=1)
+
+    def certificate(subject, issuer, public_key, signing_key, ca: bool):
+        builder = (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer).public_key(public_key)
+                   .serial_number(x509.random_serial_number()).not_valid_before(now - day).not_valid_after(now + day)
+                   .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+        if not ca:
+            builder = builder.add_extension(
+                x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        return builder.sign(signing_key, hashes.SHA256())
+
+    ca_key, leaf_key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "toolpool test CA")])
+    leaf_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    ca = certificate(ca_name, ca_name, ca_key.public_key(), ca_key, True)
+    leaf = certificate(leaf_name, ca_name, leaf_key.public_key(), ca_key, False)
+    paths = tmp / "ca.pem", tmp / "cert.pem", tmp / "key.pem"
+    paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    paths[1].write_bytes(leaf.public_bytes(serialization.Encoding.PEM))
+    paths[2].write_bytes(leaf_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                serialization.NoEncryption()))
+    return paths
+
+
+class JwksOverHttp:
+    """The key set served at http(s)://127.0.0.1:PORT/jwks.json, counting
+    fetches; https with `tls` (cert.pem, key.pem)."""
+
+    def __init__(self, document: dict, tls: tuple[Path, Path] | None = None):
         self.document = document
         self.fetches = 0
         outer = self
@@ -116,7 +151,15 @@ class JwksOverHttp:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/jwks.json"
+        scheme = "http"
+        if tls:
+            import ssl
+
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*tls)
+            self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+            scheme = "https"
+        self.url = f"{scheme}://127.0.0.1:{self.server.server_address[1]}/jwks.json"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def close(self):
@@ -208,9 +251,7 @@ class AccessTokens(unittest.IsolatedAsyncioTestCase):
         served = JwksOverHttp(self.keys.jwks(kids={"rsa-1"}))
         try:
             async with jwt_server(served.url) as url:
-                deadline = time.monotonic() + 10
-                while served.fetches == 0 and time.monotonic() < deadline:
-                    await anyio.sleep(0.05)
+                await until_fetched(served)
                 self.assertEqual(raw(url, self.keys.token("rsa-1"))[0], 200)
                 # The issuer adds a key; past the least time between fetches,
                 # its first token fetches the set again.
@@ -227,6 +268,35 @@ class AccessTokens(unittest.IsolatedAsyncioTestCase):
                 self.assertLessEqual(served.fetches - fetches, 1)
         finally:
             served.close()
+
+    async def test_a_key_set_over_https_is_fetched_against_the_trusted_roots(self):
+        ca, cert, key = certificate_authority(Path(self.tmp.name))
+        served = JwksOverHttp(self.keys.jwks(), tls=(cert, key))
+        try:
+            # Trusted through SSL_CERT_FILE: the set is fetched, tokens pass.
+            async with jwt_server(served.url, env={"SSL_CERT_FILE": str(ca)}) as url:
+                await until_fetched(served)
+                self.assertEqual(raw(url, self.keys.token("ec-1"))[0], 200)
+            # A certificate nobody vouched for: no keys, and the log says why.
+            log: list[str] = []
+            fetches = served.fetches
+            other = Path(self.tmp.name) / "other"
+            other.mkdir()
+            other_ca, _, _ = certificate_authority(other)
+            async with jwt_server(served.url, log=log, env={"SSL_CERT_FILE": str(other_ca)}) as url:
+                await anyio.sleep(1)
+                self.assertEqual(raw(url, self.keys.token("ec-1"))[0], 401)
+            self.assertEqual(served.fetches, fetches)
+            self.assertIn("--jwks: kept the keys in force", log[0])
+            self.assertIn("certificate", log[0].lower())
+        finally:
+            served.close()
+
+
+async def until_fetched(served: JwksOverHttp):
+    deadline = time.monotonic() + 10
+    while served.fetches == 0 and time.monotonic() < deadline:
+        await anyio.sleep(0.05)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 //! OAuth 2.1 access tokens (`--jwks`): the server is a resource server, as
 //! MCP's authorization specification has it. A request's bearer token is a
 //! JWT signed by the authorization server, whose public keys are a JWKS read
-//! from a file or fetched from an `http://` URL, and fetched again when a
+//! from a file or fetched from an `http(s)://` URL, and fetched again when a
 //! token names a key it does not hold (at most once every
 //! [`MIN_REFRESH`]: a flood of made-up key ids cannot hammer the issuer).
 //!
@@ -113,12 +113,7 @@ impl JwtCheck {
         tenant_claim: &str,
     ) -> Result<JwtCheck, String> {
         let source = match jwks.parse::<hyper::Uri>() {
-            Ok(uri) if uri.scheme_str() == Some("http") => Source::Url(uri),
-            Ok(uri) if uri.scheme_str() == Some("https") => {
-                return Err(format!(
-                    "--jwks {jwks}: https is not fetched here; give the set as a file (refreshed by a sidecar) or an http:// URL inside the cluster"
-                ))
-            }
+            Ok(uri) if matches!(uri.scheme_str(), Some("http" | "https")) => Source::Url(uri),
             _ => Source::File(PathBuf::from(jwks)),
         };
         let (Some(issuer), Some(audience)) = (issuer, audience) else {
@@ -364,16 +359,37 @@ fn parse_set(bytes: &[u8]) -> Result<Keys, String> {
     Ok(keys)
 }
 
-/// GET `uri`, within [`FETCH_TIMEOUT`] and [`MAX_JWKS`] bytes.
+/// `error` and what caused it, down the chain (a client's error says
+/// "connect"; its causes say that the certificate is not trusted).
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(next) = cause {
+        text.push_str(": ");
+        text.push_str(&next.to_string());
+        cause = next.source();
+    }
+    text
+}
+
+/// GET `uri`, within [`FETCH_TIMEOUT`] and [`MAX_JWKS`] bytes; https
+/// against the system's roots (`SSL_CERT_FILE` and `SSL_CERT_DIR` too).
 async fn fetch(uri: &hyper::Uri) -> Result<Vec<u8>, String> {
     use http_body_util::BodyExt;
+    let provider = rustls::crypto::aws_lc_rs::default_provider();
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_provider_and_native_roots(provider)
+        .map_err(|e| format!("{uri}: no trusted root certificates: {e}"))?
+        .https_or_http()
+        .enable_http1()
+        .build();
     let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .build_http::<http_body_util::Empty<hyper::body::Bytes>>();
+        .build::<_, http_body_util::Empty<hyper::body::Bytes>>(connector);
     let got = async {
         let response = client
             .get(uri.clone())
             .await
-            .map_err(|e| format!("{uri}: {e}"))?;
+            .map_err(|e| format!("{uri}: {}", with_causes(&e)))?;
         if !response.status().is_success() {
             return Err(format!("{uri}: answered {}", response.status()));
         }

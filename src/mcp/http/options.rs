@@ -69,7 +69,7 @@ pub struct HttpArgs {
         )
     )]
     pub identity_header: String,
-    /// With --http: OAuth 2.1 access tokens: each request's bearer token is a JWT (RS256, ES256 or EdDSA) checked against the JSON Web Key Set in FILE or at an http:// URL (fetched again for a key it lacks); its claim (--tenant-claim) names the tenant
+    /// With --http: OAuth 2.1 access tokens: each request's bearer token is a JWT (RS256, ES256 or EdDSA) checked against the JSON Web Key Set in FILE or at an http(s):// URL (fetched again for a key it lacks); its claim (--tenant-claim) names the tenant
     #[cfg_attr(
         feature = "cli",
         arg(long, value_name = "FILE|URL", requires_all = ["http", "issuer", "audience"], conflicts_with_all = ["auth_token_file", "auth_tokens", "trusted_proxy"])
