@@ -121,7 +121,7 @@ pub(in crate::mcp) async fn read_request(
         .flatten();
     let is_call = counts_calls && head.as_ref().is_some_and(Head::is_tool_call);
     let bound = match head {
-        Some(head) if finds_bound => head.bound().map(|(kind, id)| Bound {
+        Some(head) if finds_bound => bound_of(&head, &bytes).map(|(kind, id)| Bound {
             kind,
             id,
             rpc_id: head.id.unwrap_or(serde_json::Value::Null),
@@ -170,24 +170,47 @@ pub(in crate::mcp) struct ReadRequest {
     pub(in crate::mcp) body: Option<Bytes>,
 }
 
-/// What a single JSON-RPC request's body says of itself: its method, id,
-/// and the task or question it names; read without building the rest (the
-/// arguments are skipped over).
+/// What a single JSON-RPC request's body says of itself: its method and
+/// id, read without building the rest (the params are skipped over).
 #[derive(serde::Deserialize)]
 struct Head<'a> {
     #[serde(borrow)]
     method: Option<std::borrow::Cow<'a, str>>,
     id: Option<serde_json::Value>,
+}
+
+/// The params a task or question is named by. Read apart from [`Head`]:
+/// whatever they hold, the method is still read (a call that names a
+/// "taskId" of another type is still counted as a call).
+#[derive(serde::Deserialize)]
+struct BoundParams<'a> {
     #[serde(borrow)]
-    params: Option<HeadParams<'a>>,
+    params: Option<NamedBy<'a>>,
 }
 
 #[derive(serde::Deserialize)]
-struct HeadParams<'a> {
+struct NamedBy<'a> {
     #[serde(borrow, rename = "taskId")]
     task_id: Option<std::borrow::Cow<'a, str>>,
     #[serde(borrow, rename = "requestState")]
     request_state: Option<std::borrow::Cow<'a, str>>,
+}
+
+/// The task a task method's `body` names, or the question a `tools/call`
+/// retry answers.
+fn bound_of(head: &Head<'_>, body: &[u8]) -> Option<(BoundKind, String)> {
+    let method = head.method.as_deref()?;
+    let is_task = TASK_METHODS.contains(&method);
+    if !is_task && method != "tools/call" {
+        return None;
+    }
+    let params = serde_json::from_slice::<BoundParams<'_>>(body)
+        .ok()?
+        .params?;
+    match is_task {
+        true => Some((BoundKind::Task, params.task_id?.into_owned())),
+        false => Some((BoundKind::Question, params.request_state?.into_owned())),
+    }
 }
 
 impl<'a> Head<'a> {
@@ -197,22 +220,6 @@ impl<'a> Head<'a> {
 
     fn is_tool_call(&self) -> bool {
         self.method.as_deref() == Some("tools/call")
-    }
-
-    /// The task a task method names, or the question a `tools/call` retry
-    /// answers.
-    fn bound(&self) -> Option<(BoundKind, String)> {
-        let params = self.params.as_ref()?;
-        match self.method.as_deref()? {
-            method if TASK_METHODS.contains(&method) => {
-                Some((BoundKind::Task, params.task_id.as_deref()?.to_string()))
-            }
-            "tools/call" => Some((
-                BoundKind::Question,
-                params.request_state.as_deref()?.to_string(),
-            )),
-            _ => None,
-        }
     }
 }
 
@@ -236,4 +243,47 @@ pub(in crate::mcp) fn text(status: StatusCode, body: String) -> Response<Body> {
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bound(body: &str) -> Option<(BoundKind, String)> {
+        bound_of(&Head::of(body.as_bytes())?, body.as_bytes())
+    }
+
+    #[test]
+    fn a_body_names_the_task_or_question_it_is_for() {
+        for method in TASK_METHODS {
+            let body = format!(
+                r#"{{"jsonrpc":"2.0","id":1,"method":"{method}","params":{{"taskId":"ab~cd"}}}}"#
+            );
+            assert_eq!(
+                bound(&body),
+                Some((BoundKind::Task, "ab~cd".into())),
+                "{method}"
+            );
+        }
+        let retry = r#"{"jsonrpc":"2.0","id":"x","method":"tools/call","params":{"name":"t","arguments":{"a":[1,2,{"b":"c"}]},"requestState":"s~t"}}"#;
+        assert_eq!(bound(retry), Some((BoundKind::Question, "s~t".into())));
+        assert!(Head::of(retry.as_bytes()).unwrap().is_tool_call());
+        assert_eq!(
+            Head::of(retry.as_bytes()).unwrap().id,
+            Some(serde_json::json!("x"))
+        );
+        for none in [
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":{}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"taskId":"x"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tasks/get"}"#,
+            r#"[{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"taskId":"x"}}]"#,
+            "not json",
+        ] {
+            assert_eq!(bound(none), None, "{none}");
+        }
+        // A call naming a "taskId" of another type is a call all the same.
+        let odd = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","taskId":7,"requestState":[1]}}"#;
+        assert!(Head::of(odd.as_bytes()).unwrap().is_tool_call());
+        assert_eq!(bound(odd), None);
+    }
 }
