@@ -46,6 +46,7 @@ mod replicas;
 mod resources;
 mod sealing;
 mod shutdown;
+mod splice;
 mod stdio;
 mod tool_list;
 
@@ -290,6 +291,13 @@ impl ToolpoolServer {
             log_level: Arc::default(),
             listener: Arc::default(),
         }
+    }
+
+    /// The server with `session` as what its calls know of their session
+    /// (stdio's, whose large texts go out spliced).
+    fn with_session(mut self, session: SessionCalls) -> ToolpoolServer {
+        self.session = session;
+        self
     }
 
     /// A handle for one HTTP session.

@@ -3,7 +3,9 @@ its result as `structuredContent` beside the text, in both protocol versions,
 over stdio and HTTP."""
 
 import json
+import tempfile
 import unittest
+from pathlib import Path
 
 import anyio
 
@@ -59,6 +61,42 @@ class Structured(unittest.IsolatedAsyncioTestCase):
         self.assertEqual(
             set(by_name["echo"]), {"name", "module", "description", "parameters", "file", "line"}
         )
+
+
+    async def test_a_large_text_reaches_every_client_whole(self):
+        """Over HTTP a large text goes out as a stand-in spliced into the
+        response's body as it is sent: what the client reads is the text,
+        escaped as JSON, in both places (within the Python client's 1 MiB
+        event limit)."""
+        from mcp import Client
+
+        from support import MODES, http_server
+
+        cases = (("\u0001", 80_000), ('é"\n\\', 50_000), ("a", 480_000), ("😀", 100_000))
+        with tempfile.TemporaryDirectory() as tmp:
+            (Path(tmp) / "texts.py").write_text(TEXTS)
+            async with http_server("--workers", "1", "serve", "--http", "127.0.0.1:0", functions=Path(tmp)) as (_, url):
+                for version, mode in MODES.items():
+                    async with Client(url, mode=mode) as client:
+                        for character, count in cases:
+                            with self.subTest(version=version, character=character):
+                                result = await client.call_tool("text", {"character": character, "count": count})
+                                self.assertEqual(ok(result), character * count)
+                                self.assertEqual(result.structured_content, {"result": character * count})
+                                untyped = await client.call_tool("text_untyped", {"character": character, "count": count})
+                                self.assertEqual(ok(untyped), character * count)
+
+
+TEXTS = '''
+def text(character: str, count: int) -> str:
+    """`character` repeated `count` times."""
+    return character * count
+
+
+def text_untyped(character, count):
+    """The same, untyped: text content only."""
+    return character * count
+'''
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ mod python_shim;
 mod recycling;
 mod reload;
 mod results;
+mod results_http;
 mod sandbox;
 mod sessions;
 mod shutdown;

@@ -56,12 +56,16 @@ pub(crate) fn call_result(
 /// bytes as JSON (the frame limit); a larger result is refused with
 /// `ResultTooLarge` before its encoding exists, rather than sent as a
 /// message up to 12 times its size (a control character is 6 bytes as
-/// JSON, and it would be there twice).
+/// JSON, and it would be there twice). The text passes through
+/// `stand_in`, which may keep it and give a stand-in for it (over HTTP, a
+/// large one: the structured copy of a string is then made of the
+/// stand-in, and the text is never copied).
 pub(crate) fn plain_result(
     tool: &str,
     value: Value,
     function: Option<&FunctionSpec>,
     limit: usize,
+    stand_in: &dyn Fn(String) -> String,
 ) -> CallToolResult {
     let function = function.filter(|f| f.has_structured_result(&value));
     let too_large = || {
@@ -94,6 +98,7 @@ pub(crate) fn plain_result(
             if len + structured_len(len) > limit {
                 return too_large();
             }
+            let text = stand_in(text);
             let structured =
                 function.and_then(|f| f.structured_result(Value::String(text.clone())));
             (text, structured)
@@ -113,7 +118,7 @@ pub(crate) fn plain_result(
             if encoded_len(&text, false, left).is_none() {
                 return too_large();
             }
-            (text, structured)
+            (stand_in(text), structured)
         }
     };
     let mut result = CallToolResult::success(vec![McpContent::text(text)]);

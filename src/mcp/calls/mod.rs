@@ -165,7 +165,8 @@ impl ToolpoolServer {
                         return Err(McpError::invalid_params(error.to_string(), None));
                     }
                 }
-                Ok(CallToolResponse::Complete(self.result_of(&name, report, session.as_deref())))
+                let result = self.result_of(&name, report, session.as_deref(), true);
+                Ok(CallToolResponse::Complete(result))
             }
             _ = context.ct.cancelled() => {
                 // Dropping `call` killed its worker (or took it out of the
@@ -293,7 +294,8 @@ impl ToolpoolServer {
                 code: ErrorCode::INTERNAL_ERROR.0,
                 message: error.to_string(),
             },
-            _ => TaskEnd::Answered(self.result_of(tool, report, session)),
+            // Kept for `tasks/get`: never stood in for.
+            _ => TaskEnd::Answered(self.result_of(tool, report, session, false)),
         }
     }
 
@@ -413,7 +415,8 @@ impl ToolpoolServer {
                 if let Some(notices) = notices {
                     notices.flushed().await;
                 }
-                CallToolResponse::Complete(self.result_of(&name, report, session.as_deref()))
+                let result = self.result_of(&name, report, session.as_deref(), true);
+                CallToolResponse::Complete(result)
             }
             mrtr::Step::Asks(input) => CallToolResponse::InputRequired(input),
             mrtr::Step::Failed(error) => {
@@ -484,11 +487,14 @@ impl ToolpoolServer {
         })
     }
 
+    /// The answer to a call; `direct`: sent now, in the response to its
+    /// request (over HTTP a large text then goes out as a stand-in).
     pub(super) fn result_of(
         &self,
         name: &str,
         report: CallReport,
         session: Option<&Session>,
+        direct: bool,
     ) -> CallToolResult {
         let store = match session {
             Some(session) => session.attachments(),
@@ -500,6 +506,10 @@ impl ToolpoolServer {
                 value,
                 self.function_of(name).as_ref(),
                 self.inner.pool.limits().max_frame_bytes,
+                &|text| match direct {
+                    true => self.session.stand_in(text),
+                    false => text,
+                },
             ),
             (result, content) => call_result(result, content.as_deref(), Some(store)),
         }

@@ -69,6 +69,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::replicas::Replica;
+use super::splice::{Spliced, Splices};
 use super::{ServeError, ToolpoolServer};
 use crate::context::SessionsRoot;
 use crate::http::conn::{serve_connection, ConnectionCap};
@@ -339,6 +340,8 @@ fn make_front(
     });
     let registry = sessions.calls.clone();
     let by_credential = options.access.requires_token();
+    let splices = Splices::default();
+    let handler_splices = splices.clone();
     let handler = server.clone();
     let handler_root = root.clone();
     // rmcp makes one handler for each new session.
@@ -348,6 +351,7 @@ fn make_front(
                 registry.clone(),
                 handler_root.clone(),
                 by_credential,
+                handler_splices.clone(),
             )))
         },
         manager,
@@ -369,6 +373,7 @@ fn make_front(
         tenant_limits: options.tenant_limits.clone(),
         replica: server.inner.replica.clone(),
         peers: forward::peer_client(),
+        splices,
     })
 }
 
@@ -388,6 +393,8 @@ struct Front {
     /// it forwards with.
     replica: Option<Arc<Replica>>,
     peers: forward::PeerClient,
+    /// Large texts of answers, spliced into the bodies as they are sent.
+    splices: Splices,
 }
 
 /// The tenant the access check put in `request`'s extensions.
@@ -491,10 +498,12 @@ impl Front {
         };
         let post = request.method() == Method::POST;
         let response = self.route(request, session).await;
-        if !post {
-            return response;
-        }
         let (parts, body) = response.into_parts();
+        // A POST's answer, or the events a GET stream replays.
+        let body = BodyExt::boxed(Spliced::new(body, self.splices.clone()));
+        if !post {
+            return Response::from_parts(parts, body);
+        }
         Response::from_parts(
             parts,
             BodyExt::boxed(self.answers.track_holding(body, permit)),

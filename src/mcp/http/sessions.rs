@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use super::requests::{text, Body, McpService, RequestBody};
 use super::tokens::Tenant;
 use crate::context::{Session, SessionsRoot};
+use crate::mcp::splice::Splices;
 
 /// The header that names a request's MCP session (whose calls a DELETE
 /// cancels; it never names a toolpool session).
@@ -53,6 +54,8 @@ pub(in crate::mcp) struct SessionCalls {
     /// Whether the server checks tokens, so that a request's credential
     /// names its session (else every such request is `anonymous`).
     by_credential: bool,
+    /// Large texts of direct answers, spliced into the response's body.
+    splices: Option<Splices>,
 }
 
 impl SessionCalls {
@@ -60,6 +63,7 @@ impl SessionCalls {
         registry: Arc<Registry>,
         root: Arc<SessionsRoot>,
         by_credential: bool,
+        splices: Splices,
     ) -> SessionCalls {
         SessionCalls {
             token: CancellationToken::new(),
@@ -67,6 +71,24 @@ impl SessionCalls {
             root: Some(root),
             held: Arc::default(),
             by_credential,
+            splices: Some(splices),
+        }
+    }
+
+    /// A connection's calls (stdio's) whose large texts go out spliced.
+    pub(in crate::mcp) fn with_splices(splices: Splices) -> SessionCalls {
+        SessionCalls {
+            splices: Some(splices),
+            ..SessionCalls::default()
+        }
+    }
+
+    /// A direct answer's text as it goes out: a large one stood in for,
+    /// and spliced into the response's body as it is sent ([`Splices`]).
+    pub(in crate::mcp) fn stand_in(&self, text: String) -> String {
+        match &self.splices {
+            Some(splices) => splices.stand_in(text),
+            None => text,
         }
     }
 

@@ -40,6 +40,9 @@ use crate::protocol::DEFAULT_MAX_FRAME;
 use gate::{Gate, LineSplitter, Piece, Verdict};
 use writer::{spawn_writer, Out, StdioTransport};
 
+use super::splice::Splices;
+use super::SessionCalls;
+
 /// How long rmcp may take to flush its last messages after the pool is down.
 const TRANSPORT_DRAIN: Duration = Duration::from_secs(10);
 
@@ -47,7 +50,10 @@ pub(super) async fn serve(server: ToolpoolServer, grace: Duration) -> Result<(),
     let gate = Gate::new(DEFAULT_MAX_FRAME);
     let stdout_gone = CancellationToken::new();
     watch_stdout(stdout_gone.clone());
-    let (out, written) = spawn_writer(gate.clone(), stdout_gone.clone());
+    // Large texts go out in their stand-ins' place, never encoded whole.
+    let splices = Splices::default();
+    let server = server.with_session(SessionCalls::with_splices(splices.clone()));
+    let (out, written) = spawn_writer(gate.clone(), stdout_gone.clone(), splices);
     let (reader, mut stdin_closed, release_eof) = StdinReader::spawn(gate.clone(), out.clone());
     let mut release_eof = Some(release_eof);
     let ct = CancellationToken::new();

@@ -5,12 +5,23 @@
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use crate::context::Session;
+use crate::mcp::splice::Splices;
 
 /// The calls of the one stdio connection.
 #[derive(Clone, Default)]
-pub(in crate::mcp) struct SessionCalls;
+pub(in crate::mcp) struct SessionCalls {
+    /// Large texts of direct answers, spliced in as stdout is written.
+    splices: Option<Splices>,
+}
 
 impl SessionCalls {
+    /// The connection's calls, whose large texts go out spliced.
+    pub(in crate::mcp) fn with_splices(splices: Splices) -> SessionCalls {
+        SessionCalls {
+            splices: Some(splices),
+        }
+    }
+
     /// The pool's own session, always.
     pub(in crate::mcp) fn session(
         &self,
@@ -25,6 +36,15 @@ impl SessionCalls {
         _context: &rmcp::service::RequestContext<rmcp::RoleServer>,
     ) -> Option<String> {
         None
+    }
+
+    /// A direct answer's text as it goes out: a large one stood in for,
+    /// and spliced in as stdout is written.
+    pub(in crate::mcp) fn stand_in(&self, text: String) -> String {
+        match &self.splices {
+            Some(splices) => splices.stand_in(text),
+            None => text,
+        }
     }
 
     /// stdio.

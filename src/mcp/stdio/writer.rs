@@ -25,6 +25,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::{CancellationToken, PollSender};
 
 use super::gate::Gate;
+use crate::mcp::splice::{SpliceWriter, Splices};
 
 /// One thing to write to stdout.
 pub(in crate::mcp) enum Out {
@@ -46,16 +47,19 @@ const BUFFER: usize = 64 * 1024;
 /// The channel to stdout, and the thread that writes it: `done` is told
 /// once everything sent before [`Out::End`] (or before every sender was
 /// dropped) is written, or stdout failed (then `stdout_gone` is cancelled).
+/// `splices`: the large texts stood in for, written in their stand-ins'
+/// place ([`SpliceWriter`]).
 pub(in crate::mcp) fn spawn_writer(
     gate: Gate,
     stdout_gone: CancellationToken,
+    splices: Splices,
 ) -> (mpsc::Sender<Out>, oneshot::Receiver<()>) {
     let (out, queue) = mpsc::channel(QUEUED);
     let (done_tx, done) = oneshot::channel();
     let spawned = std::thread::Builder::new()
         .name("toolpool-stdout".into())
         .spawn(move || {
-            write_stdout(queue, &gate, &stdout_gone);
+            write_stdout(queue, &gate, &stdout_gone, &splices);
             let _ = done_tx.send(());
         });
     if let Err(e) = spawned {
@@ -66,13 +70,18 @@ pub(in crate::mcp) fn spawn_writer(
     (out, done)
 }
 
-fn write_stdout(mut queue: mpsc::Receiver<Out>, gate: &Gate, stdout_gone: &CancellationToken) {
+fn write_stdout(
+    mut queue: mpsc::Receiver<Out>,
+    gate: &Gate,
+    stdout_gone: &CancellationToken,
+    splices: &Splices,
+) {
     let mut stdout = std::io::BufWriter::with_capacity(BUFFER, Stdout);
     while let Some(item) = queue.blocking_recv() {
         if matches!(item, Out::End) {
             break;
         }
-        let mut written = write_one(&mut stdout, item, gate);
+        let mut written = write_one(&mut stdout, item, gate, splices);
         // Flushed once nothing else is waiting: a burst goes out together.
         if written.is_ok() && queue.is_empty() {
             written = stdout.flush();
@@ -87,7 +96,12 @@ fn write_stdout(mut queue: mpsc::Receiver<Out>, gate: &Gate, stdout_gone: &Cance
 }
 
 /// Writes `item` as one line; a response leaves flight here.
-fn write_one(stdout: &mut impl Write, item: Out, gate: &Gate) -> std::io::Result<()> {
+fn write_one(
+    stdout: &mut impl Write,
+    item: Out,
+    gate: &Gate,
+    splices: &Splices,
+) -> std::io::Result<()> {
     let message = match item {
         Out::Line(line) => {
             // A line rmcp wrote may be a response too (an error of its own).
@@ -101,9 +115,10 @@ fn write_one(stdout: &mut impl Write, item: Out, gate: &Gate) -> std::io::Result
         JsonRpcMessage::Error(error) => error.id.as_ref().and_then(|id| answered(gate, id)),
         JsonRpcMessage::Request(_) | JsonRpcMessage::Notification(_) => None,
     };
+    let mut spliced = SpliceWriter::new(stdout, splices);
     match (original, message.as_ref()) {
         (Some(id), JsonRpcMessage::Response(response)) => serde_json::to_writer(
-            &mut *stdout,
+            &mut spliced,
             &UnderId {
                 jsonrpc: "2.0",
                 id: &id,
@@ -112,7 +127,7 @@ fn write_one(stdout: &mut impl Write, item: Out, gate: &Gate) -> std::io::Result
             },
         ),
         (Some(id), JsonRpcMessage::Error(error)) => serde_json::to_writer(
-            &mut *stdout,
+            &mut spliced,
             &UnderId::<()> {
                 jsonrpc: "2.0",
                 id: &id,
@@ -120,9 +135,10 @@ fn write_one(stdout: &mut impl Write, item: Out, gate: &Gate) -> std::io::Result
                 error: Some(&error.error),
             },
         ),
-        _ => serde_json::to_writer(&mut *stdout, &message),
+        _ => serde_json::to_writer(&mut spliced, &message),
     }
     .map_err(std::io::Error::from)?;
+    spliced.finish()?;
     stdout.write_all(b"\n")
 }
 
@@ -288,7 +304,7 @@ mod tests {
 
     fn written(item: Out, gate: &Gate) -> Value {
         let mut bytes = Vec::new();
-        write_one(&mut bytes, item, gate).unwrap();
+        write_one(&mut bytes, item, gate, &Splices::default()).unwrap();
         assert_eq!(bytes.pop(), Some(b'\n'));
         serde_json::from_slice(&bytes).unwrap()
     }
@@ -329,7 +345,13 @@ mod tests {
         let line =
             b"{\"jsonrpc\":\"2.0\",\"error\":{\"code\":-32600,\"message\":\"x\"}}\n".to_vec();
         let mut bytes = Vec::new();
-        write_one(&mut bytes, Out::Line(line.clone()), &gate).unwrap();
+        write_one(
+            &mut bytes,
+            Out::Line(line.clone()),
+            &gate,
+            &Splices::default(),
+        )
+        .unwrap();
         assert_eq!(bytes, line);
     }
 }
