@@ -64,27 +64,37 @@ class Structured(unittest.IsolatedAsyncioTestCase):
 
 
     async def test_a_large_text_reaches_every_client_whole(self):
-        """Over HTTP a large text goes out as a stand-in spliced into the
-        response's body as it is sent: what the client reads is the text,
-        escaped as JSON, in both places (within the Python client's 1 MiB
-        event limit)."""
+        """A large text goes out as a stand-in spliced into what is sent (the
+        response's body, stdout) as it is written: what the client reads is
+        the text, escaped as JSON, in both places, over both transports
+        (within the Python client's 1 MiB limit on an HTTP event)."""
         from mcp import Client
 
-        from support import MODES, http_server
+        from support import MODES, http_server, served
 
         cases = (("\u0001", 80_000), ('é"\n\\', 50_000), ("a", 480_000), ("😀", 100_000))
+
+        async def check(client):
+            for character, count in cases:
+                result = await client.call_tool("text", {"character": character, "count": count})
+                self.assertEqual(ok(result), character * count, repr(character))
+                self.assertEqual(result.structured_content, {"result": character * count})
+                untyped = await client.call_tool("text_untyped", {"character": character, "count": count})
+                self.assertEqual(ok(untyped), character * count, repr(character))
+
         with tempfile.TemporaryDirectory() as tmp:
-            (Path(tmp) / "texts.py").write_text(TEXTS)
-            async with http_server("--workers", "1", "serve", "--http", "127.0.0.1:0", functions=Path(tmp)) as (_, url):
+            functions = Path(tmp) / "functions"
+            functions.mkdir()
+            (functions / "texts.py").write_text(TEXTS)
+            for version, mode in MODES.items():
+                with self.subTest(transport="stdio", version=version):
+                    async with served("--workers", "1", "serve", functions=functions, mode=mode) as client:
+                        await check(client)
+            async with http_server("--workers", "1", "serve", "--http", "127.0.0.1:0", functions=functions) as (_, url):
                 for version, mode in MODES.items():
-                    async with Client(url, mode=mode) as client:
-                        for character, count in cases:
-                            with self.subTest(version=version, character=character):
-                                result = await client.call_tool("text", {"character": character, "count": count})
-                                self.assertEqual(ok(result), character * count)
-                                self.assertEqual(result.structured_content, {"result": character * count})
-                                untyped = await client.call_tool("text_untyped", {"character": character, "count": count})
-                                self.assertEqual(ok(untyped), character * count)
+                    with self.subTest(transport="http", version=version):
+                        async with Client(url, mode=mode) as client:
+                            await check(client)
 
 
 TEXTS = '''
