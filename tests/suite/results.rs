@@ -421,8 +421,9 @@ pub(crate) fn peak_rise<T>(pid: u32, run: impl FnOnce() -> T) -> (T, u64) {
 /// most 4 × its size, by `call` (a tool, its character and megabytes: the
 /// answer and how far the server's peak rose). After a call of 1 MB: a
 /// server's first calls set up what every call reuses. (5 MB of U+0001,
-/// typed, fits too, but at 5 MB what the allocator keeps from call to call
-/// is too near a fifth of the bound to measure it.)
+/// typed, fits too, but at 5 MB the 10 MiB or so a fresh server's
+/// allocator takes the first time, whatever the size, is near the bound's
+/// slack, and varies: docs/benchmarks.md gives it as measured.)
 pub(crate) fn costs_at_most_four_times(
     mut call: impl FnMut(&str, &str, u64) -> (serde_json::Value, u64),
 ) {
