@@ -36,8 +36,7 @@ pub(in crate::mcp) const TASK_METHODS: [&str; 3] = ["tasks/get", "tasks/update",
 /// gets one from its body's `params.taskId` (see the module's
 /// documentation). With `counts_calls`, whether it is a `tools/call` is
 /// read too; with `finds_bound`, the task or question it names, and its
-/// body is kept (it may be forwarded). Other
-/// requests are passed on unread.
+/// body is kept (it may be forwarded). Other requests are passed on unread.
 pub(in crate::mcp) async fn read_request(
     request: Request<Incoming>,
     bodies: &Arc<tokio::sync::Semaphore>,
@@ -202,6 +201,12 @@ fn bound_of(head: &Head<'_>, body: &[u8]) -> Option<(BoundKind, String)> {
     let method = head.method.as_deref()?;
     let is_task = TASK_METHODS.contains(&method);
     if !is_task && method != "tools/call" {
+        return None;
+    }
+    // A first call (no requestState, the most common request by far) is not
+    // parsed a second time: its arguments may be large. (A key spelled with
+    // escapes is then served here, and refused as a state never made.)
+    if !is_task && memchr::memmem::find(body, b"\"requestState\"").is_none() {
         return None;
     }
     let params = serde_json::from_slice::<BoundParams<'_>>(body)
