@@ -6,15 +6,18 @@
 //! — `toolpool-splice:` and 32 random hex digits, in the text and in the
 //! structured copy of a string result (made of the stand-in, so the text is
 //! never copied) — and the text is kept here once. What sends the message
-//! replaces each stand-in it knows with the text, escaped as JSON 64 KiB at
+//! replaces each stand-in it knows with the text, escaped as JSON 16 KiB at
 //! a time: over HTTP the response's body ([`Spliced`]), on stdio the writer
 //! ([`SpliceWriter`]).
 //!
-//! A stand-in is known for [`KEPT`]: rmcp replays a request's events to an
-//! HTTP client that reconnects (`Last-Event-ID`) for 60 s after the request
-//! completed. A tool cannot make a stand-in of another call's: it would
-//! have to guess 128 random bits. A task's result (kept for `tasks/get`) is
-//! never stood in for.
+//! Over HTTP a stand-in is known for [`KEPT`]: rmcp replays a request's
+//! events to a client that reconnects (`Last-Event-ID`) for 60 s after the
+//! request completed. On stdio nothing is sent again, so a text is
+//! forgotten as soon as the message that carries it was written: a
+//! server's memory does not grow with each large result it answered. A
+//! tool cannot make a stand-in of another call's: it would have to guess
+//! 128 random bits. A task's result (kept for `tasks/get`) is never stood
+//! in for.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -24,11 +27,13 @@ use std::time::{Duration, Instant};
 
 /// The least text stood in for: below it, encoding it whole costs little.
 pub(in crate::mcp) const LARGE: usize = 64 * 1024;
-/// How long a stand-in is known (rmcp keeps a completed request's events
-/// for replay 60 s).
+/// How long a stand-in is known over HTTP (rmcp keeps a completed
+/// request's events for replay 60 s), and at most on stdio.
 const KEPT: Duration = Duration::from_secs(90);
-/// How much of the text is escaped at a time.
-const CHUNK: usize = 64 * 1024;
+/// How much of the text is escaped at a time: at most 96 KiB as JSON (a
+/// control character is 6 bytes), pieces whose pages the allocator reuses
+/// at once (pieces of 64 KiB cost a 5 MB text 3 to 6 MiB more over HTTP).
+const CHUNK: usize = 16 * 1024;
 const PREFIX: &[u8] = b"toolpool-splice:";
 /// A stand-in's length: the prefix and 32 hex digits.
 const STAND_IN: usize = PREFIX.len() + 32;
@@ -38,14 +43,35 @@ type Texts = HashMap<String, (Arc<String>, Instant)>;
 
 /// The texts stood in for, by stand-in, shared by the handlers (which put
 /// them in) and what sends the messages (which splices them).
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub(in crate::mcp) struct Splices {
     texts: Arc<Mutex<Texts>>,
     /// How many are known: what sends passes bytes on unread when 0.
     known: Arc<AtomicUsize>,
+    /// A text is forgotten once the message that carries it was written
+    /// ([`SpliceWriter::finish`]), rather than kept for [`KEPT`].
+    once: bool,
 }
 
 impl Splices {
+    /// Texts kept [`KEPT`], for a message sent again (HTTP's replay).
+    pub(in crate::mcp) fn replayable() -> Splices {
+        Splices::with_once(false)
+    }
+
+    /// Texts forgotten once written (stdio, where nothing is sent again).
+    pub(in crate::mcp) fn once() -> Splices {
+        Splices::with_once(true)
+    }
+
+    fn with_once(once: bool) -> Splices {
+        Splices {
+            texts: Arc::default(),
+            known: Arc::default(),
+            once,
+        }
+    }
+
     /// `text`, or if it is large, a stand-in for it (the text kept).
     pub(in crate::mcp) fn stand_in(&self, text: String) -> String {
         if text.len() < LARGE {
@@ -73,6 +99,21 @@ impl Splices {
     fn text_of(&self, stand_in: &[u8]) -> Option<Arc<String>> {
         let key = std::str::from_utf8(stand_in).ok()?;
         self.lock().get(key).map(|(text, _)| text.clone())
+    }
+
+    /// Forgets the texts of `written` (stand-ins of a message that was
+    /// written whole), where texts are sent once.
+    fn written(&self, written: &[Vec<u8>]) {
+        if !self.once || written.is_empty() {
+            return;
+        }
+        let mut texts = self.lock();
+        for stand_in in written {
+            if let Ok(key) = std::str::from_utf8(stand_in) {
+                texts.remove(key);
+            }
+        }
+        self.known.store(texts.len(), Ordering::Release);
     }
 
     /// Where `held` may be cut: before a known stand-in (with its text, the
@@ -117,6 +158,9 @@ pub(in crate::mcp) struct SpliceWriter<'a, W: Write> {
     inner: &'a mut W,
     splices: &'a Splices,
     held: Vec<u8>,
+    /// The stand-ins replaced in this message (a typed result's text and
+    /// its structured copy share one).
+    replaced: Vec<Vec<u8>>,
 }
 
 impl<'a, W: Write> SpliceWriter<'a, W> {
@@ -125,12 +169,15 @@ impl<'a, W: Write> SpliceWriter<'a, W> {
             inner,
             splices,
             held: Vec::new(),
+            replaced: Vec::new(),
         }
     }
 
     /// Writes what is held: the message is whole.
     pub(in crate::mcp) fn finish(mut self) -> std::io::Result<()> {
-        self.drain(true)
+        self.drain(true)?;
+        self.splices.written(&self.replaced);
+        Ok(())
     }
 
     fn drain(&mut self, ended: bool) -> std::io::Result<()> {
@@ -144,7 +191,8 @@ impl<'a, W: Write> SpliceWriter<'a, W> {
                         self.inner.write_all(&piece)?;
                         from = next;
                     }
-                    self.held.drain(..at + STAND_IN);
+                    let stand_in = self.held.drain(..at + STAND_IN).skip(at).collect();
+                    self.replaced.push(stand_in);
                 }
                 Cut::Plain(at) => {
                     self.inner.write_all(&self.held[..at])?;
@@ -337,7 +385,7 @@ mod tests {
 
     #[test]
     fn a_large_text_goes_out_escaped_in_place_of_its_stand_in_wherever_writes_break() {
-        let splices = Splices::default();
+        let splices = Splices::replayable();
         let text: String = "\u{1}é\"\n😀".repeat(LARGE / 5);
         let message = |text: &str| {
             serde_json::json!({"content": [{"type": "text", "text": text}],
@@ -363,7 +411,7 @@ mod tests {
 
     #[test]
     fn small_texts_and_unknown_stand_ins_pass_unchanged() {
-        let splices = Splices::default();
+        let splices = Splices::replayable();
         assert_eq!(splices.stand_in("hi".into()), "hi");
         assert!(splices.quiet());
         assert!(splices
@@ -374,5 +422,30 @@ mod tests {
         for out in sent(&splices, &[made_up.as_bytes()]) {
             assert_eq!(out, made_up);
         }
+    }
+
+    #[test]
+    fn on_stdio_a_text_is_forgotten_once_its_message_is_written() {
+        let splices = Splices::once();
+        let text = "\u{1}".repeat(LARGE);
+        let stand_in = splices.stand_in(text.clone());
+        let message = |text: &str| {
+            serde_json::json!({"content": [{"type": "text", "text": text}],
+                               "structuredContent": {"result": text}})
+            .to_string()
+        };
+        let write = |message: &str| {
+            let mut out = Vec::new();
+            let mut writer = SpliceWriter::new(&mut out, &splices);
+            writer.write_all(message.as_bytes()).unwrap();
+            writer.finish().unwrap();
+            String::from_utf8(out).unwrap()
+        };
+        // Both places that share the stand-in get the text.
+        assert_eq!(write(&message(&stand_in)), message(&text));
+        assert!(splices.quiet());
+        assert!(splices.lock().is_empty());
+        // Sent again, the stand-in is no longer known.
+        assert_eq!(write(&message(&stand_in)), message(&stand_in));
     }
 }

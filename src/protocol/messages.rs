@@ -185,7 +185,7 @@ impl ReplyValue {
     pub(crate) fn decode(
         value: Value,
         value_json: Option<String>,
-        value_marshal: Option<serde_bytes::ByteBuf>,
+        value_marshal: Option<MarshalValue>,
         content: Option<Vec<WireBlock>>,
     ) -> Result<ReplyValue, RemoteError> {
         let value_error = |message: String| RemoteError {
@@ -198,9 +198,9 @@ impl ReplyValue {
                 "the result is nested deeper than {MAX_RESULT_DEPTH} levels of lists and dicts"
             ))
         };
-        if let Some(blob) = value_marshal {
-            // Held to the depth while it is decoded: no second walk.
-            return match marshal::from_marshal(&blob) {
+        if let Some(MarshalValue(decoded)) = value_marshal {
+            // Held to the depth while it was decoded: no second walk.
+            return match decoded {
                 Ok(value) => Ok(ReplyValue { value, content }),
                 Err(e) => Err(RemoteError {
                     kind: ErrorKind::from_remote(e.python_type()),
@@ -229,6 +229,30 @@ impl ReplyValue {
             return Err(too_deep());
         }
         Ok(ReplyValue { value, content })
+    }
+}
+
+/// A reply's `value_marshal` blob, decoded where it lies in the frame as
+/// the message is read: the blob is never copied out (a large text would
+/// otherwise be held three times at once: in the frame, as the blob, and
+/// decoded). Whether it decodes is the tool's result, not the channel's.
+#[derive(Debug)]
+pub(crate) struct MarshalValue(pub(crate) Result<Value, marshal::MarshalError>);
+
+impl<'de> Deserialize<'de> for MarshalValue {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Blob;
+        impl serde::de::Visitor<'_> for Blob {
+            type Value = MarshalValue;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a marshal blob (bytes)")
+            }
+            // Borrowed bytes and byte buffers come here too.
+            fn visit_bytes<E>(self, blob: &[u8]) -> Result<MarshalValue, E> {
+                Ok(MarshalValue(marshal::from_marshal(blob)))
+            }
+        }
+        deserializer.deserialize_bytes(Blob)
     }
 }
 
@@ -273,7 +297,7 @@ pub(crate) enum Message {
         value_json: Option<String>,
         /// The result as one marshal blob, instead of `value`.
         #[serde(default)]
-        value_marshal: Option<serde_bytes::ByteBuf>,
+        value_marshal: Option<MarshalValue>,
         #[serde(default)]
         content: Option<Vec<WireBlock>>,
     },

@@ -416,19 +416,21 @@ pub(crate) fn peak_rise<T>(pid: u32, run: impl FnOnce() -> T) -> (T, u64) {
     (got, kib("VmHWM:").saturating_sub(before) * 1024)
 }
 
-/// 10 MB of U+0001, untyped (60 MB of JSON), and 30 MB of letters, typed
-/// (as text and again as structuredContent), each delivered whole for at
-/// most 4 × its size, by `call` (a tool, its character and megabytes: the
-/// answer and how far the server's peak rose). After a call of 1 MB: a
-/// server's first calls set up what every call reuses. (5 MB of U+0001,
-/// typed, fits too, but at 5 MB the 10 MiB or so a fresh server's
-/// allocator takes the first time, whatever the size, is near the bound's
-/// slack, and varies: docs/benchmarks.md gives it as measured.)
+/// 5 MB of U+0001, typed (30 MB of JSON, as text and again as
+/// structuredContent), 10 MB of U+0001, untyped, and 30 MB of letters,
+/// typed, each delivered whole for at most 4 × its size, by `call` (a tool,
+/// its character and megabytes: the answer and how far the server's peak
+/// rose). After a call of 1 MB: a server's first calls set up what every
+/// call reuses.
 pub(crate) fn costs_at_most_four_times(
     mut call: impl FnMut(&str, &str, u64) -> (serde_json::Value, u64),
 ) {
     call("text_of", "x", 1);
-    for (tool, character, megabytes) in [("text_untyped", '\u{1}', 10), ("text_of", 'a', 30)] {
+    for (tool, character, megabytes) in [
+        ("text_of", '\u{1}', 5),
+        ("text_untyped", '\u{1}', 10),
+        ("text_of", 'a', 30),
+    ] {
         let (answer, rise) = call(tool, &character.to_string(), megabytes);
         delivered_whole(
             &answer,

@@ -340,7 +340,7 @@ fn make_front(
     });
     let registry = sessions.calls.clone();
     let by_credential = options.access.requires_token();
-    let splices = Splices::default();
+    let splices = Splices::replayable();
     let handler_splices = splices.clone();
     let handler = server.clone();
     let handler_root = root.clone();

@@ -51,7 +51,7 @@ pub(super) async fn serve(server: ToolpoolServer, grace: Duration) -> Result<(),
     let stdout_gone = CancellationToken::new();
     watch_stdout(stdout_gone.clone());
     // Large texts go out in their stand-ins' place, never encoded whole.
-    let splices = Splices::default();
+    let splices = Splices::once();
     let server = server.with_session(SessionCalls::with_splices(splices.clone()));
     let (out, written) = spawn_writer(gate.clone(), stdout_gone.clone(), splices);
     let (reader, mut stdin_closed, release_eof) = StdinReader::spawn(gate.clone(), out.clone());

@@ -304,7 +304,7 @@ mod tests {
 
     fn written(item: Out, gate: &Gate) -> Value {
         let mut bytes = Vec::new();
-        write_one(&mut bytes, item, gate, &Splices::default()).unwrap();
+        write_one(&mut bytes, item, gate, &Splices::once()).unwrap();
         assert_eq!(bytes.pop(), Some(b'\n'));
         serde_json::from_slice(&bytes).unwrap()
     }
@@ -345,13 +345,7 @@ mod tests {
         let line =
             b"{\"jsonrpc\":\"2.0\",\"error\":{\"code\":-32600,\"message\":\"x\"}}\n".to_vec();
         let mut bytes = Vec::new();
-        write_one(
-            &mut bytes,
-            Out::Line(line.clone()),
-            &gate,
-            &Splices::default(),
-        )
-        .unwrap();
+        write_one(&mut bytes, Out::Line(line.clone()), &gate, &Splices::once()).unwrap();
         assert_eq!(bytes, line);
     }
 }
