@@ -430,6 +430,18 @@ async fn big_catalog(session: &Path) -> f64 {
     elapsed
 }
 
+/// Every thread of this process on `cpus` (the processes it starts from
+/// then on inherit it).
+fn pin_threads(cpus: &nix::sched::CpuSet) {
+    let tasks = std::fs::read_dir("/proc/self/task").expect("/proc/self/task");
+    for task in tasks.flatten() {
+        if let Some(tid) = task.file_name().to_str().and_then(|t| t.parse().ok()) {
+            // A thread that ended meanwhile is not there to pin.
+            let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(tid), cpus);
+        }
+    }
+}
+
 fn median(mut samples: Vec<f64>) -> f64 {
     percentile(&mut samples, 0.5)
 }
@@ -482,6 +494,26 @@ async fn main() {
         toolpool_p1.extend(serial_round_trip(session, 1000 / scale).await);
         floor_p1.extend(floor_round_trip(1000 / scale).await);
     }
+    // And again on one CPU, where neither side waits for another CPU to
+    // wake: the floor is two figures otherwise (about 10 µs when the
+    // scheduler puts both ends of the pipe on one CPU, 65 to 90 on two of a
+    // virtual machine's), and which one a run gets is chance.
+    let all_cpus = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).expect("affinity");
+    let mut one_cpu = nix::sched::CpuSet::new();
+    one_cpu
+        .set(
+            (0..nix::sched::CpuSet::count())
+                .find(|&cpu| all_cpus.is_set(cpu).unwrap_or(false))
+                .unwrap_or(0),
+        )
+        .expect("a CPU");
+    pin_threads(&one_cpu);
+    let (mut toolpool_p1_one, mut floor_p1_one) = (Vec::new(), Vec::new());
+    for _ in 0..5 {
+        toolpool_p1_one.extend(serial_round_trip(session, 1000 / scale).await);
+        floor_p1_one.extend(floor_round_trip(1000 / scale).await);
+    }
+    pin_threads(&all_cpus);
     // pebble's P2, P8 and P9, alternating with toolpool's (when benches/peers runs this).
     let mut pebble = PebbleSampler::start();
     let (mut p2, mut pebble_p2) = (Vec::new(), Vec::new());
@@ -530,7 +562,9 @@ async fn main() {
     let figures = json!({
         "P1": {"toolpool_p50_us": percentile(&mut toolpool_p1, 0.5),
                "toolpool_p99_us": percentile(&mut toolpool_p1, 0.99),
-               "floor_p50_us": percentile(&mut floor_p1, 0.5)},
+               "floor_p50_us": percentile(&mut floor_p1, 0.5),
+               "one_cpu": {"toolpool_p50_us": percentile(&mut toolpool_p1_one, 0.5),
+                           "floor_p50_us": percentile(&mut floor_p1_one, 0.5)}},
         "P2": {"toolpool_calls_per_s": p2, "pebble_calls_per_s": pebble_p2,
                "ratio_vs_pebble": pebble_p2.map(|pebble| p2 / pebble)},
         "P3": {"toolpool_p99_ms": percentile(&mut late, 0.99)},
