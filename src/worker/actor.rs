@@ -60,8 +60,6 @@ pub(super) struct Job {
     pub(super) stdin: pipe::Sender,
     /// When its first bytes were written: its deadline runs from then.
     pub(super) written_at: Instant,
-    /// The last pid the kernel gave out before they were (see `Leftovers`).
-    pub(super) last_pid_before: Option<u64>,
     pub(super) run: JobParts,
 }
 
@@ -372,12 +370,8 @@ impl Actor {
             mut state,
             mut stdin,
             written_at,
-            last_pid_before,
             mut run,
         } = job;
-        if let Some(leftovers) = self.leftovers.as_mut() {
-            leftovers.call_starts(last_pid_before);
-        }
         let Some(outcome) = self
             .run(id, &frame, &mut state, &mut stdin, written_at, &mut run)
             .await

@@ -10,18 +10,24 @@
 //!
 //! Read from the kernel, never from the worker, through files opened while
 //! the worker was identified and kept open (they stay bound to that process
-//! even if its pid is reused). Whether the kernel gave out a pid since the
-//! call started (the last field of `/proc/loadavg`: every process or thread
-//! created anywhere below this one moves it) decides how much is read: when
-//! it did not, no thread can be new, so an unchanged thread count (one
-//! `fstat` of the `task` directory) stands for the same thread ids, and no
-//! process can be left; when it did, the thread ids are listed and `/proc`
-//! is scanned for the guardian's descendants. Interval timers
+//! even if its pid is reused), after every call, with no counter deciding
+//! how much: the thread ids are listed, and whether a process is left is
+//! each thread's `children` in `/proc` (the worker's, and the guardian's
+//! besides the worker). Every process below the guardian has a parent
+//! there (an orphan is adopted by the worker, the init of its PID
+//! namespace, or by the guardian, the subreaper), so none is left when
+//! those are empty; only when one is not is `/proc` scanned, to name them.
+//! A kernel without `children` files is scanned every time. Interval timers
 //! (`setitimer`, `alarm`) have no /proc file: the shim disarms them after
 //! every call, and a handler they would run is a caught signal here.
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
+use std::sync::Mutex;
+
+use nix::dir::Dir;
+use nix::fcntl::OFlag;
+use nix::sys::stat::Mode;
 use std::os::unix::fs::FileExt;
 use std::time::Duration;
 
@@ -59,14 +65,18 @@ pub(super) struct Leftovers {
     worker: i32,
     guardian: i32,
     /// `/proc/<worker>/task`, `status` and `timers`, open for as long as the
-    /// worker lives.
-    task_dir: Option<File>,
+    /// worker lives (the directory listed again through its descriptor; in
+    /// a mutex only because a directory stream is not `Sync`, and the actor
+    /// is borrowed across awaits).
+    task_dir: Option<Mutex<Dir>>,
     status: Option<File>,
     timers: Option<File>,
+    /// The guardian's `children` (`None` when the guardian is the worker).
+    guardian_children: Option<File>,
+    /// The `children` of each thread of the idle worker, by thread id.
+    children: Vec<(i32, File)>,
     /// The worker as it was, idle.
     idle: Option<Fingerprint>,
-    /// The last pid the kernel gave out when the running call started.
-    last_pid_at_start: Option<u64>,
 }
 
 impl Leftovers {
@@ -77,21 +87,24 @@ impl Leftovers {
         let mut leftovers = Leftovers {
             worker,
             guardian,
-            task_dir: open("task"),
+            task_dir: Dir::open(
+                format!("/proc/{worker}/task").as_str(),
+                OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+                Mode::empty(),
+            )
+            .ok()
+            .map(Mutex::new),
             status: open("status"),
             timers: open("timers"),
+            guardian_children: (guardian != worker)
+                .then(|| File::open(format!("/proc/{guardian}/task/{guardian}/children")).ok())
+                .flatten(),
+            children: Vec::new(),
             idle: None,
-            last_pid_at_start: None,
         };
-        leftovers.idle = leftovers.fingerprint(None);
+        leftovers.idle = leftovers.fingerprint();
+        leftovers.open_children();
         leftovers
-    }
-
-    /// A call starts on the worker: `last_pid` is [`last_pid`] read before
-    /// its request's first byte was written (read once the actor runs, the
-    /// worker may already have forked: its pid would count as "before").
-    pub(super) fn call_starts(&mut self, last_pid: Option<u64>) {
-        self.last_pid_at_start = last_pid;
     }
 
     /// After the call's reply: what it left behind, or `None`.
@@ -99,14 +112,7 @@ impl Leftovers {
         let Some(idle) = self.idle.clone() else {
             return Some(LeftBehind::new("unreadable", "a state that cannot be read"));
         };
-        // No pid given out since the call started: no thread was created,
-        // and the same count means the same threads.
-        let moved = match (self.last_pid_at_start, last_pid()) {
-            (Some(before), Some(now)) => before != now,
-            _ => true,
-        };
-        let known = (!moved).then_some(&idle);
-        let mut now = self.fingerprint(known);
+        let mut now = self.fingerprint();
         for _ in 0..RECHECKS {
             match &now {
                 Some(seen) if new_threads(&idle, seen) == 0 => break,
@@ -114,7 +120,7 @@ impl Leftovers {
                 Some(_) => {}
             }
             tokio::time::sleep(RECHECK_EVERY).await;
-            now = self.fingerprint(known);
+            now = self.fingerprint();
         }
         let Some(now) = now else {
             return Some(LeftBehind::new("unreadable", "a worker that is gone"));
@@ -124,11 +130,65 @@ impl Leftovers {
         }
         // Threads of the idle worker that ended are forgotten: a thread
         // that takes one's place later is a new one.
+        let threads_changed = now.threads != idle.threads;
         self.idle = Some(now);
-        if !moved {
+        if threads_changed {
+            self.open_children();
+        }
+        if !self.may_have_children() {
             return None;
         }
         self.processes_left().await
+    }
+
+    /// Opens the `children` of each thread of the idle worker, through the
+    /// `task` directory kept open (bound to the worker, whatever has its pid
+    /// now).
+    fn open_children(&mut self) {
+        let (Some(dir), Some(idle)) = (self.task_dir.as_ref(), self.idle.as_ref()) else {
+            self.children.clear();
+            return;
+        };
+        let dir = dir.lock().unwrap_or_else(|e| e.into_inner()).as_raw_fd();
+        self.children = idle
+            .threads
+            .iter()
+            .filter_map(|&tid| {
+                let file = File::open(format!("/proc/self/fd/{dir}/{tid}/children")).ok()?;
+                Some((tid, file))
+            })
+            .collect();
+    }
+
+    /// Whether a process other than the worker may be below the guardian:
+    /// a thread of the worker, or the guardian, has a child (besides the
+    /// worker), or that cannot be read.
+    fn may_have_children(&self) -> bool {
+        let Some(idle) = self.idle.as_ref() else {
+            return true;
+        };
+        if self.children.len() != idle.threads.len() {
+            return true;
+        }
+        let has_children = |file: &File, but: Option<i32>| match read_again(file) {
+            None => true,
+            Some(text) => std::str::from_utf8(&text).map_or(true, |text| {
+                text.split_whitespace()
+                    .any(|pid| pid.parse::<i32>().ok() != but)
+            }),
+        };
+        if self
+            .children
+            .iter()
+            .any(|(_, file)| has_children(file, None))
+        {
+            return true;
+        }
+        match (&self.guardian_children, self.guardian != self.worker) {
+            (Some(file), true) => has_children(file, Some(self.worker)),
+            (None, true) => true,
+            (_, false) => false,
+        }
     }
 
     /// The processes below the guardian besides the worker.
@@ -156,16 +216,9 @@ impl Leftovers {
     }
 
     /// The worker now; `None` once it is reaped (no thread left) or its
-    /// files cannot be read. `threads_from`: when no thread can have been
-    /// created since (the kernel gave out no pid), and the count is the
-    /// same, the thread ids are these, and the directory is not listed.
-    fn fingerprint(&self, threads_from: Option<&Fingerprint>) -> Option<Fingerprint> {
-        let threads = match threads_from {
-            Some(known) if self.thread_count()? == known.threads.len() as u64 => {
-                known.threads.clone()
-            }
-            _ => self.threads()?,
-        };
+    /// files cannot be read.
+    fn fingerprint(&self) -> Option<Fingerprint> {
+        let threads = self.threads()?;
         let signals = parse_signals(&read_again(self.status.as_ref()?)?)?;
         // A kernel without the file (or that does not let it be read) has
         // no POSIX timers to show.
@@ -181,22 +234,18 @@ impl Leftovers {
         })
     }
 
-    /// How many threads the worker has: the link count of its `task`
-    /// directory (2 + one per thread), one `fstat`; `None` once reaped.
-    fn thread_count(&self) -> Option<u64> {
-        use std::os::unix::fs::MetadataExt;
-        let links = self.task_dir.as_ref()?.metadata().ok()?.nlink();
-        links.checked_sub(2).filter(|&threads| threads > 0)
-    }
-
     /// The worker's thread ids, sorted; `None` when it has none (reaped).
     fn threads(&self) -> Option<Vec<i32>> {
-        // The directory kept open, listed again: `/proc/self/fd/N` opens the
-        // very directory the descriptor holds, whatever has the pid now.
-        let dir = self.task_dir.as_ref()?;
-        let entries = std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd())).ok()?;
-        let mut threads: Vec<i32> = entries
-            .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+        // The directory kept open, read again from its start: the very
+        // directory the descriptor holds, whatever has the pid now.
+        let mut dir = self
+            .task_dir
+            .as_ref()?
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let mut threads: Vec<i32> = dir
+            .iter()
+            .filter_map(|entry| entry.ok()?.file_name().to_str().ok()?.parse().ok())
             .collect();
         threads.sort_unstable();
         (!threads.is_empty()).then_some(threads)
@@ -298,20 +347,6 @@ fn signal_names(mask: u64) -> String {
         .join(", ")
 }
 
-/// The last pid the kernel gave out (the last field of `/proc/loadavg`,
-/// kept open for the process's life and read again each time).
-pub(super) fn last_pid() -> Option<u64> {
-    static LOADAVG: std::sync::OnceLock<Option<File>> = std::sync::OnceLock::new();
-    let file = LOADAVG.get_or_init(|| File::open("/proc/loadavg").ok());
-    let text = read_again(file.as_ref()?)?;
-    std::str::from_utf8(&text)
-        .ok()?
-        .split_whitespace()
-        .last()?
-        .parse()
-        .ok()
-}
-
 /// A /proc file's bytes, read afresh from its start (up to 4 KiB: the
 /// files read here are smaller).
 fn read_again(file: &File) -> Option<Vec<u8>> {
@@ -336,7 +371,7 @@ mod tests {
     impl PlayedWorker {
         fn start() -> PlayedWorker {
             use std::io::BufRead;
-            const SCRIPT: &str = "import ctypes, os, signal, sys, threading\n\
+            const SCRIPT: &str = "import ctypes, os, signal, subprocess, sys, threading\n\
                 stop = threading.Event()\n\
                 placeholder = threading.Event()\n\
                 threading.Thread(target=placeholder.wait).start()\n\
@@ -356,6 +391,12 @@ mod tests {
                 \x20       signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR2]); signal.pthread_kill(threading.get_ident(), signal.SIGUSR2)\n\
                 \x20   elif line == 'timer\\n':\n\
                 \x20       timer = ctypes.c_void_p(); ctypes.CDLL(None, use_errno=True).timer_create(1, None, ctypes.byref(timer))\n\
+                \x20   elif line == 'child\\n':\n\
+                \x20       c = subprocess.Popen(['sleep', '30'])\n\
+                \x20   elif line == 'reap\\n':\n\
+                \x20       c.kill(); c.wait()\n\
+                \x20   elif line == 'ran\\n':\n\
+                \x20       subprocess.run(['true'])\n\
                 \x20   print('done', flush=True)\n";
             let mut child = std::process::Command::new("python3")
                 .args(["-c", SCRIPT])
@@ -391,8 +432,31 @@ mod tests {
         /// What a call that does `what` leaves behind, seen from outside.
         async fn after(&mut self, what: &str) -> Option<LeftBehind> {
             let mut leftovers = Leftovers::new(self.pid(), self.pid());
-            leftovers.call_starts(last_pid());
             self.tell(what);
+            leftovers.after_reply().await
+        }
+    }
+
+    /// The last pid the kernel gave out: the last field of /proc/loadavg.
+    fn last_pid() -> String {
+        let loadavg = std::fs::read_to_string("/proc/loadavg").expect("/proc/loadavg");
+        loadavg
+            .split_whitespace()
+            .last()
+            .expect("a field")
+            .to_string()
+    }
+
+    impl PlayedWorker {
+        /// As [`after`](Self::after), with the kernel's last pid put back
+        /// where it was before the call, as `pid_max` forks would put it: a
+        /// counter that came round again must hide nothing.
+        async fn after_with_pids_wrapped(&mut self, what: &str) -> Option<LeftBehind> {
+            let mut leftovers = Leftovers::new(self.pid(), self.pid());
+            let before = last_pid();
+            self.tell(what);
+            std::fs::write("/proc/sys/kernel/ns_last_pid", before)
+                .expect("ns_last_pid, as root of the namespace");
             leftovers.after_reply().await
         }
     }
@@ -428,6 +492,26 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn what_is_left_is_found_when_the_last_pid_came_round_again() {
+        let mut worker = PlayedWorker::start();
+        let found = worker.after_with_pids_wrapped("child").await;
+        worker.tell("reap");
+        let found = found.map(|l| l.what).unwrap_or_default();
+        assert!(found.contains("sleep"), "{found}");
+        let mut worker = PlayedWorker::start();
+        assert_eq!(
+            cause(&worker.after_with_pids_wrapped("swap").await),
+            Some("threads")
+        );
+    }
+
+    #[tokio::test]
+    async fn a_child_that_ended_leaves_nothing() {
+        let mut worker = PlayedWorker::start();
+        assert_eq!(worker.after("ran").await, None);
+    }
+
+    #[tokio::test]
     async fn a_signal_handler_a_pending_signal_and_a_posix_timer_are_found() {
         let mut worker = PlayedWorker::start();
         let handler = worker.after("handler").await;
@@ -446,7 +530,6 @@ mod tests {
         let mut worker = PlayedWorker::start();
         let mut leftovers = Leftovers::new(worker.pid(), worker.pid());
         assert_eq!(leftovers.threads().map(|t| t.len()), Some(2));
-        leftovers.call_starts(last_pid());
         worker
             .child
             .kill()
@@ -458,8 +541,7 @@ mod tests {
     #[tokio::test]
     async fn a_child_process_left_running_is_found() {
         let me = std::process::id() as i32;
-        let mut leftovers = Leftovers::new(me, me);
-        leftovers.call_starts(last_pid());
+        let leftovers = Leftovers::new(me, me);
         let mut child = std::process::Command::new("sleep")
             .arg("30")
             .spawn()

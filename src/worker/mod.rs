@@ -407,7 +407,6 @@ impl Worker {
             }
         };
         self.stderr.name(format!("{}#{id}", run.label));
-        let last_pid_before = leftovers::last_pid();
         let written_at = tokio::time::Instant::now();
         state.wrote(write_now(&stdin, &frame));
         let job = Job {
@@ -416,7 +415,6 @@ impl Worker {
             state,
             stdin,
             written_at,
-            last_pid_before,
             run,
         };
         if self.mailbox.send(Command::Run(job)).is_err() {
