@@ -69,13 +69,14 @@ pub(crate) struct LeftBehind {
 
 impl LeftBehind {
     /// Every cause, in the order operators see them.
-    pub(crate) const CAUSES: [&'static str; 7] = [
+    pub(crate) const CAUSES: [&'static str; 8] = [
         "threads",
         "processes",
         "pending_signals",
         "blocked_signals",
         "signal_handlers",
         "posix_timers",
+        "protocol_descriptors",
         "unreadable",
     ];
 

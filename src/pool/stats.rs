@@ -204,7 +204,8 @@ pub struct PoolStats {
     /// Workers retired because a call left something behind (the
     /// `left_running` terminations), by what: `threads`, `processes`,
     /// `pending_signals`, `blocked_signals`, `signal_handlers`,
-    /// `posix_timers`, `unreadable`; every cause is listed.
+    /// `posix_timers`, `protocol_descriptors`, `unreadable`; every cause is
+    /// listed.
     pub left_running: BTreeMap<String, u64>,
     /// Failed calls by error type
     /// ([`ErrorKind::type_name`](crate::ErrorKind::type_name)).

@@ -17,12 +17,17 @@
 //! there (an orphan is adopted by the worker, the init of its PID
 //! namespace, or by the guardian, the subreaper), so none is left when
 //! those are empty; only when one is not is `/proc` scanned, to name them.
-//! A kernel without `children` files is scanned every time. Interval timers
+//! A kernel without `children` files is scanned every time. The worker's
+//! ends of the protocol's pipes (requests, frames, stack dumps) are found
+//! among its descriptors while it is idle, by the pipes' identity as this
+//! end holds them, and must still be those pipes after each call: a tool
+//! that put a file of its own in place of the request pipe would have the
+//! next call read it. Interval timers
 //! (`setitimer`, `alarm`) have no /proc file: the shim disarms them after
 //! every call, and a handler they would run is a caught signal here.
 
 use std::fs::File;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::sync::Mutex;
 
 use nix::dir::Dir;
@@ -51,6 +56,25 @@ struct Signals {
     caught: u64,
 }
 
+/// A file's identity: its device and inode (a pipe's are the same at both
+/// ends).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct FileId {
+    device: u64,
+    inode: u64,
+}
+
+impl FileId {
+    /// The file `fd` refers to.
+    pub(super) fn of(fd: BorrowedFd<'_>) -> Option<FileId> {
+        let stat = nix::sys::stat::fstat(fd).ok()?;
+        Some(FileId {
+            device: stat.st_dev,
+            inode: stat.st_ino,
+        })
+    }
+}
+
 /// The worker as it was, idle.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Fingerprint {
@@ -59,6 +83,9 @@ struct Fingerprint {
     signals: Signals,
     /// `/proc/<worker>/timers` as it reads.
     timers: Vec<u8>,
+    /// What each of the worker's protocol descriptors refers to (`None`:
+    /// closed), in the order of [`Leftovers::protocol_fds`].
+    protocol: Vec<Option<FileId>>,
 }
 
 pub(super) struct Leftovers {
@@ -75,14 +102,19 @@ pub(super) struct Leftovers {
     guardian_children: Option<File>,
     /// The `children` of each thread of the idle worker, by thread id.
     children: Vec<(i32, File)>,
+    /// `/proc/<worker>/fd`, open for as long as the worker lives, and the
+    /// descriptors in it that were the protocol's pipes while it was idle.
+    fd_dir: Option<File>,
+    protocol_fds: Vec<String>,
     /// The worker as it was, idle.
     idle: Option<Fingerprint>,
 }
 
 impl Leftovers {
     /// Watches `worker` (below `guardian`; the same pid when the guardian
-    /// is the worker), idle now: how it is now is how it must stay.
-    pub(super) fn new(worker: i32, guardian: i32) -> Leftovers {
+    /// is the worker), idle now: how it is now is how it must stay. `pipes`:
+    /// the protocol's pipes, as this end holds them.
+    pub(super) fn new(worker: i32, guardian: i32, pipes: &[FileId]) -> Leftovers {
         let open = |name: &str| File::open(format!("/proc/{worker}/{name}")).ok();
         let mut leftovers = Leftovers {
             worker,
@@ -100,8 +132,11 @@ impl Leftovers {
                 .then(|| File::open(format!("/proc/{guardian}/task/{guardian}/children")).ok())
                 .flatten(),
             children: Vec::new(),
+            fd_dir: open("fd"),
+            protocol_fds: Vec::new(),
             idle: None,
         };
+        leftovers.protocol_fds = leftovers.descriptors_of(pipes);
         leftovers.idle = leftovers.fingerprint();
         leftovers.open_children();
         leftovers
@@ -227,11 +262,44 @@ impl Leftovers {
             .as_ref()
             .and_then(read_again)
             .unwrap_or_default();
+        let protocol = self
+            .protocol_fds
+            .iter()
+            .map(|fd| self.file_at(fd))
+            .collect();
         Some(Fingerprint {
             threads,
             signals,
             timers,
+            protocol,
         })
+    }
+
+    /// What the worker's descriptor `fd` refers to; `None` when it is closed
+    /// (or cannot be read).
+    fn file_at(&self, fd: &str) -> Option<FileId> {
+        let dir = self.fd_dir.as_ref()?;
+        let stat = nix::sys::stat::fstatat(dir, fd, nix::fcntl::AtFlags::empty()).ok()?;
+        Some(FileId {
+            device: stat.st_dev,
+            inode: stat.st_ino,
+        })
+    }
+
+    /// The worker's descriptors that refer to one of `pipes`.
+    fn descriptors_of(&self, pipes: &[FileId]) -> Vec<String> {
+        let Some(dir) = self.fd_dir.as_ref() else {
+            return Vec::new();
+        };
+        let Ok(entries) = std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd())) else {
+            return Vec::new();
+        };
+        let mut fds: Vec<String> = entries
+            .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+            .filter(|fd| self.file_at(fd).is_some_and(|file| pipes.contains(&file)))
+            .collect();
+        fds.sort();
+        fds
     }
 
     /// The worker's thread ids, sorted; `None` when it has none (reaped).
@@ -309,6 +377,12 @@ fn compare(idle: &Fingerprint, now: &Fingerprint) -> Option<LeftBehind> {
     if now.timers != idle.timers {
         return Some(LeftBehind::new("posix_timers", "a POSIX timer"));
     }
+    if now.protocol != idle.protocol {
+        return Some(LeftBehind::new(
+            "protocol_descriptors",
+            "its descriptors of the protocol's pipes changed",
+        ));
+    }
     None
 }
 
@@ -357,211 +431,4 @@ fn read_again(file: &File) -> Option<Vec<u8>> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A python3 that plays the worker, alone in its process (the test
-    /// binary's own threads come and go with the other tests): it does
-    /// what it is told on stdin, and says when it has.
-    struct PlayedWorker {
-        child: std::process::Child,
-        lines: std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
-    }
-
-    impl PlayedWorker {
-        fn start() -> PlayedWorker {
-            use std::io::BufRead;
-            const SCRIPT: &str = "import ctypes, os, signal, subprocess, sys, threading\n\
-                stop = threading.Event()\n\
-                placeholder = threading.Event()\n\
-                threading.Thread(target=placeholder.wait).start()\n\
-                print('idle', flush=True)\n\
-                for line in sys.stdin:\n\
-                \x20   if line == 'start\\n':\n\
-                \x20       t = threading.Thread(target=stop.wait); t.start()\n\
-                \x20   elif line == 'stop\\n':\n\
-                \x20       stop.set(); t.join()\n\
-                \x20   elif line == 'brief\\n':\n\
-                \x20       b = threading.Thread(target=lambda: None); b.start(); b.join()\n\
-                \x20   elif line == 'swap\\n':\n\
-                \x20       t = threading.Thread(target=stop.wait); t.start(); placeholder.set()\n\
-                \x20   elif line == 'handler\\n':\n\
-                \x20       signal.signal(signal.SIGALRM, lambda *a: None)\n\
-                \x20   elif line == 'pending\\n':\n\
-                \x20       signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR2]); signal.pthread_kill(threading.get_ident(), signal.SIGUSR2)\n\
-                \x20   elif line == 'timer\\n':\n\
-                \x20       timer = ctypes.c_void_p(); ctypes.CDLL(None, use_errno=True).timer_create(1, None, ctypes.byref(timer))\n\
-                \x20   elif line == 'child\\n':\n\
-                \x20       c = subprocess.Popen(['sleep', '30'])\n\
-                \x20   elif line == 'reap\\n':\n\
-                \x20       c.kill(); c.wait()\n\
-                \x20   elif line == 'ran\\n':\n\
-                \x20       subprocess.run(['true'])\n\
-                \x20   print('done', flush=True)\n";
-            let mut child = std::process::Command::new("python3")
-                .args(["-c", SCRIPT])
-                .stdin(std::process::Stdio::piped())
-                .stdout(std::process::Stdio::piped())
-                .spawn()
-                .expect("python3 runs");
-            let stdout = child.stdout.take().expect("piped");
-            let mut worker = PlayedWorker {
-                child,
-                lines: std::io::BufReader::new(stdout).lines(),
-            };
-            worker.expect("idle");
-            worker
-        }
-
-        fn pid(&self) -> i32 {
-            self.child.id() as i32
-        }
-
-        fn tell(&mut self, what: &str) {
-            use std::io::Write;
-            let stdin = self.child.stdin.as_mut().expect("piped");
-            writeln!(stdin, "{what}").expect("the played worker reads");
-            self.expect("done");
-        }
-
-        fn expect(&mut self, line: &str) {
-            let got = self.lines.next().expect("a line").expect("text");
-            assert_eq!(got, line);
-        }
-
-        /// What a call that does `what` leaves behind, seen from outside.
-        async fn after(&mut self, what: &str) -> Option<LeftBehind> {
-            let mut leftovers = Leftovers::new(self.pid(), self.pid());
-            self.tell(what);
-            leftovers.after_reply().await
-        }
-    }
-
-    /// The last pid the kernel gave out: the last field of /proc/loadavg.
-    fn last_pid() -> String {
-        let loadavg = std::fs::read_to_string("/proc/loadavg").expect("/proc/loadavg");
-        loadavg
-            .split_whitespace()
-            .last()
-            .expect("a field")
-            .to_string()
-    }
-
-    impl PlayedWorker {
-        /// As [`after`](Self::after), with the kernel's last pid put back
-        /// where it was before the call, as `pid_max` forks would put it: a
-        /// counter that came round again must hide nothing.
-        async fn after_with_pids_wrapped(&mut self, what: &str) -> Option<LeftBehind> {
-            let mut leftovers = Leftovers::new(self.pid(), self.pid());
-            let before = last_pid();
-            self.tell(what);
-            std::fs::write("/proc/sys/kernel/ns_last_pid", before)
-                .expect("ns_last_pid, as root of the namespace");
-            leftovers.after_reply().await
-        }
-    }
-
-    impl Drop for PlayedWorker {
-        fn drop(&mut self) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-
-    fn cause(left: &Option<LeftBehind>) -> Option<&'static str> {
-        left.as_ref().map(|l| l.cause)
-    }
-
-    #[tokio::test]
-    async fn a_thread_left_running_is_found_and_one_joined_is_not() {
-        let mut worker = PlayedWorker::start();
-        let found = worker.after("start").await;
-        assert_eq!(
-            found.map(|l| l.what).as_deref(),
-            Some("1 thread still running")
-        );
-        worker.tell("stop");
-        assert_eq!(worker.after("brief").await, None);
-    }
-
-    #[tokio::test]
-    async fn a_thread_in_place_of_one_that_ended_is_found() {
-        // The count comes back to the idle figure: the thread ids do not.
-        let mut worker = PlayedWorker::start();
-        assert_eq!(cause(&worker.after("swap").await), Some("threads"));
-    }
-
-    #[tokio::test]
-    async fn what_is_left_is_found_when_the_last_pid_came_round_again() {
-        let mut worker = PlayedWorker::start();
-        let found = worker.after_with_pids_wrapped("child").await;
-        worker.tell("reap");
-        let found = found.map(|l| l.what).unwrap_or_default();
-        assert!(found.contains("sleep"), "{found}");
-        let mut worker = PlayedWorker::start();
-        assert_eq!(
-            cause(&worker.after_with_pids_wrapped("swap").await),
-            Some("threads")
-        );
-    }
-
-    #[tokio::test]
-    async fn a_child_that_ended_leaves_nothing() {
-        let mut worker = PlayedWorker::start();
-        assert_eq!(worker.after("ran").await, None);
-    }
-
-    #[tokio::test]
-    async fn a_signal_handler_a_pending_signal_and_a_posix_timer_are_found() {
-        let mut worker = PlayedWorker::start();
-        let handler = worker.after("handler").await;
-        assert_eq!(cause(&handler), Some("signal_handlers"));
-        assert!(handler.unwrap().what.contains("SIGALRM"));
-        let pending = worker.after("pending").await;
-        assert_eq!(cause(&pending), Some("pending_signals"));
-        assert!(pending.unwrap().what.contains("SIGUSR2"));
-        assert_eq!(cause(&worker.after("timer").await), Some("posix_timers"));
-        // What it is now is its idle state from here on.
-        assert_eq!(worker.after("brief").await, None);
-    }
-
-    #[tokio::test]
-    async fn a_worker_reaped_is_gone_not_idle() {
-        let mut worker = PlayedWorker::start();
-        let mut leftovers = Leftovers::new(worker.pid(), worker.pid());
-        assert_eq!(leftovers.threads().map(|t| t.len()), Some(2));
-        worker
-            .child
-            .kill()
-            .expect("the played worker is ours to kill");
-        worker.child.wait().expect("and to reap");
-        assert_eq!(cause(&leftovers.after_reply().await), Some("unreadable"));
-    }
-
-    #[tokio::test]
-    async fn a_child_process_left_running_is_found() {
-        let me = std::process::id() as i32;
-        let leftovers = Leftovers::new(me, me);
-        let mut child = std::process::Command::new("sleep")
-            .arg("30")
-            .spawn()
-            .unwrap();
-        let found = leftovers.processes_left().await;
-        child.kill().unwrap();
-        child.wait().unwrap();
-        let found = found.map(|l| l.what).unwrap_or_default();
-        assert!(found.contains("sleep"), "{found}");
-    }
-
-    #[test]
-    fn the_signal_sets_are_read_from_status() {
-        let status = b"Name:\tpython3\nSigQ:\t0/1\nSigPnd:\t0000000000000000\n\
-            ShdPnd:\t0000000000000800\nSigBlk:\t0000000000000000\nSigIgn:\t0000000001001000\n\
-            SigCgt:\t0000000180004002\n";
-        let signals = parse_signals(status).unwrap();
-        assert_eq!(signals.shared_pending, 0x800);
-        assert_eq!(signals.caught, 0x1_8000_4002);
-        assert_eq!(signal_names(0x800), "SIGUSR2");
-        assert_eq!(parse_signals(b"SigPnd:\t0\n"), None);
-    }
-}
+mod tests;

@@ -7,6 +7,7 @@
 //! retirement (`lifecycle`), and how it ended (`termination`).
 
 use std::future::Future;
+use std::os::fd::AsFd;
 use std::pin::Pin;
 use std::process::ExitStatus;
 use std::sync::Arc;
@@ -35,7 +36,7 @@ pub(crate) use self::actor::JobParts;
 use self::actor::{Actor, Command, Job, JobEnd};
 use self::guardian::GuardianProcess;
 use self::launch::Spawned;
-use self::leftovers::Leftovers;
+use self::leftovers::{FileId, Leftovers};
 use self::request::{unread_in_pipe, RequestState};
 pub(crate) use self::spawn::Spawner;
 pub(crate) use self::spec::{BootConfig, WorkerSpec};
@@ -251,6 +252,12 @@ impl Worker {
             GuardianProcess::Cloned(_) => StartMethod::Template,
             GuardianProcess::Spawned(_) => StartMethod::Spawned,
         };
+        // The pipes of the protocol, as this end holds them: the worker's
+        // ends of the same pipes must stay where they are.
+        let pipes: Vec<FileId> = [stdin.as_fd(), stdout.as_fd(), dump.as_fd()]
+            .into_iter()
+            .filter_map(FileId::of)
+            .collect();
         let mut actor = Actor::new(
             (guardian_process, guardian),
             message_reader(stdout, spec.max_frame),
@@ -262,7 +269,7 @@ impl Worker {
         let (switch, end) = (actor.switch.clone(), actor.end.clone());
         let hello = actor.handshake(pump).await?;
         let pid = actor.pid();
-        actor.leftovers = Some(Leftovers::new(pid, guardian.raw()));
+        actor.leftovers = Some(Leftovers::new(pid, guardian.raw(), &pipes));
         let (mailbox, commands) = mpsc::unbounded_channel();
         let worker = Worker {
             id: WorkerId::next(),

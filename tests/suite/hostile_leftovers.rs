@@ -1,7 +1,8 @@
 //! A call that returns OK and leaves a trap in its worker for the next
 //! call (tests/fixtures/hostile/leftovers/traps.py): a signal timer with a
 //! handler, one without, a POSIX timer, a thread in place of one that
-//! ended. The next, innocent call, longer than the trap's 1 s, must get its
+//! ended, a pipe in place of the request pipe. The next, innocent call,
+//! longer than the trap's 1 s, must get its
 //! own answer: the worker is reused only when it is as it was idle, and
 //! each retirement is counted by its cause. Each runs with the worker as
 //! init of a PID namespace (where a signal's default action does not end
@@ -78,4 +79,9 @@ async fn a_posix_timer_does_not_reach_the_next_call() {
 #[tokio::test]
 async fn a_thread_in_place_of_one_that_ended_does_not_reach_the_next_call() {
     trap_then_call("swap_the_placeholder", Some("threads")).await;
+}
+
+#[tokio::test]
+async fn a_pipe_in_place_of_the_request_pipe_does_not_reach_the_next_call() {
+    trap_then_call("replace_the_request_pipe", Some("protocol_descriptors")).await;
 }
