@@ -1,40 +1,42 @@
 //! What a call left behind in its worker after it answered, against the
 //! fingerprint the worker had while idle: threads (by thread id, not by
 //! count), processes below its guardian besides the worker, POSIX timers
-//! (`/proc/<worker>/timers`), and pending, blocked and caught signals
-//! (`/proc/<worker>/status`). A worker that is not as it was is never
-//! trusted with another call (a thread that writes into the frame pipe 0.3 s
-//! later, a forked child that returned into the shim and reads the request
-//! pipe, a timer that raises in the next call): the call gets its answer,
-//! and the worker is killed.
+//! (`/proc/<worker>/timers`), pending, blocked and caught signals
+//! (`/proc/<worker>/status`), and its descriptors of the protocol's pipes.
+//! A worker that is not as it was is never trusted with another call (a
+//! thread that writes into the frame pipe 0.3 s later, a forked child that
+//! returned into the shim and reads the request pipe, a timer that raises
+//! in the next call, a pipe of the tool's own in place of the request
+//! pipe): the call gets its answer, and the worker is killed.
 //!
 //! Read from the kernel, never from the worker, through files opened while
 //! the worker was identified and kept open (they stay bound to that process
-//! even if its pid is reused), after every call, with no counter deciding
-//! how much: the thread ids are listed, and whether a process is left is
-//! each thread's `children` in `/proc` (the worker's, and the guardian's
-//! besides the worker). Every process below the guardian has a parent
-//! there (an orphan is adopted by the worker, the init of its PID
-//! namespace, or by the guardian, the subreaper), so none is left when
-//! those are empty; only when one is not is `/proc` scanned, to name them.
-//! A kernel without `children` files is scanned every time. The worker's
-//! ends of the protocol's pipes (requests, frames, stack dumps) are found
-//! among its descriptors while it is idle, by the pipes' identity as this
-//! end holds them, and must still be those pipes after each call: a tool
-//! that put a file of its own in place of the request pipe would have the
-//! next call read it. Interval timers
-//! (`setitimer`, `alarm`) have no /proc file: the shim disarms them after
-//! every call, and a handler they would run is a caught signal here.
+//! even if its pid is reused), in full after every call: no counter decides
+//! how much is read.
+//!
+//! - Threads: the `task` directory listed again.
+//! - Processes: each thread's `children` (the worker's, and the guardian's
+//!   besides the worker). Every process below the guardian has a parent
+//!   there (an orphan is adopted by the worker, init of its PID namespace,
+//!   or by the guardian, the subreaper), so none is left when those are
+//!   empty; only when one is not is `/proc` scanned, to name them. A kernel
+//!   without `children` files is scanned every time.
+//! - Descriptors: the worker's ends of the request, frame and dump pipes,
+//!   found among its descriptors while it is idle by the pipes' device and
+//!   inode at this end, must still be those pipes.
+//! - Interval timers (`setitimer`, `alarm`) have no /proc file: the shim
+//!   disarms them after every call, and a handler they would run is a
+//!   caught signal here.
 
 use std::fs::File;
 use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::unix::fs::FileExt;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use nix::dir::Dir;
 use nix::fcntl::OFlag;
 use nix::sys::stat::Mode;
-use std::os::unix::fs::FileExt;
-use std::time::Duration;
 
 use crate::outcome::LeftBehind;
 
@@ -100,8 +102,8 @@ pub(super) struct Leftovers {
     timers: Option<File>,
     /// The guardian's `children` (`None` when the guardian is the worker).
     guardian_children: Option<File>,
-    /// The `children` of each thread of the idle worker, by thread id.
-    children: Vec<(i32, File)>,
+    /// The `children` of each thread of the idle worker.
+    children: Vec<File>,
     /// `/proc/<worker>/fd`, open for as long as the worker lives, and the
     /// descriptors in it that were the protocol's pipes while it was idle.
     fd_dir: Option<File>,
@@ -188,10 +190,7 @@ impl Leftovers {
         self.children = idle
             .threads
             .iter()
-            .filter_map(|&tid| {
-                let file = File::open(format!("/proc/self/fd/{dir}/{tid}/children")).ok()?;
-                Some((tid, file))
-            })
+            .filter_map(|tid| File::open(format!("/proc/self/fd/{dir}/{tid}/children")).ok())
             .collect();
     }
 
@@ -212,11 +211,7 @@ impl Leftovers {
                     .any(|pid| pid.parse::<i32>().ok() != but)
             }),
         };
-        if self
-            .children
-            .iter()
-            .any(|(_, file)| has_children(file, None))
-        {
+        if self.children.iter().any(|file| has_children(file, None)) {
             return true;
         }
         match (&self.guardian_children, self.guardian != self.worker) {
