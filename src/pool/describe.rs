@@ -58,6 +58,14 @@ fn mechanisms(pool: &Pool) -> Vec<String> {
             }
         ),
         format!(
+            "leftovers: {}",
+            if crate::worker::kernel_lists_children() {
+                "after every call, the worker's threads by id, signals, POSIX timers and protocol descriptors, and its processes by the kernel's children lists"
+            } else {
+                "after every call, the worker's threads by id, signals, POSIX timers and protocol descriptors, and its processes by a scan of /proc (this kernel has no children lists)"
+            }
+        ),
+        format!(
             "worker start: {}",
             match info.started {
                 StartMethod::Template => "template (each worker cloned from a process that started the interpreter and imported the shim once)",

@@ -40,6 +40,14 @@ use nix::sys::stat::Mode;
 
 use crate::outcome::LeftBehind;
 
+/// Whether this kernel lists each thread's children in `/proc` (without
+/// those lists a call's leftover processes are looked for by a scan of
+/// `/proc` after every call).
+pub(crate) fn kernel_lists_children() -> bool {
+    let tid = nix::unistd::gettid();
+    std::path::Path::new(&format!("/proc/self/task/{tid}/children")).exists()
+}
+
 /// How often, and how far apart, a thread the idle worker did not have is
 /// looked for again: a thread the tool joined may take a moment to leave
 /// the kernel's list after its Python side ended.

@@ -36,6 +36,7 @@ pub(crate) use self::actor::JobParts;
 use self::actor::{Actor, Command, Job, JobEnd};
 use self::guardian::GuardianProcess;
 use self::launch::Spawned;
+pub(crate) use self::leftovers::kernel_lists_children;
 use self::leftovers::{FileId, Leftovers};
 use self::request::{unread_in_pipe, RequestState};
 pub(crate) use self::spawn::Spawner;

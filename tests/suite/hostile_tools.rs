@@ -186,6 +186,7 @@ fn doctor_names_the_interpreter_codec_kill_mechanism_and_limits() {
         "kill mechanism: pid-namespace",
         // No --sandbox, no cgroup of its own: stopped by signals.
         "human wait: stop and re-scan",
+        "leftovers: after every call, the worker's threads by id, signals, POSIX timers and protocol descriptors, and its processes by the kernel's children lists",
         "subreaper: on",
         "import timeout: 10.0 s per module",
         "human timeout: 30.0 s per wait",
