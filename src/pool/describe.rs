@@ -58,11 +58,11 @@ fn mechanisms(pool: &Pool) -> Vec<String> {
             }
         ),
         format!(
-            "leftovers: {}",
+            "leftovers: after every call, the worker's threads by id, signals, POSIX timers and protocol descriptors, and its processes by {}",
             if crate::worker::kernel_lists_children() {
-                "after every call, the worker's threads by id, signals, POSIX timers and protocol descriptors, and its processes by the kernel's children lists"
+                "the kernel's children lists"
             } else {
-                "after every call, the worker's threads by id, signals, POSIX timers and protocol descriptors, and its processes by a scan of /proc (this kernel has no children lists)"
+                "a scan of /proc (this kernel has no children lists)"
             }
         ),
         format!(

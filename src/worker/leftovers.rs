@@ -77,11 +77,16 @@ pub(super) struct FileId {
 impl FileId {
     /// The file `fd` refers to.
     pub(super) fn of(fd: BorrowedFd<'_>) -> Option<FileId> {
-        let stat = nix::sys::stat::fstat(fd).ok()?;
-        Some(FileId {
+        nix::sys::stat::fstat(fd).ok().map(FileId::from)
+    }
+}
+
+impl From<nix::sys::stat::FileStat> for FileId {
+    fn from(stat: nix::sys::stat::FileStat) -> FileId {
+        FileId {
             device: stat.st_dev,
             inode: stat.st_ino,
-        })
+        }
     }
 }
 
@@ -282,11 +287,9 @@ impl Leftovers {
     /// (or cannot be read).
     fn file_at(&self, fd: &str) -> Option<FileId> {
         let dir = self.fd_dir.as_ref()?;
-        let stat = nix::sys::stat::fstatat(dir, fd, nix::fcntl::AtFlags::empty()).ok()?;
-        Some(FileId {
-            device: stat.st_dev,
-            inode: stat.st_ino,
-        })
+        nix::sys::stat::fstatat(dir, fd, nix::fcntl::AtFlags::empty())
+            .ok()
+            .map(FileId::from)
     }
 
     /// The worker's descriptors that refer to one of `pipes`.
